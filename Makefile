@@ -1,0 +1,67 @@
+# The project's entry points. `make run` and `make test` do all set-up on a fresh machine of this
+# kind (Debian packages, the control-plane build, the virtualenv), idempotently and quickly when done.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := $(CURDIR)/.venv
+VPY := $(VENV)/bin/python
+LOGS := $(CURDIR)/.logs
+LAB := $(VPY) tests/lab/lab.py
+export VMAPI_LAB_LOGS := $(LOGS)
+
+.PHONY: help deps venv lab-up lab-down lab-env run test lint typecheck layers unit e2e
+
+help:
+	@echo "make run       bring the lab up if needed, then run the provider daemon against it"
+	@echo "make test      ruff, mypy, layering contracts, unit and e2e tests (brings the lab up)"
+	@echo "make lab-up    start kube-apiserver + libvirtd (in its own network namespace)"
+	@echo "make lab-env   print export lines for kubectl, virsh and libvirt-provider"
+	@echo "make lab-down  stop the lab and remove everything it created"
+
+deps:
+	@mkdir -p $(LOGS)
+	@LAB_LOG_DIR=$(LOGS) tests/lab/install-deps.sh
+
+# The stamp depends on pyproject.toml, so a changed dependency list reinstalls; pip's own wheel
+# cache (outside the clone) makes a fresh clone's install quick after the first.
+$(VENV)/.installed: pyproject.toml | deps
+	@echo "venv: installing the project and its test tools into .venv (log: $(LOGS)/venv.log)"
+	@{ $(PYTHON) -m venv $(VENV) && $(VPY) -m pip install -q -e '.[dev]'; } >$(LOGS)/venv.log 2>&1 \
+	  || { echo "venv: installation failed; see $(LOGS)/venv.log" >&2; tail -n 5 $(LOGS)/venv.log >&2; exit 1; }
+	@touch $@
+
+venv: deps $(VENV)/.installed
+
+lab-up: venv
+	@$(LAB) up
+
+lab-down:
+	@if [ -x $(VPY) ]; then $(LAB) down; else $(PYTHON) tests/lab/lab.py down; fi
+
+lab-env:
+	@$(LAB) env
+
+run: lab-up
+	@$(LAB) describe
+	@echo
+	@eval "$$($(LAB) env)" && exec libvirt-provider --kubeconfig "$$KUBECONFIG" --libvirt-uri "$$LIBVIRT_DEFAULT_URI"
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+layers: venv
+	$(VENV)/bin/lint-imports
+
+unit: venv
+	$(VPY) -m pytest tests/unit -q
+
+e2e: lab-up
+	$(VPY) -m pytest tests/e2e -q
+
+test: lint typecheck layers unit e2e

@@ -1,0 +1,5 @@
+"""Catalog objects (images, sizing profiles, networks, storage) and the pure resolution of references.
+
+Nothing here performs I/O: callers hand in the objects they read, and get back resolved values or
+problems to report.
+"""

@@ -1,0 +1,103 @@
+"""Fixtures that connect e2e tests to the real lab (kube-apiserver and libvirtd).
+
+The lab is brought up once per session through the same script `make lab-up` uses; when it is
+already up this is a quick health check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import libvirt
+import pytest
+from kubernetes import client, config
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_SCRIPT = REPO / "tests" / "lab" / "lab.py"
+
+
+@dataclass(frozen=True)
+class LabInfo:
+    env: dict[str, str]
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.env["KUBECONFIG"]
+
+    @property
+    def libvirt_uri(self) -> str:
+        return self.env["LIBVIRT_DEFAULT_URI"]
+
+    @property
+    def domain_type(self) -> str:
+        return self.env["VMAPI_LAB_DOMAIN_TYPE"]
+
+    @property
+    def network(self) -> str:
+        return self.env["VMAPI_LAB_NETWORK"]
+
+    @property
+    def pool(self) -> str:
+        return self.env["VMAPI_LAB_POOL"]
+
+    @property
+    def guest_volume(self) -> str:
+        return self.env["VMAPI_LAB_GUEST_VOLUME"]
+
+    @property
+    def netns(self) -> str:
+        return self.env["VMAPI_LAB_NETNS"]
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.env["VMAPI_LAB_DIR"])
+
+
+def _parse_exports(text: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.startswith("export "):
+            continue
+        name, _, value = line[len("export ") :].partition("=")
+        env[name] = shlex.split(value)[0] if value else ""
+    return env
+
+
+@pytest.fixture(scope="session")
+def lab() -> LabInfo:
+    up = subprocess.run(
+        [sys.executable, str(LAB_SCRIPT), "up"], check=False, capture_output=True, text=True
+    )
+    if up.returncode != 0:
+        pytest.fail(f"the lab did not come up: {up.stderr.strip()}", pytrace=False)
+    out = subprocess.run(
+        [sys.executable, str(LAB_SCRIPT), "env"], capture_output=True, text=True, check=True
+    )
+    return LabInfo(env=_parse_exports(out.stdout))
+
+
+@pytest.fixture(scope="session")
+def api_client(lab: LabInfo) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=lab.kubeconfig)
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def virt(lab: LabInfo) -> Iterator[libvirt.virConnect]:
+    conn = libvirt.open(lab.libvirt_uri)
+    yield conn
+    # The teardown test may have stopped libvirtd under us.
+    with contextlib.suppress(libvirt.libvirtError):
+        conn.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Tests that take the lab down run after everything that needs it.
+    items.sort(key=lambda item: item.get_closest_marker("lab_teardown") is not None)

@@ -1,0 +1,85 @@
+"""The lab's libvirtd is a real one: the test guest boots and takes a DHCP lease we can read."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import libvirt
+from lxml import etree
+from lxml.builder import E
+
+from tests.e2e.conftest import LabInfo
+from tests.eventually import eventually
+
+
+def _overlay_xml(name: str, base_path: str) -> str:
+    vol = E.volume(
+        E.name(name),
+        E.capacity("64", unit="MiB"),
+        E.target(E.format(type="qcow2")),
+        E.backingStore(E.path(base_path), E.format(type="qcow2")),
+    )
+    return etree.tostring(vol, encoding="unicode")
+
+
+def _domain_xml(lab: LabInfo, name: str, disk: str, serial: Path) -> str:
+    dom = E.domain(
+        E.name(name),
+        E.uuid(str(uuid.uuid4())),
+        E.memory("256", unit="MiB"),
+        E.vcpu("1"),
+        E.os(E.type("hvm", arch="x86_64"), E.boot(dev="hd")),
+        E.features(E.acpi()),
+        E.devices(
+            E.disk(
+                E.driver(name="qemu", type="qcow2"),
+                E.source(file=disk),
+                E.target(dev="vda", bus="virtio"),
+                type="file",
+                device="disk",
+            ),
+            E.interface(E.source(network=lab.network), E.model(type="virtio"), type="network"),
+            E.serial(E.source(path=str(serial)), type="file"),
+        ),
+        type=lab.domain_type,
+    )
+    return etree.tostring(dom, encoding="unicode")
+
+
+def test_guest_boots_and_takes_a_lease(lab: LabInfo, virt: libvirt.virConnect) -> None:
+    name = "smoke-" + uuid.uuid4().hex[:8]
+    pool = virt.storagePoolLookupByName(lab.pool)
+    base = pool.storageVolLookupByName(lab.guest_volume)
+    vol = pool.createXML(_overlay_xml(f"{name}.qcow2", base.path()), 0)
+    serial = lab.dir / f"{name}.serial"
+    dom = virt.defineXML(_domain_xml(lab, name, vol.path(), serial))
+    try:
+        started = time.monotonic()
+        dom.create()
+
+        def lease() -> str | None:
+            addrs = dom.interfaceAddresses(libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE)
+            for iface in addrs.values():
+                for addr in iface.get("addrs") or []:
+                    if addr["type"] == libvirt.VIR_IP_ADDR_TYPE_IPV4:
+                        return str(addr["addr"])
+            return None
+
+        address = eventually(lease, timeout=180, interval=0.5, what="a DHCP lease for the guest")
+        elapsed = time.monotonic() - started
+        print(f"\nguest {name} ({lab.domain_type}): start to DHCP lease {elapsed:.1f} s, {address}")
+        assert address.startswith("10.213.0.")
+        console = serial.read_text(errors="replace")
+        assert "VMAPI-GUEST-BOOTED" in console
+        eventually(
+            lambda: f"VMAPI-GUEST-LEASE eth0 {address}" in serial.read_text(errors="replace"),
+            timeout=30,
+            what="the guest announcing the same lease on its console",
+        )
+    finally:
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+        vol.delete(0)

@@ -1,0 +1,109 @@
+"""The lab cleans up after itself: on `make lab-down`, and when a part fails to start."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import LAB_SCRIPT, REPO, LabInfo
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid() or not _alive(int(proc.name)):
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def _mounts_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            mountinfo = (proc / "mountinfo").read_text()
+        except OSError:
+            continue
+        found += [f"{proc.name}: {line}" for line in mountinfo.splitlines() if text in line]
+    return found
+
+
+def _netns_names() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.lab_teardown
+def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
+    state = json.loads((lab.dir / "state.json").read_text())
+    pids = [state["apiserver_pid"], state["controller_manager_pid"], state["libvirtd_pid"]]
+    inside = subprocess.run(
+        ["ip", "netns", "pids", lab.netns], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert inside, "the lab's namespace should hold libvirtd and dnsmasq before teardown"
+    pids += [int(p) for p in inside]
+
+    down = subprocess.run(
+        ["make", "-s", "lab-down"], check=False, cwd=REPO, capture_output=True, text=True
+    )
+    assert down.returncode == 0, down.stderr
+
+    assert [p for p in pids if _alive(p)] == []
+    assert lab.netns not in _netns_names()
+    assert not Path("/sys/class/net/vmapibr0").exists()
+    assert not lab.dir.exists()
+    assert _processes_mentioning(str(lab.dir)) == []
+    assert _mounts_mentioning(str(lab.dir)) == []
+
+
+def test_failed_start_is_one_clear_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """A control plane that cannot start stops `up` with one line naming it and its log."""
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        taken_port = blocker.getsockname()[1]
+        lab_dir = tmp_path / "lab"
+        env = {
+            **os.environ,
+            "VMAPI_LAB_DIR": str(lab_dir),
+            "VMAPI_LAB_LOGS": str(tmp_path / "logs"),
+            "VMAPI_LAB_NETNS": "vmapilabfail",
+            "VMAPI_LAB_API_PORT": str(taken_port),
+            "VMAPI_LAB_ETCD_PORT": "12479",
+        }
+        up = subprocess.run(
+            [sys.executable, str(LAB_SCRIPT), "up"],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+    assert up.returncode != 0
+    lines = up.stderr.strip().splitlines()
+    assert len(lines) == 1, up.stderr
+    assert "kube-apiserver" in lines[0]
+    assert str(tmp_path / "logs" / "kube-apiserver.log") in lines[0]
+    assert "vmapilabfail" not in _netns_names()
+    assert not lab_dir.exists()
+    assert _processes_mentioning(str(lab_dir)) == []
