@@ -1,4 +1,4 @@
-"""Command-line entry point of the provider daemon (`libvirt-provider`, `python -m libvirt_provider`)."""
+"""Command line of the provider daemon (`libvirt-provider`, `python -m libvirt_provider`)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     parser.parse_args(argv)
     parser.print_help()
-    print("\nThe controllers are not wired in yet; this build only prints its help.", file=sys.stderr)
+    print(
+        "\nThe controllers are not wired in yet; this build only prints its help.", file=sys.stderr
+    )
     return 0
 
 
