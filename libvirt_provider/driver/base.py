@@ -1,0 +1,167 @@
+"""The hypervisor interface the controller talks to, and the plain values that cross it.
+
+The controller never sees a libvirt object: it asks this interface for facts and actions by
+domain UUID and volume name. The real adapter (`libvirt_driver`) and the in-memory double
+(`fake`) both satisfy it, so controller logic is unit-tested without a hypervisor and the e2e tests
+prove the real adapter.
+
+Methods raise the classes of `libvirt_provider.errors`; they never return libvirt error codes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = [
+    "AddressSource",
+    "DomainRef",
+    "DomainState",
+    "DomainStatus",
+    "HostFacts",
+    "Hypervisor",
+    "InterfaceAddress",
+    "LifecycleListener",
+    "OverlaySpec",
+    "VolumeInfo",
+]
+
+
+class DomainState(enum.Enum):
+    """libvirt's domain states, one member each, so every state is mapped on purpose."""
+
+    NOSTATE = "nostate"
+    RUNNING = "running"
+    BLOCKED = "blocked"
+    PAUSED = "paused"
+    SHUTTING_DOWN = "shutting-down"
+    SHUTOFF = "shutoff"
+    CRASHED = "crashed"
+    PMSUSPENDED = "pmsuspended"
+
+
+class AddressSource(enum.StrEnum):
+    """Where an interface address was learned; recorded so users know how far to trust it."""
+
+    LEASE = "lease"
+    AGENT = "agent"
+    ARP = "arp"
+
+
+@dataclass(frozen=True)
+class DomainRef:
+    uuid: str
+    name: str
+
+
+@dataclass(frozen=True)
+class DomainStatus:
+    state: DomainState
+    # libvirt's reason code for the state (e.g. why it is shut off); kept for messages.
+    reason: int
+    has_managed_save: bool
+    persistent: bool
+
+
+@dataclass(frozen=True)
+class InterfaceAddress:
+    mac: str
+    address: str
+    prefix: int
+    family: str  # "ipv4" or "ipv6"
+    source: AddressSource
+
+
+@dataclass(frozen=True)
+class VolumeInfo:
+    pool: str
+    name: str
+    path: str
+    capacity_bytes: int
+    allocation_bytes: int
+    format: str | None
+    backing_path: str | None
+
+
+@dataclass(frozen=True)
+class OverlaySpec:
+    """A copy-on-write volume over a base volume, grown to `capacity_bytes`."""
+
+    pool: str
+    name: str
+    backing_path: str
+    backing_format: str
+    capacity_bytes: int
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str
+    arch: str
+    # Domain types the host's capabilities offer for its arch, e.g. {"qemu", "kvm"}.
+    domain_types: frozenset[str]
+    pools: frozenset[str]
+    networks: frozenset[str]
+
+
+LifecycleListener = Callable[[str], None]
+"""Called with a domain UUID whenever libvirt reports a lifecycle event for that domain."""
+
+
+class Hypervisor(Protocol):
+    def host_facts(self) -> HostFacts: ...
+
+    def lookup(self, *, uuid: str, name: str) -> DomainRef | None:
+        """The domain with this UUID; None if neither it nor any domain with `name` exists.
+
+        Raises ForeignDomainError when only a domain with another UUID holds `name`.
+        """
+        ...
+
+    def define(self, xml: str) -> DomainRef: ...
+
+    def start(self, uuid: str) -> None: ...
+
+    def shutdown(self, uuid: str) -> None:
+        """Ask the guest to power off (ACPI power button)."""
+        ...
+
+    def destroy(self, uuid: str) -> None:
+        """Power off at once, without the guest."""
+        ...
+
+    def managed_save(self, uuid: str) -> None:
+        """Save memory to disk and stop; the next start resumes from the image."""
+        ...
+
+    def resume(self, uuid: str) -> None:
+        """Unpause a paused domain."""
+        ...
+
+    def undefine(self, uuid: str) -> None:
+        """Remove the definition with NVRAM, managed save, snapshot, checkpoint and TPM state."""
+        ...
+
+    def status(self, uuid: str) -> DomainStatus: ...
+
+    def domain_xml(self, uuid: str, *, inactive: bool = False) -> str: ...
+
+    def disk_sources(self, uuid: str) -> list[str]:
+        """Paths of the file-backed disks and CD-ROMs of the persistent definition."""
+        ...
+
+    def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]: ...
+
+    def find_volume(self, pool: str, name: str) -> VolumeInfo | None: ...
+
+    def volume_by_path(self, path: str) -> VolumeInfo | None: ...
+
+    def list_volumes(self, pool: str) -> list[VolumeInfo]: ...
+
+    def create_overlay(self, spec: OverlaySpec) -> VolumeInfo: ...
+
+    def delete_volume(self, pool: str, name: str) -> None: ...
+
+    def add_lifecycle_listener(self, listener: LifecycleListener) -> None: ...

@@ -1,0 +1,434 @@
+"""The libvirt adapter: the only code that calls libvirt-python (besides error translation).
+
+One shared connection per daemon, opened lazily and reopened after loss. libvirt-python blocks,
+so callers run it from worker threads; a semaphore bounds how many calls are in flight toward
+libvirtd at once. libvirt's default event loop runs in a daemon thread: it carries keepalive probes
+(so a dead libvirtd is noticed within seconds) and lifecycle events (so the controller reconciles
+promptly instead of polling). Volume creation and deletion are serialised per pool, as libvirt's
+directory pools do not guard against concurrent allocation of the same name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import libvirt
+from lxml import etree
+
+from libvirt_provider.driver.base import (
+    AddressSource,
+    DomainRef,
+    DomainState,
+    DomainStatus,
+    HostFacts,
+    InterfaceAddress,
+    LifecycleListener,
+    OverlaySpec,
+    VolumeInfo,
+)
+from libvirt_provider.driver.libvirt_errors import translated
+from libvirt_provider.driver.volume_xml import render_overlay_volume
+from libvirt_provider.errors import (
+    ForeignDomainError,
+    NotFoundError,
+    RetryableError,
+    UnsupportedError,
+)
+
+__all__ = ["LibvirtHypervisor"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_STATES = {
+    libvirt.VIR_DOMAIN_NOSTATE: DomainState.NOSTATE,
+    libvirt.VIR_DOMAIN_RUNNING: DomainState.RUNNING,
+    libvirt.VIR_DOMAIN_BLOCKED: DomainState.BLOCKED,
+    libvirt.VIR_DOMAIN_PAUSED: DomainState.PAUSED,
+    libvirt.VIR_DOMAIN_SHUTDOWN: DomainState.SHUTTING_DOWN,
+    libvirt.VIR_DOMAIN_SHUTOFF: DomainState.SHUTOFF,
+    libvirt.VIR_DOMAIN_CRASHED: DomainState.CRASHED,
+    libvirt.VIR_DOMAIN_PMSUSPENDED: DomainState.PMSUSPENDED,
+}
+
+_ADDRESS_SOURCES = {
+    AddressSource.LEASE: libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
+    AddressSource.AGENT: libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT,
+    AddressSource.ARP: libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP,
+}
+
+# Undefine flag sets from most to least complete: a libvirt that rejects a flag (older daemons do
+# not know TPM or checkpoints) gets the next set. Managed-save images are removed explicitly first,
+# so even the last set leaves nothing of the domain behind.
+_UNDEFINE_FLAGS = [
+    libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+    | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
+    | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+    | libvirt.VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA
+    | libvirt.VIR_DOMAIN_UNDEFINE_TPM,
+    libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+    | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
+    | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+    | libvirt.VIR_DOMAIN_UNDEFINE_CHECKPOINTS_METADATA,
+    libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+    | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
+    | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA,
+    libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE,
+    0,
+]
+
+_event_loop_lock = threading.Lock()
+_event_loop: list[threading.Thread] = []
+
+
+def _ensure_event_loop() -> None:
+    """Start libvirt's default event loop once per process (needed for keepalive and events)."""
+    with _event_loop_lock:
+        if _event_loop:
+            return
+        libvirt.virEventRegisterDefaultImpl()
+
+        def run() -> None:
+            while True:
+                libvirt.virEventRunDefaultImpl()
+
+        thread = threading.Thread(target=run, name="libvirt-events", daemon=True)
+        thread.start()
+        _event_loop.append(thread)
+
+
+class LibvirtHypervisor:
+    """`Hypervisor` over one libvirt connection URI."""
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        max_concurrent_calls: int = 4,
+        keepalive_interval: int = 5,
+        keepalive_count: int = 3,
+    ) -> None:
+        self._uri = uri
+        self._keepalive = (keepalive_interval, keepalive_count)
+        self._conn: libvirt.virConnect | None = None
+        self._connected_before = False
+        self._conn_lock = threading.Lock()
+        self._calls = threading.BoundedSemaphore(max_concurrent_calls)
+        self._pool_locks: dict[str, threading.Lock] = {}
+        self._listeners: list[LifecycleListener] = []
+        self._reconnect_listeners: list[Callable[[], None]] = []
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _connection(self) -> libvirt.virConnect:
+        with self._conn_lock:
+            conn = self._conn
+            if conn is not None:
+                try:
+                    if conn.isAlive():
+                        return conn
+                except libvirt.libvirtError:
+                    pass
+                self._drop_locked(conn)
+            _ensure_event_loop()
+            try:
+                conn = libvirt.open(self._uri)
+            except libvirt.libvirtError as err:
+                raise RetryableError(f"cannot connect to libvirt at {self._uri}: {err}") from err
+            try:
+                conn.setKeepAlive(*self._keepalive)
+                conn.registerCloseCallback(self._on_close, None)
+                conn.domainEventRegisterAny(
+                    None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
+                )
+            except libvirt.libvirtError as err:
+                conn.close()
+                raise RetryableError(f"cannot set up the libvirt connection: {err}") from err
+            reconnected = self._connected_before
+            self._connected_before = True
+            self._conn = conn
+        if reconnected:
+            log.info("reconnected to libvirt at %s", self._uri)
+            for callback in list(self._reconnect_listeners):
+                callback()
+        return conn
+
+    def _drop_locked(self, conn: libvirt.virConnect) -> None:
+        self._conn = None
+        with contextlib.suppress(libvirt.libvirtError):
+            conn.close()
+
+    def _on_close(self, conn: libvirt.virConnect, reason: int, opaque: object) -> None:
+        log.warning("libvirt connection to %s closed (reason %d)", self._uri, reason)
+        with self._conn_lock:
+            if self._conn is conn:
+                self._conn = None
+
+    def _on_lifecycle(
+        self, conn: libvirt.virConnect, dom: libvirt.virDomain, event: int, detail: int, _: object
+    ) -> None:
+        uuid = dom.UUIDString()
+        for listener in list(self._listeners):
+            try:
+                listener(uuid)
+            except Exception:  # a listener's bug must not kill libvirt's event thread
+                log.exception("lifecycle listener failed for domain %s", uuid)
+
+    def add_lifecycle_listener(self, listener: LifecycleListener) -> None:
+        self._listeners.append(listener)
+
+    def add_reconnect_listener(self, callback: Callable[[], None]) -> None:
+        """Called after the connection was lost and opened again (events may have been missed)."""
+        self._reconnect_listeners.append(callback)
+
+    def close(self) -> None:
+        with self._conn_lock:
+            if self._conn is not None:
+                self._drop_locked(self._conn)
+
+    def _call(self, fn: Callable[[libvirt.virConnect], T]) -> T:
+        with self._calls, translated():
+            return fn(self._connection())
+
+    def _domain(self, conn: libvirt.virConnect, uuid: str) -> libvirt.virDomain:
+        return conn.lookupByUUIDString(uuid)
+
+    # -- host --------------------------------------------------------------------------------
+
+    def host_facts(self) -> HostFacts:
+        def facts(conn: libvirt.virConnect) -> HostFacts:
+            caps = etree.fromstring(conn.getCapabilities().encode())
+            arch = caps.findtext("host/cpu/arch") or "x86_64"
+            types: set[str] = set()
+            for guest in caps.iterfind("guest"):
+                guest_arch = guest.find("arch")
+                if (
+                    guest.findtext("os_type") == "hvm"
+                    and guest_arch is not None
+                    and guest_arch.get("name") == arch
+                ):
+                    types.update(str(d.get("type")) for d in guest_arch.iterfind("domain"))
+            return HostFacts(
+                hostname=conn.getHostname() or socket.gethostname(),
+                arch=arch,
+                domain_types=frozenset(types),
+                pools=frozenset(p.name() for p in conn.listAllStoragePools()),
+                networks=frozenset(n.name() for n in conn.listAllNetworks()),
+            )
+
+        return self._call(facts)
+
+    # -- domains -----------------------------------------------------------------------------
+
+    def lookup(self, *, uuid: str, name: str) -> DomainRef | None:
+        def find(conn: libvirt.virConnect) -> DomainRef | None:
+            try:
+                dom = conn.lookupByUUIDString(uuid)
+                return DomainRef(uuid=dom.UUIDString(), name=dom.name())
+            except libvirt.libvirtError as err:
+                if err.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise
+            try:
+                other = conn.lookupByName(name)
+            except libvirt.libvirtError as err:
+                if err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    return None
+                raise
+            raise ForeignDomainError(name, other.UUIDString())
+
+        return self._call(find)
+
+    def define(self, xml: str) -> DomainRef:
+        def define(conn: libvirt.virConnect) -> DomainRef:
+            try:
+                dom = conn.defineXMLFlags(xml, libvirt.VIR_DOMAIN_DEFINE_VALIDATE)
+            except libvirt.libvirtError as err:
+                # Only a daemon that predates validation rejects the flag; define without it.
+                if "unsupported flags" not in (err.get_error_message() or ""):
+                    raise
+                dom = conn.defineXML(xml)
+            return DomainRef(uuid=dom.UUIDString(), name=dom.name())
+
+        return self._call(define)
+
+    def start(self, uuid: str) -> None:
+        self._call(lambda c: self._domain(c, uuid).create())
+
+    def shutdown(self, uuid: str) -> None:
+        self._call(
+            lambda c: self._domain(c, uuid).shutdownFlags(
+                libvirt.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN
+            )
+        )
+
+    def destroy(self, uuid: str) -> None:
+        self._call(lambda c: self._domain(c, uuid).destroy())
+
+    def managed_save(self, uuid: str) -> None:
+        self._call(lambda c: self._domain(c, uuid).managedSave(0))
+
+    def resume(self, uuid: str) -> None:
+        self._call(lambda c: self._domain(c, uuid).resume())
+
+    def undefine(self, uuid: str) -> None:
+        def undefine(conn: libvirt.virConnect) -> None:
+            dom = self._domain(conn, uuid)
+            if dom.hasManagedSaveImage(0):
+                dom.managedSaveRemove(0)
+            last: libvirt.libvirtError | None = None
+            for flags in _UNDEFINE_FLAGS:
+                try:
+                    dom.undefineFlags(flags)
+                    return
+                except libvirt.libvirtError as err:
+                    message = err.get_error_message() or ""
+                    if (
+                        err.get_error_code()
+                        in (
+                            libvirt.VIR_ERR_NO_SUPPORT,
+                            libvirt.VIR_ERR_INVALID_ARG,
+                        )
+                        or "unsupported flags" in message
+                    ):
+                        last = err
+                        continue
+                    raise
+            assert last is not None
+            raise UnsupportedError(f"no undefine flag set was accepted: {last}") from last
+
+        self._call(undefine)
+
+    def status(self, uuid: str) -> DomainStatus:
+        def status(conn: libvirt.virConnect) -> DomainStatus:
+            dom = self._domain(conn, uuid)
+            state, reason = dom.state()
+            return DomainStatus(
+                state=_STATES.get(state, DomainState.NOSTATE),
+                reason=reason,
+                has_managed_save=bool(dom.hasManagedSaveImage(0)),
+                persistent=bool(dom.isPersistent()),
+            )
+
+        return self._call(status)
+
+    def domain_xml(self, uuid: str, *, inactive: bool = False) -> str:
+        flags = libvirt.VIR_DOMAIN_XML_INACTIVE if inactive else 0
+        return self._call(lambda c: str(self._domain(c, uuid).XMLDesc(flags)))
+
+    def disk_sources(self, uuid: str) -> list[str]:
+        xml = self.domain_xml(uuid, inactive=True)
+        root = etree.fromstring(xml.encode())
+        sources: list[str] = []
+        for disk in root.iterfind("devices/disk"):
+            src = disk.find("source")
+            if src is None:
+                continue
+            path = src.get("file") or src.get("dev")
+            if path:
+                sources.append(path)
+        return sources
+
+    def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]:
+        def addresses(conn: libvirt.virConnect) -> list[InterfaceAddress]:
+            dom = self._domain(conn, uuid)
+            raw: dict[str, Any] = dom.interfaceAddresses(_ADDRESS_SOURCES[source], 0) or {}
+            found: list[InterfaceAddress] = []
+            for iface in raw.values():
+                mac = str(iface.get("hwaddr") or "").lower()
+                for addr in iface.get("addrs") or []:
+                    family = "ipv4" if addr["type"] == libvirt.VIR_IP_ADDR_TYPE_IPV4 else "ipv6"
+                    found.append(
+                        InterfaceAddress(
+                            mac=mac,
+                            address=str(addr["addr"]),
+                            prefix=int(addr.get("prefix") or 0),
+                            family=family,
+                            source=source,
+                        )
+                    )
+            return found
+
+        return self._call(addresses)
+
+    # -- storage -----------------------------------------------------------------------------
+
+    def _pool_lock(self, pool: str) -> threading.Lock:
+        with self._conn_lock:
+            return self._pool_locks.setdefault(pool, threading.Lock())
+
+    def find_volume(self, pool: str, name: str) -> VolumeInfo | None:
+        def find(conn: libvirt.virConnect) -> VolumeInfo | None:
+            p = conn.storagePoolLookupByName(pool)
+            try:
+                return _volume_info(pool, p.storageVolLookupByName(name))
+            except libvirt.libvirtError as err:
+                if err.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL:
+                    return None
+                raise
+
+        return self._call(find)
+
+    def volume_by_path(self, path: str) -> VolumeInfo | None:
+        def find(conn: libvirt.virConnect) -> VolumeInfo | None:
+            try:
+                vol = conn.storageVolLookupByPath(path)
+            except libvirt.libvirtError as err:
+                if err.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL:
+                    return None
+                raise
+            return _volume_info(vol.storagePoolLookupByVolume().name(), vol)
+
+        return self._call(find)
+
+    def list_volumes(self, pool: str) -> list[VolumeInfo]:
+        def volumes(conn: libvirt.virConnect) -> list[VolumeInfo]:
+            p = conn.storagePoolLookupByName(pool)
+            p.refresh(0)
+            return [_volume_info(pool, v) for v in p.listAllVolumes(0)]
+
+        return self._call(volumes)
+
+    def create_overlay(self, spec: OverlaySpec) -> VolumeInfo:
+        xml = render_overlay_volume(spec)
+
+        def create(conn: libvirt.virConnect) -> VolumeInfo:
+            p = conn.storagePoolLookupByName(spec.pool)
+            return _volume_info(spec.pool, p.createXML(xml, 0))
+
+        with self._pool_lock(spec.pool):
+            return self._call(create)
+
+    def delete_volume(self, pool: str, name: str) -> None:
+        def delete(conn: libvirt.virConnect) -> None:
+            p = conn.storagePoolLookupByName(pool)
+            try:
+                vol = p.storageVolLookupByName(name)
+            except libvirt.libvirtError as err:
+                if err.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL:
+                    raise NotFoundError(f"volume {name!r} not found in pool {pool!r}") from err
+                raise
+            vol.delete(0)
+
+        with self._pool_lock(pool):
+            self._call(delete)
+
+
+def _volume_info(pool: str, vol: libvirt.virStorageVol) -> VolumeInfo:
+    xml = etree.fromstring(vol.XMLDesc(0).encode())
+    _, capacity, allocation = vol.info()
+    fmt = xml.find("target/format")
+    backing = xml.findtext("backingStore/path")
+    return VolumeInfo(
+        pool=pool,
+        name=vol.name(),
+        path=vol.path(),
+        capacity_bytes=int(capacity),
+        allocation_bytes=int(allocation),
+        format=fmt.get("type") if fmt is not None else None,
+        backing_path=backing,
+    )

@@ -1,0 +1,77 @@
+"""The one place that turns libvirt errors into the provider's error classes.
+
+libvirt reports everything as `libvirtError` with a numeric code; callers above the driver must
+not depend on those codes, so every adapter call goes through `translated()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import libvirt
+
+from libvirt_provider.errors import (
+    ConflictError,
+    NotFoundError,
+    PermanentError,
+    ProviderError,
+    RetryableError,
+    UnsupportedError,
+)
+
+_NOT_FOUND = {
+    libvirt.VIR_ERR_NO_DOMAIN,
+    libvirt.VIR_ERR_NO_STORAGE_VOL,
+    libvirt.VIR_ERR_NO_STORAGE_POOL,
+    libvirt.VIR_ERR_NO_NETWORK,
+    libvirt.VIR_ERR_NO_DOMAIN_METADATA,
+}
+_CONFLICT = {
+    libvirt.VIR_ERR_DOM_EXIST,
+    libvirt.VIR_ERR_STORAGE_VOL_EXIST,
+}
+# Transient by nature: the connection, the daemon or the guest agent is busy or gone for now.
+_RETRYABLE = {
+    libvirt.VIR_ERR_NO_CONNECT,
+    libvirt.VIR_ERR_INVALID_CONN,
+    libvirt.VIR_ERR_RPC,
+    libvirt.VIR_ERR_SYSTEM_ERROR,
+    libvirt.VIR_ERR_OPERATION_TIMEOUT,
+    libvirt.VIR_ERR_AGENT_UNRESPONSIVE,
+    libvirt.VIR_ERR_AGENT_UNSYNCED,
+    libvirt.VIR_ERR_RESOURCE_BUSY,
+    libvirt.VIR_ERR_OPERATION_ABORTED,
+}
+_UNSUPPORTED = {
+    libvirt.VIR_ERR_NO_SUPPORT,
+    libvirt.VIR_ERR_CONFIG_UNSUPPORTED,
+}
+
+
+def classify(err: libvirt.libvirtError) -> ProviderError:
+    code = err.get_error_code()
+    message = err.get_error_message() or str(err)
+    if code in _NOT_FOUND:
+        return NotFoundError(message)
+    if code in _CONFLICT:
+        return ConflictError(message)
+    if code in _RETRYABLE:
+        return RetryableError(message)
+    if code in _UNSUPPORTED or (
+        # libvirt reports a flag the daemon does not know as an invalid argument.
+        code == libvirt.VIR_ERR_INVALID_ARG and "unsupported flags" in message
+    ):
+        return UnsupportedError(message)
+    if code == libvirt.VIR_ERR_OPERATION_INVALID:
+        # e.g. "domain is not running": the state moved under us; the next pass sees it.
+        return ConflictError(message)
+    return PermanentError(message)
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    try:
+        yield
+    except libvirt.libvirtError as err:
+        raise classify(err) from err

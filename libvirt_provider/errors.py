@@ -1,0 +1,62 @@
+"""The provider's error classes: what went wrong, said in the controller's terms.
+
+Adapters translate platform errors into these in one place each (libvirt errors in
+`libvirt_provider.driver.libvirt_errors`), so the controller decides on retry or report by class,
+never by inspecting libvirt error codes::
+
+    ProviderError (Exception)
+    ├── NotFoundError             the object is not there (often: already done)
+    ├── ConflictError             something else holds the name or state we need
+    │   └── ForeignDomainError    a domain we do not own has this machine's name
+    ├── RetryableError            transient: connection lost, busy, timed out; try again later
+    └── PermanentError            retrying the same request cannot help; report it
+        └── UnsupportedError      the platform cannot do what was asked
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictError",
+    "ForeignDomainError",
+    "NotFoundError",
+    "PermanentError",
+    "ProviderError",
+    "RetryableError",
+    "UnsupportedError",
+]
+
+
+class ProviderError(Exception):
+    """Base of every error the provider's adapters raise."""
+
+
+class NotFoundError(ProviderError):
+    """The domain, volume, pool or network does not exist."""
+
+
+class ConflictError(ProviderError):
+    """The requested name or state is held by something else."""
+
+
+class ForeignDomainError(ConflictError):
+    """A domain with this machine's name exists but is not this machine's (different UUID)."""
+
+    def __init__(self, name: str, foreign_uuid: str) -> None:
+        super().__init__(
+            f"a domain named {name!r} already exists with UUID {foreign_uuid}, which is not this "
+            "machine's; it is left untouched"
+        )
+        self.name = name
+        self.foreign_uuid = foreign_uuid
+
+
+class RetryableError(ProviderError):
+    """A transient failure: the same call may succeed later."""
+
+
+class PermanentError(ProviderError):
+    """The request itself is wrong for this platform; retrying it unchanged cannot succeed."""
+
+
+class UnsupportedError(PermanentError):
+    """The platform does not support what was asked (a flag, a device, a domain type)."""

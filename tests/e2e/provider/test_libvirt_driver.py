@@ -1,0 +1,161 @@
+"""The libvirt adapter against the lab's real libvirtd and the booting test guest."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from lxml import etree
+from lxml.builder import E
+
+from libvirt_provider.driver.base import AddressSource, DomainState, OverlaySpec
+from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from libvirt_provider.errors import ForeignDomainError, NotFoundError
+from tests.e2e.conftest import LabInfo
+from tests.eventually import eventually
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def hv(lab: LabInfo) -> Iterator[LibvirtHypervisor]:
+    driver = LibvirtHypervisor(lab.libvirt_uri)
+    yield driver
+    driver.close()
+
+
+def _domain_xml(lab: LabInfo, *, name: str, dom_uuid: str, disk: str) -> str:
+    dom = E.domain(
+        E.name(name),
+        E.uuid(dom_uuid),
+        E.memory("256", unit="MiB"),
+        E.vcpu("1"),
+        E.os(E.type("hvm", arch="x86_64"), E.boot(dev="hd")),
+        E.features(E.acpi()),
+        E.devices(
+            E.disk(
+                E.driver(name="qemu", type="qcow2"),
+                E.source(file=disk),
+                E.target(dev="vda", bus="virtio"),
+                type="file",
+                device="disk",
+            ),
+            E.interface(E.source(network=lab.network), E.model(type="virtio"), type="network"),
+        ),
+        type=lab.domain_type,
+    )
+    return str(etree.tostring(dom, encoding="unicode"))
+
+
+def test_host_facts_describe_the_lab(hv: LibvirtHypervisor, lab: LabInfo) -> None:
+    facts = hv.host_facts()
+    assert "qemu" in facts.domain_types
+    assert lab.pool in facts.pools
+    assert lab.network in facts.networks
+
+
+def test_unknown_domain_and_volume_are_reported_as_missing(
+    hv: LibvirtHypervisor, lab: LabInfo
+) -> None:
+    assert hv.lookup(uuid=str(uuid.uuid4()), name="no-such-domain-" + uuid.uuid4().hex) is None
+    assert hv.find_volume(lab.pool, "no-such-volume.qcow2") is None
+    with pytest.raises(NotFoundError):
+        hv.delete_volume(lab.pool, "no-such-volume.qcow2")
+    with pytest.raises(NotFoundError):
+        hv.status(str(uuid.uuid4()))
+
+
+def test_a_foreign_domain_holding_our_name_is_refused_and_left_alone(
+    hv: LibvirtHypervisor, lab: LabInfo
+) -> None:
+    name = "foreign-" + uuid.uuid4().hex[:8]
+    theirs = str(uuid.uuid4())
+    hv.define(_domain_xml(lab, name=name, dom_uuid=theirs, disk="/nonexistent.qcow2"))
+    try:
+        with pytest.raises(ForeignDomainError) as caught:
+            hv.lookup(uuid=str(uuid.uuid4()), name=name)
+        assert caught.value.foreign_uuid == theirs
+        assert hv.status(theirs).state is DomainState.SHUTOFF
+    finally:
+        hv.undefine(theirs)
+
+
+def test_guest_lifecycle_through_the_driver(hv: LibvirtHypervisor, lab: LabInfo) -> None:
+    name = "drv-" + uuid.uuid4().hex[:8]
+    dom_uuid = str(uuid.uuid4())
+    base = hv.find_volume(lab.pool, lab.guest_volume)
+    assert base is not None
+    overlay = hv.create_overlay(
+        OverlaySpec(
+            pool=lab.pool,
+            name=f"{name}-boot.qcow2",
+            backing_path=base.path,
+            backing_format="qcow2",
+            capacity_bytes=128 * MIB,
+        )
+    )
+    assert overlay.backing_path == base.path
+    assert overlay.format == "qcow2"
+    assert overlay.capacity_bytes == 128 * MIB
+
+    events: list[str] = []
+    seen = threading.Event()
+
+    def on_event(event_uuid: str) -> None:
+        if event_uuid == dom_uuid:
+            events.append(event_uuid)
+            seen.set()
+
+    hv.add_lifecycle_listener(on_event)
+    try:
+        ref = hv.define(_domain_xml(lab, name=name, dom_uuid=dom_uuid, disk=overlay.path))
+        assert ref.uuid == dom_uuid
+        assert hv.lookup(uuid=dom_uuid, name=name) == ref
+        assert hv.disk_sources(dom_uuid) == [overlay.path]
+
+        hv.start(dom_uuid)
+        assert seen.wait(timeout=30), "no lifecycle event for the started domain"
+        assert hv.status(dom_uuid).state is DomainState.RUNNING
+
+        leases = eventually(
+            lambda: hv.addresses(dom_uuid, AddressSource.LEASE),
+            timeout=180,
+            interval=0.5,
+            what="a DHCP lease reported through the driver",
+        )
+        assert leases[0].family == "ipv4"
+        assert leases[0].source is AddressSource.LEASE
+        assert leases[0].mac.startswith("52:54:00")
+
+        # The test guest powers off on the ACPI power button.
+        hv.shutdown(dom_uuid)
+        eventually(
+            lambda: hv.status(dom_uuid).state is DomainState.SHUTOFF,
+            timeout=120,
+            what="graceful shutdown",
+        )
+
+        hv.start(dom_uuid)
+        eventually(
+            lambda: hv.addresses(dom_uuid, AddressSource.LEASE),
+            timeout=180,
+            interval=0.5,
+            what="a lease after restart",
+        )
+        hv.managed_save(dom_uuid)
+        status = hv.status(dom_uuid)
+        assert status.state is DomainState.SHUTOFF
+        assert status.has_managed_save
+    finally:
+        if hv.lookup(uuid=dom_uuid, name=name) is not None:
+            if hv.status(dom_uuid).state is not DomainState.SHUTOFF:
+                hv.destroy(dom_uuid)
+            hv.undefine(dom_uuid)
+        hv.delete_volume(lab.pool, overlay.name)
+
+    # Undefine removed the managed-save image too: nothing of the machine is left.
+    assert hv.lookup(uuid=dom_uuid, name=name) is None
+    assert hv.find_volume(lab.pool, overlay.name) is None
+    assert not [v for v in hv.list_volumes(lab.pool) if v.name.startswith(name)]
