@@ -15,7 +15,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import libvirt
 from lxml import etree
@@ -26,6 +26,7 @@ from libvirt_provider.driver.base import (
     DomainState,
     DomainStatus,
     HostFacts,
+    Hypervisor,
     InterfaceAddress,
     LifecycleListener,
     OverlaySpec,
@@ -432,3 +433,9 @@ def _volume_info(pool: str, vol: libvirt.virStorageVol) -> VolumeInfo:
         format=fmt.get("type") if fmt is not None else None,
         backing_path=backing,
     )
+
+
+if TYPE_CHECKING:
+
+    def _satisfies_protocol(adapter: LibvirtHypervisor) -> Hypervisor:
+        return adapter

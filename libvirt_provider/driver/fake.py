@@ -1,0 +1,254 @@
+"""An in-memory `Hypervisor` for unit tests of controller logic.
+
+It keeps just enough libvirt behaviour to make controller tests meaningful: UUID and name
+uniqueness, the define/start/shutdown/destroy/managed-save state transitions, volumes per pool and
+lifecycle notifications. Tests script guest behaviour (whether it honours the power button, when it
+gets a lease) and inject failures per operation. It reads no domain XML beyond name, UUID and disks.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from lxml import etree
+
+from libvirt_provider.driver.base import (
+    AddressSource,
+    DomainRef,
+    DomainState,
+    DomainStatus,
+    HostFacts,
+    Hypervisor,
+    InterfaceAddress,
+    LifecycleListener,
+    OverlaySpec,
+    VolumeInfo,
+)
+from libvirt_provider.errors import (
+    ConflictError,
+    ForeignDomainError,
+    NotFoundError,
+    ProviderError,
+)
+
+__all__ = ["FakeDomain", "FakeHypervisor"]
+
+
+@dataclass
+class FakeDomain:
+    uuid: str
+    name: str
+    xml: str
+    state: DomainState = DomainState.SHUTOFF
+    has_managed_save: bool = False
+    honours_power_button: bool = True
+    addresses: list[InterfaceAddress] = field(default_factory=list)
+
+
+@dataclass
+class FakeHypervisor:
+    facts: HostFacts = field(
+        default_factory=lambda: HostFacts(
+            hostname="fake-host",
+            arch="x86_64",
+            domain_types=frozenset({"qemu", "kvm"}),
+            pools=frozenset({"default"}),
+            networks=frozenset({"default"}),
+        )
+    )
+    domains: dict[str, FakeDomain] = field(default_factory=dict)
+    volumes: dict[tuple[str, str], VolumeInfo] = field(default_factory=dict)
+    # Operation name -> error raised on the next call of it (then cleared).
+    failures: dict[str, ProviderError] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    listeners: list[LifecycleListener] = field(default_factory=list)
+
+    def _enter(self, op: str) -> None:
+        self.calls.append(op)
+        error = self.failures.pop(op, None)
+        if error is not None:
+            raise error
+
+    def _dom(self, uuid: str) -> FakeDomain:
+        try:
+            return self.domains[uuid]
+        except KeyError:
+            raise NotFoundError(f"domain {uuid} not found") from None
+
+    def _notify(self, uuid: str) -> None:
+        for listener in list(self.listeners):
+            listener(uuid)
+
+    def host_facts(self) -> HostFacts:
+        self._enter("host_facts")
+        return self.facts
+
+    def lookup(self, *, uuid: str, name: str) -> DomainRef | None:
+        self._enter("lookup")
+        if uuid in self.domains:
+            dom = self.domains[uuid]
+            return DomainRef(uuid=dom.uuid, name=dom.name)
+        for dom in self.domains.values():
+            if dom.name == name:
+                raise ForeignDomainError(name, dom.uuid)
+        return None
+
+    def define(self, xml: str) -> DomainRef:
+        self._enter("define")
+        root = etree.fromstring(xml.encode())
+        name = root.findtext("name") or ""
+        dom_uuid = root.findtext("uuid") or str(uuidlib.uuid4())
+        for other in self.domains.values():
+            if other.name == name and other.uuid != dom_uuid:
+                raise ConflictError(f"domain {name!r} already exists with uuid {other.uuid}")
+        if dom_uuid in self.domains:
+            self.domains[dom_uuid].xml = xml
+        else:
+            self.domains[dom_uuid] = FakeDomain(uuid=dom_uuid, name=name, xml=xml)
+        self._notify(dom_uuid)
+        return DomainRef(uuid=dom_uuid, name=name)
+
+    def start(self, uuid: str) -> None:
+        self._enter("start")
+        dom = self._dom(uuid)
+        if dom.state is not DomainState.SHUTOFF:
+            raise ConflictError("domain is already running")
+        dom.state = DomainState.RUNNING
+        dom.has_managed_save = False
+        self._notify(uuid)
+
+    def shutdown(self, uuid: str) -> None:
+        self._enter("shutdown")
+        dom = self._dom(uuid)
+        if dom.state is not DomainState.RUNNING:
+            raise ConflictError("domain is not running")
+        if dom.honours_power_button:
+            dom.state = DomainState.SHUTOFF
+            dom.addresses = []
+            self._notify(uuid)
+
+    def destroy(self, uuid: str) -> None:
+        self._enter("destroy")
+        dom = self._dom(uuid)
+        if dom.state is DomainState.SHUTOFF:
+            raise ConflictError("domain is not running")
+        dom.state = DomainState.SHUTOFF
+        dom.addresses = []
+        self._notify(uuid)
+
+    def managed_save(self, uuid: str) -> None:
+        self._enter("managed_save")
+        dom = self._dom(uuid)
+        if dom.state not in (DomainState.RUNNING, DomainState.PAUSED):
+            raise ConflictError("domain is not running")
+        dom.state = DomainState.SHUTOFF
+        dom.has_managed_save = True
+        self._notify(uuid)
+
+    def resume(self, uuid: str) -> None:
+        self._enter("resume")
+        dom = self._dom(uuid)
+        if dom.state is not DomainState.PAUSED:
+            raise ConflictError("domain is not paused")
+        dom.state = DomainState.RUNNING
+        self._notify(uuid)
+
+    def undefine(self, uuid: str) -> None:
+        self._enter("undefine")
+        self._dom(uuid)
+        del self.domains[uuid]
+        self._notify(uuid)
+
+    def status(self, uuid: str) -> DomainStatus:
+        self._enter("status")
+        dom = self._dom(uuid)
+        return DomainStatus(
+            state=dom.state, reason=0, has_managed_save=dom.has_managed_save, persistent=True
+        )
+
+    def domain_xml(self, uuid: str, *, inactive: bool = False) -> str:
+        self._enter("domain_xml")
+        return self._dom(uuid).xml
+
+    def disk_sources(self, uuid: str) -> list[str]:
+        self._enter("disk_sources")
+        root = etree.fromstring(self._dom(uuid).xml.encode())
+        return [
+            str(src.get("file") or src.get("dev"))
+            for src in root.iterfind("devices/disk/source")
+            if src.get("file") or src.get("dev")
+        ]
+
+    def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]:
+        self._enter("addresses")
+        return [replace(a, source=source) for a in self._dom(uuid).addresses]
+
+    def find_volume(self, pool: str, name: str) -> VolumeInfo | None:
+        self._enter("find_volume")
+        return self.volumes.get((pool, name))
+
+    def volume_by_path(self, path: str) -> VolumeInfo | None:
+        self._enter("volume_by_path")
+        return next((v for v in self.volumes.values() if v.path == path), None)
+
+    def list_volumes(self, pool: str) -> list[VolumeInfo]:
+        self._enter("list_volumes")
+        return [v for (p, _), v in self.volumes.items() if p == pool]
+
+    def add_volume(self, pool: str, name: str, *, capacity_bytes: int = 1 << 30) -> VolumeInfo:
+        """Test set-up: a volume that already exists (e.g. a cached base image)."""
+        vol = VolumeInfo(
+            pool=pool,
+            name=name,
+            path=f"/fake/{pool}/{name}",
+            capacity_bytes=capacity_bytes,
+            allocation_bytes=capacity_bytes,
+            format="qcow2",
+            backing_path=None,
+        )
+        self.volumes[(pool, name)] = vol
+        return vol
+
+    def create_overlay(self, spec: OverlaySpec) -> VolumeInfo:
+        self._enter("create_overlay")
+        if (spec.pool, spec.name) in self.volumes:
+            raise ConflictError(f"volume {spec.name!r} already exists in pool {spec.pool!r}")
+        vol = VolumeInfo(
+            pool=spec.pool,
+            name=spec.name,
+            path=f"/fake/{spec.pool}/{spec.name}",
+            capacity_bytes=spec.capacity_bytes,
+            allocation_bytes=0,
+            format="qcow2",
+            backing_path=spec.backing_path,
+        )
+        self.volumes[(spec.pool, spec.name)] = vol
+        return vol
+
+    def delete_volume(self, pool: str, name: str) -> None:
+        self._enter("delete_volume")
+        if self.volumes.pop((pool, name), None) is None:
+            raise NotFoundError(f"volume {name!r} not found in pool {pool!r}")
+
+    def add_lifecycle_listener(self, listener: LifecycleListener) -> None:
+        self.listeners.append(listener)
+
+    # -- scripting helpers for tests ---------------------------------------------------------
+
+    def fail_next(self, op: str, error: ProviderError) -> None:
+        self.failures[op] = error
+
+    def give_lease(self, uuid: str, mac: str, address: str) -> None:
+        self._dom(uuid).addresses.append(
+            InterfaceAddress(
+                mac=mac, address=address, prefix=24, family="ipv4", source=AddressSource.LEASE
+            )
+        )
+
+
+if TYPE_CHECKING:
+
+    def _satisfies_protocol(fake: FakeHypervisor) -> Hypervisor:
+        return fake
