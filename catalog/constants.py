@@ -1,0 +1,26 @@
+"""Names of the `infrastructure.vm-api.io` API group that the catalog kinds live in.
+
+One fact, one place: the provider package re-exports these rather than spelling them again, because
+the catalog must not import the provider (it is the lower layer).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "GROUP",
+    "IMAGE_KIND",
+    "MACHINE_CLASS_KIND",
+    "NETWORK_KIND",
+    "STORAGE_CLASS_KIND",
+    "VERSION",
+]
+
+GROUP: Final = "infrastructure.vm-api.io"
+VERSION: Final = "v1alpha1"
+
+IMAGE_KIND: Final = "LibvirtImage"
+MACHINE_CLASS_KIND: Final = "LibvirtMachineClass"
+NETWORK_KIND: Final = "LibvirtNetwork"
+STORAGE_CLASS_KIND: Final = "LibvirtStorageClass"

@@ -1,0 +1,286 @@
+"""The fully resolved machine: every decision made, nothing left to look up.
+
+The resolver produces it from the generic VM, the LibvirtMachine, the catalog, Secret data and host
+facts; the renderer turns its `DomainSpec` into domain XML; the parser reads observed XML back into
+the same `DomainSpec` shape so the controller can compare like with like. It holds no I/O handle and
+no defaults of its own: a field here is what the domain gets.
+
+Every string that reaches libvirt is checked here once more (safe names, XML-compatible text), so a
+hostile value is refused with a clear message even if it slipped past the API's admission.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, Self
+from uuid import UUID
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretBytes, model_validator
+
+from catalog.image import CdromBus, DiskBus, ImageFormat, NicModel
+from catalog.network import AddressSourcePolicy, DirectMode
+
+__all__ = [
+    "BaseImage",
+    "CloudInitData",
+    "CloudInitMedia",
+    "Console",
+    "Cpu",
+    "CpuMode",
+    "CpuTopology",
+    "Disk",
+    "DomainSpec",
+    "DomainType",
+    "FirmwareKind",
+    "Graphics",
+    "Interface",
+    "InterfaceKind",
+    "Memory",
+    "OsBoot",
+    "Owner",
+    "ResolvedMachine",
+    "VolumePlan",
+]
+
+# XML 1.0 cannot carry most control characters at all, escaped or not; refuse them up front.
+_XML_INCOMPATIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(value: str) -> str:
+    if _XML_INCOMPATIBLE.search(value):
+        raise ValueError("contains control characters that XML cannot carry")
+    return value
+
+
+XmlText = Annotated[str, AfterValidator(_xml_text)]
+SafeName = Annotated[
+    str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+]
+# Device names double as libvirt user aliases (`ua-...`), whose pattern admits no `+`.
+AliasName = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+]
+DeviceTarget = Annotated[str, Field(pattern=r"^(vd|sd|hd)[a-z]{1,3}$")]
+Mac = Annotated[str, Field(pattern=r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")]
+
+
+class ResolvedModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DomainType(enum.StrEnum):
+    KVM = "kvm"
+    QEMU = "qemu"
+
+
+class CpuMode(enum.StrEnum):
+    """libvirt's spelling of the CPU modes (the catalog's CamelCase values map onto these)."""
+
+    HOST_MODEL = "host-model"
+    HOST_PASSTHROUGH = "host-passthrough"
+    MAXIMUM = "maximum"
+    CUSTOM = "custom"
+
+
+class FirmwareKind(enum.StrEnum):
+    BIOS = "bios"
+    EFI = "efi"
+
+
+class Graphics(enum.StrEnum):
+    NONE = "none"
+    VNC = "vnc"
+    SPICE = "spice"
+
+
+class InterfaceKind(enum.StrEnum):
+    NETWORK = "network"
+    BRIDGE = "bridge"
+    DIRECT = "direct"
+
+
+class Owner(ResolvedModel):
+    """Who the domain belongs to; written into `<metadata>` as the ownership marker."""
+
+    namespace: SafeName
+    name: SafeName
+    uid: UUID
+    virtual_machine: SafeName
+    tags: dict[XmlText, XmlText] = Field(default_factory=dict)
+
+
+class CpuTopology(ResolvedModel):
+    sockets: int = Field(ge=1)
+    cores: int = Field(ge=1)
+    threads: int = Field(ge=1)
+
+
+class Cpu(ResolvedModel):
+    vcpus: int = Field(ge=1, description="vCPUs online at boot")
+    max_vcpus: int = Field(ge=1, description="vCPU slots; above vcpus leaves room for hotplug")
+    mode: CpuMode | None = Field(description="None leaves the hypervisor's default CPU")
+    model: SafeName | None = None
+    topology: CpuTopology | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.vcpus > self.max_vcpus:
+            raise ValueError("vcpus exceeds max_vcpus")
+        if (self.mode is CpuMode.CUSTOM) != (self.model is not None):
+            raise ValueError("a CPU model goes with mode custom, and only with it")
+        if self.topology is not None:
+            t = self.topology
+            if t.sockets * t.cores * t.threads != self.max_vcpus:
+                raise ValueError("topology must multiply out to max_vcpus")
+        return self
+
+
+class Memory(ResolvedModel):
+    current_mib: int = Field(ge=1)
+    max_mib: int = Field(ge=1, description="above current_mib leaves room for the balloon")
+    hugepage_kib: int | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.current_mib > self.max_mib:
+            raise ValueError("current memory exceeds the maximum")
+        return self
+
+
+class OsBoot(ResolvedModel):
+    arch: SafeName = "x86_64"
+    machine_type: SafeName
+    firmware: FirmwareKind
+    secure_boot: bool = False
+
+    @model_validator(mode="after")
+    def _secure_boot_needs_efi(self) -> Self:
+        if self.secure_boot and self.firmware is not FirmwareKind.EFI:
+            raise ValueError("secure boot needs EFI firmware")
+        return self
+
+
+class Disk(ResolvedModel):
+    """A disk backed by a pool volume. The boot disk is listed first and has `boot` set."""
+
+    name: AliasName
+    pool: SafeName
+    volume: SafeName
+    format: ImageFormat
+    bus: DiskBus
+    target: DeviceTarget
+    serial: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]{1,20}$")]
+    boot: bool = False
+
+
+class CloudInitMedia(ResolvedModel):
+    """The NoCloud ISO, a pool volume attached read-only as a CD-ROM."""
+
+    pool: SafeName
+    volume: SafeName
+    bus: CdromBus
+    target: DeviceTarget
+    digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] = Field(
+        description="sha256 of the ISO's inputs; recorded so a Secret change is detected"
+    )
+
+
+class Interface(ResolvedModel):
+    name: AliasName
+    mac: Mac
+    kind: InterfaceKind
+    source: SafeName = Field(description="libvirt network, bridge or host device name")
+    direct_mode: DirectMode | None = None
+    model: NicModel
+    address_source: AddressSourcePolicy
+
+    @model_validator(mode="after")
+    def _mode_iff_direct(self) -> Self:
+        if (self.kind is InterfaceKind.DIRECT) != (self.direct_mode is not None):
+            raise ValueError("direct_mode goes with kind direct, and only with it")
+        return self
+
+
+class Console(ResolvedModel):
+    serial: bool = True
+    graphics: Graphics = Graphics.NONE
+
+
+class DomainSpec(ResolvedModel):
+    """Everything the domain XML says. The parser returns this same shape from observed XML."""
+
+    name: SafeName
+    uuid: UUID
+    domain_type: DomainType
+    owner: Owner
+    cpu: Cpu
+    memory: Memory
+    os: OsBoot
+    disks: tuple[Disk, ...] = Field(min_length=1)
+    cloud_init: CloudInitMedia | None = None
+    interfaces: tuple[Interface, ...] = ()
+    console: Console = Field(default_factory=Console)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Self:
+        targets = [d.target for d in self.disks]
+        if self.cloud_init is not None:
+            targets.append(self.cloud_init.target)
+        if len(set(targets)) != len(targets):
+            raise ValueError("two devices share a target name")
+        macs = [i.mac for i in self.interfaces]
+        if len(set(macs)) != len(macs):
+            raise ValueError("two interfaces share a MAC address")
+        if sum(d.boot for d in self.disks) != 1:
+            raise ValueError("exactly one disk boots")
+        return self
+
+    @property
+    def needs_guest_agent(self) -> bool:
+        """Addresses read from the guest agent need its virtio channel."""
+        wanted = {AddressSourcePolicy.AGENT, AddressSourcePolicy.ANY}
+        return any(i.address_source in wanted for i in self.interfaces)
+
+
+class BaseImage(ResolvedModel):
+    """The base a volume is layered on: an existing pool volume, or one to import by URL."""
+
+    image: str = Field(description="LibvirtImage name")
+    pool: SafeName
+    volume: SafeName
+    format: ImageFormat
+    url: str | None = None
+    sha256: str | None = None
+
+
+class VolumePlan(ResolvedModel):
+    """A volume the machine owns: the driver creates it before define, deletes it on teardown."""
+
+    disk: SafeName
+    pool: SafeName
+    volume: SafeName
+    format: ImageFormat
+    capacity_bytes: int = Field(ge=1)
+    base: BaseImage | None = Field(description="None for a blank disk")
+    delete_on_termination: bool = True
+
+
+class CloudInitData(ResolvedModel):
+    """The inputs of the NoCloud ISO. User and network data are Secret contents: never shown."""
+
+    instance_id: str
+    hostname: str | None
+    ssh_public_keys: tuple[str, ...] = ()
+    user_data: SecretBytes | None = None
+    network_config: SecretBytes | None = None
+    pool: SafeName
+    volume: SafeName
+
+
+class ResolvedMachine(ResolvedModel):
+    domain: DomainSpec
+    volumes: tuple[VolumePlan, ...]
+    cloud_init: CloudInitData | None = None
+    autostart: bool = False
+    shutdown_timeout_seconds: int = Field(ge=1)
