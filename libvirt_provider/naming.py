@@ -15,7 +15,7 @@ __all__ = ["MAX_DOMAIN_NAME", "domain_name", "mac_address", "volume_name"]
 
 MAX_DOMAIN_NAME = 63
 _HASH_LEN = 8
-_UNSAFE = re.compile(r"[^a-z0-9.-]+")
+_UNSAFE = re.compile(r"[^a-z0-9.-]+|\.{2,}")
 
 
 def _digest(*parts: str) -> str:
