@@ -30,6 +30,7 @@ from libvirt_provider.errors import (
     ConflictError,
     ForeignDomainError,
     NotFoundError,
+    PermanentError,
     ProviderError,
 )
 
@@ -64,6 +65,7 @@ class FakeHypervisor:
     failures: dict[str, ProviderError] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
     listeners: list[LifecycleListener] = field(default_factory=list)
+    uploads: dict[tuple[str, str], bytes] = field(default_factory=dict)
 
     def _enter(self, op: str) -> None:
         self.calls.append(op)
@@ -226,6 +228,41 @@ class FakeHypervisor:
         )
         self.volumes[(spec.pool, spec.name)] = vol
         return vol
+
+    def _new_volume(self, pool: str, name: str, capacity: int, fmt: str) -> VolumeInfo:
+        if (pool, name) in self.volumes:
+            raise ConflictError(f"volume {name!r} already exists in pool {pool!r}")
+        vol = VolumeInfo(
+            pool=pool,
+            name=name,
+            path=f"/fake/{pool}/{name}",
+            capacity_bytes=capacity,
+            allocation_bytes=0,
+            format=fmt,
+            backing_path=None,
+        )
+        self.volumes[(pool, name)] = vol
+        return vol
+
+    def create_blank(self, *, pool: str, name: str, capacity_bytes: int, format: str) -> VolumeInfo:
+        self._enter("create_blank")
+        return self._new_volume(pool, name, capacity_bytes, format)
+
+    def upload_volume(self, *, pool: str, name: str, data: bytes) -> VolumeInfo:
+        self._enter("upload_volume")
+        self.uploads[(pool, name)] = data
+        return self._new_volume(pool, name, len(data), "raw")
+
+    def grow_volume(self, *, pool: str, name: str, capacity_bytes: int) -> VolumeInfo:
+        self._enter("grow_volume")
+        vol = self.volumes.get((pool, name))
+        if vol is None:
+            raise NotFoundError(f"volume {name!r} not found in pool {pool!r}")
+        if capacity_bytes < vol.capacity_bytes:
+            raise PermanentError("shrinking is refused")
+        grown = replace(vol, capacity_bytes=capacity_bytes)
+        self.volumes[(pool, name)] = grown
+        return grown
 
     def delete_volume(self, pool: str, name: str) -> None:
         self._enter("delete_volume")

@@ -33,10 +33,11 @@ from libvirt_provider.driver.base import (
     VolumeInfo,
 )
 from libvirt_provider.driver.libvirt_errors import translated
-from libvirt_provider.driver.volume_xml import render_overlay_volume
+from libvirt_provider.driver.volume_xml import render_blank_volume, render_overlay_volume
 from libvirt_provider.errors import (
     ForeignDomainError,
     NotFoundError,
+    PermanentError,
     RetryableError,
     UnsupportedError,
 )
@@ -403,6 +404,54 @@ class LibvirtHypervisor:
 
         with self._pool_lock(spec.pool):
             return self._call(create)
+
+    def create_blank(self, *, pool: str, name: str, capacity_bytes: int, format: str) -> VolumeInfo:
+        xml = render_blank_volume(name=name, capacity_bytes=capacity_bytes, format=format)
+
+        def create(conn: libvirt.virConnect) -> VolumeInfo:
+            p = conn.storagePoolLookupByName(pool)
+            return _volume_info(pool, p.createXML(xml, 0))
+
+        with self._pool_lock(pool):
+            return self._call(create)
+
+    def upload_volume(self, *, pool: str, name: str, data: bytes) -> VolumeInfo:
+        xml = render_blank_volume(name=name, capacity_bytes=len(data), format="raw")
+
+        def upload(conn: libvirt.virConnect) -> VolumeInfo:
+            p = conn.storagePoolLookupByName(pool)
+            vol = p.createXML(xml, 0)
+            try:
+                stream = conn.newStream(0)
+                vol.upload(stream, 0, len(data), 0)
+                sent = 0
+                while sent < len(data):
+                    sent += stream.send(data[sent : sent + 256 * 1024])
+                stream.finish()
+            except libvirt.libvirtError:
+                # Half-written volumes must not look usable: remove what this call made.
+                with contextlib.suppress(libvirt.libvirtError):
+                    vol.delete(0)
+                raise
+            return _volume_info(pool, vol)
+
+        with self._pool_lock(pool):
+            return self._call(upload)
+
+    def grow_volume(self, *, pool: str, name: str, capacity_bytes: int) -> VolumeInfo:
+        def grow(conn: libvirt.virConnect) -> VolumeInfo:
+            vol = conn.storagePoolLookupByName(pool).storageVolLookupByName(name)
+            current = int(vol.info()[1])
+            if capacity_bytes < current:
+                raise PermanentError(
+                    f"volume {name!r} is {current} bytes; shrinking to {capacity_bytes} is refused"
+                )
+            if capacity_bytes > current:
+                vol.resize(capacity_bytes, 0)
+            return _volume_info(pool, vol)
+
+        with self._pool_lock(pool):
+            return self._call(grow)
 
     def delete_volume(self, pool: str, name: str) -> None:
         def delete(conn: libvirt.virConnect) -> None:

@@ -7,7 +7,7 @@ from lxml.builder import E
 
 from libvirt_provider.driver.base import OverlaySpec
 
-__all__ = ["render_overlay_volume"]
+__all__ = ["render_blank_volume", "render_overlay_volume"]
 
 
 def render_overlay_volume(spec: OverlaySpec) -> str:
@@ -21,5 +21,16 @@ def render_overlay_volume(spec: OverlaySpec) -> str:
         E.capacity(str(spec.capacity_bytes), unit="bytes"),
         E.target(E.format(type="qcow2")),
         E.backingStore(E.path(spec.backing_path), E.format(type=spec.backing_format)),
+    )
+    return str(etree.tostring(volume, encoding="unicode"))
+
+
+def render_blank_volume(*, name: str, capacity_bytes: int, format: str) -> str:
+    """An empty volume; qcow2 allocates lazily, raw is sparse in a directory pool."""
+    volume = E.volume(
+        E.name(name),
+        E.capacity(str(capacity_bytes), unit="bytes"),
+        E.allocation("0", unit="bytes"),
+        E.target(E.format(type=format)),
     )
     return str(etree.tostring(volume, encoding="unicode"))

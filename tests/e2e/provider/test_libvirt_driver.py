@@ -12,7 +12,12 @@ from lxml.builder import E
 
 from libvirt_provider.driver.base import AddressSource, DomainState, OverlaySpec
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
-from libvirt_provider.errors import ForeignDomainError, NotFoundError
+from libvirt_provider.errors import (
+    ConflictError,
+    ForeignDomainError,
+    NotFoundError,
+    PermanentError,
+)
 from tests.e2e.conftest import LabInfo
 from tests.eventually import eventually
 
@@ -159,3 +164,30 @@ def test_guest_lifecycle_through_the_driver(hv: LibvirtHypervisor, lab: LabInfo)
     assert hv.lookup(uuid=dom_uuid, name=name) is None
     assert hv.find_volume(lab.pool, overlay.name) is None
     assert not [v for v in hv.list_volumes(lab.pool) if v.name.startswith(name)]
+
+
+def test_volume_operations(hv: LibvirtHypervisor, lab: LabInfo) -> None:
+    prefix = "vol-" + uuid.uuid4().hex[:8]
+    payload = b"cidata" * 50_000 + b"tail"
+    try:
+        blank = hv.create_blank(
+            pool=lab.pool, name=f"{prefix}-data.qcow2", capacity_bytes=64 * MIB, format="qcow2"
+        )
+        assert (blank.format, blank.capacity_bytes) == ("qcow2", 64 * MIB)
+
+        grown = hv.grow_volume(pool=lab.pool, name=blank.name, capacity_bytes=96 * MIB)
+        assert grown.capacity_bytes == 96 * MIB
+        with pytest.raises(PermanentError, match="shrinking"):
+            hv.grow_volume(pool=lab.pool, name=blank.name, capacity_bytes=32 * MIB)
+
+        uploaded = hv.upload_volume(pool=lab.pool, name=f"{prefix}-seed.iso", data=payload)
+        assert uploaded.capacity_bytes == len(payload)
+        with open(uploaded.path, "rb") as fh:
+            assert fh.read() == payload
+        with pytest.raises(ConflictError):
+            hv.upload_volume(pool=lab.pool, name=f"{prefix}-seed.iso", data=b"again")
+    finally:
+        for vol in hv.list_volumes(lab.pool):
+            if vol.name.startswith(prefix):
+                hv.delete_volume(lab.pool, vol.name)
+    assert not [v for v in hv.list_volumes(lab.pool) if v.name.startswith(prefix)]

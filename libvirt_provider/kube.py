@@ -1,0 +1,154 @@
+"""The provider's Kubernetes adapter: every API call the LibvirtMachine controller makes.
+
+Reads return plain dicts (or None when the object does not exist); the reconciler parses them
+into models. Writes are narrow: the LibvirtMachine's status subresource, its finalizer (with the
+object's resourceVersion, so a concurrent change is a conflict, not a lost update) and Events.
+Kubernetes API errors become the provider's error classes here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from generic import constants as vmapi
+from libvirt_provider import constants as c
+from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, RetryableError
+
+__all__ = ["KubeAdapter"]
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+COMPONENT = "libvirt-provider"
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except ApiException as err:
+        message = f"Kubernetes API: {err.status} {err.reason}"
+        if err.status == 404:
+            raise NotFoundError(message) from err
+        if err.status == 409:
+            raise ConflictError(message) from err
+        if err.status in (400, 403, 422):
+            raise PermanentError(message) from err
+        raise RetryableError(message) from err
+    except OSError as err:  # connection refused, reset, timeout
+        raise RetryableError(f"Kubernetes API unreachable: {err}") from err
+
+
+class KubeAdapter:
+    def __init__(self, api: client.ApiClient, *, host: str) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+        self._host = host
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get_machine(self, namespace: str, name: str) -> Obj | None:
+        return self._get_namespaced(c.GROUP, c.VERSION, c.MACHINE_PLURAL, namespace, name)
+
+    def get_virtual_machine(self, namespace: str, name: str) -> Obj | None:
+        return self._get_namespaced(vmapi.GROUP, vmapi.VERSION, vmapi.PLURAL, namespace, name)
+
+    def _get_namespaced(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> Obj | None:
+        try:
+            with _translated():
+                return cast(
+                    Obj,
+                    self._custom.get_namespaced_custom_object(
+                        group, version, namespace, plural, name
+                    ),
+                )
+        except NotFoundError:
+            return None
+
+    def list_cluster(self, plural: str) -> list[Obj]:
+        with _translated():
+            listing = cast(Obj, self._custom.list_cluster_custom_object(c.GROUP, c.VERSION, plural))
+        return list(listing.get("items") or [])
+
+    def list_host_machines(self) -> list[Obj]:
+        """The LibvirtMachines placed on this daemon's host (the slow resync's input)."""
+        with _translated():
+            listing = cast(
+                Obj,
+                self._custom.list_cluster_custom_object(
+                    c.GROUP,
+                    c.VERSION,
+                    c.MACHINE_PLURAL,
+                    label_selector=f"{c.HOST_LABEL}={self._host}",
+                ),
+            )
+        return list(listing.get("items") or [])
+
+    def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The Secret's base64-encoded data; None when the Secret does not exist."""
+        try:
+            with _translated():
+                secret = self._core.read_namespaced_secret(name, namespace)
+        except NotFoundError:
+            return None
+        return {k: str(v) for k, v in (secret.data or {}).items()}
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
+        with _translated():
+            self._custom.patch_namespaced_custom_object_status(
+                c.GROUP, c.VERSION, namespace, c.MACHINE_PLURAL, name, {"status": status}
+            )
+
+    def set_finalizers(
+        self, namespace: str, name: str, finalizers: list[str], resource_version: str
+    ) -> None:
+        body = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
+        with _translated():
+            self._custom.patch_namespaced_custom_object(
+                c.GROUP, c.VERSION, namespace, c.MACHINE_PLURAL, name, body
+            )
+
+    def event(self, obj: Obj, *, reason: str, message: str, warning: bool = False) -> None:
+        """Record a Kubernetes Event on `obj`; failures are logged, never raised."""
+        meta = obj.get("metadata") or {}
+        now = dt.datetime.now(dt.UTC)
+        namespace = meta.get("namespace") or "default"
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                name=f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}", namespace=namespace
+            ),
+            involved_object=client.V1ObjectReference(
+                api_version=obj.get("apiVersion"),
+                kind=obj.get("kind"),
+                name=meta.get("name"),
+                namespace=namespace,
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            ),
+            reason=reason,
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
+            source=client.V1EventSource(component=COMPONENT, host=self._host),
+            reporting_component=COMPONENT,
+            reporting_instance=self._host,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            with _translated():
+                self._core.create_namespaced_event(namespace, body)
+        except (RetryableError, PermanentError, ConflictError, NotFoundError) as err:
+            log.warning("could not record event %s on %s: %s", reason, meta.get("name"), err)
