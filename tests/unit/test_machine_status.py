@@ -1,0 +1,126 @@
+"""The LibvirtMachine's contract status: addresses per NIC by MAC, conditions, minimal patches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from catalog.network import AddressSourcePolicy
+from libvirt_provider.driver.base import AddressSource, InterfaceAddress
+from libvirt_provider.status import (
+    NicAddressPlan,
+    Readiness,
+    compute_status,
+    provider_id,
+    select_addresses,
+    status_patch,
+)
+
+MAC0 = "52:54:00:00:00:01"
+MAC1 = "52:54:00:00:00:02"
+NICS = [
+    NicAddressPlan("eth0", MAC0, AddressSourcePolicy.LEASE),
+    NicAddressPlan("eth1", MAC1, AddressSourcePolicy.ANY),
+]
+
+
+def addr(mac: str, ip: str, source: AddressSource, family: str = "ipv4") -> InterfaceAddress:
+    return InterfaceAddress(mac=mac, address=ip, prefix=24, family=family, source=source)
+
+
+def test_addresses_are_matched_by_mac_and_carry_their_source() -> None:
+    observed = {
+        AddressSource.LEASE: [addr(MAC0.upper(), "10.0.0.5", AddressSource.LEASE)],
+        AddressSource.ARP: [addr(MAC1, "10.0.1.7", AddressSource.ARP)],
+    }
+    got = select_addresses(NICS, observed, [], running=True)
+    assert got == [
+        {"interface": "eth0", "type": "InternalIP", "address": "10.0.0.5", "source": "lease"},
+        {"interface": "eth1", "type": "InternalIP", "address": "10.0.1.7", "source": "arp"},
+    ]
+
+
+def test_a_nic_trusting_only_leases_ignores_other_sources() -> None:
+    observed = {AddressSource.ARP: [addr(MAC0, "10.0.0.9", AddressSource.ARP)]}
+    assert select_addresses(NICS[:1], observed, [], running=True) == []
+
+
+def test_any_prefers_lease_then_agent_then_arp() -> None:
+    observed = {
+        AddressSource.AGENT: [addr(MAC1, "10.0.1.2", AddressSource.AGENT)],
+        AddressSource.ARP: [addr(MAC1, "10.0.1.3", AddressSource.ARP)],
+    }
+    got = select_addresses(NICS[1:], observed, [], running=True)
+    assert [(a["address"], a["source"]) for a in got] == [("10.0.1.2", "agent")]
+
+
+def test_ipv4_comes_before_ipv6() -> None:
+    observed = {
+        AddressSource.LEASE: [
+            addr(MAC0, "fd00::5", AddressSource.LEASE, family="ipv6"),
+            addr(MAC0, "10.0.0.5", AddressSource.LEASE),
+        ]
+    }
+    got = select_addresses(NICS[:1], observed, [], running=True)
+    assert [a["address"] for a in got] == ["10.0.0.5", "fd00::5"]
+
+
+def test_a_transient_empty_answer_keeps_known_addresses_while_running() -> None:
+    previous = [{"interface": "eth0", "type": "InternalIP", "address": "10.0.0.5"}]
+    assert select_addresses(NICS[:1], {}, previous, running=True) == previous
+
+
+def test_a_stopped_machine_has_no_addresses() -> None:
+    previous = [{"interface": "eth0", "type": "InternalIP", "address": "10.0.0.5"}]
+    observed = {AddressSource.LEASE: [addr(MAC0, "10.0.0.5", AddressSource.LEASE)]}
+    assert select_addresses(NICS, observed, previous, running=False) == []
+
+
+READY = Readiness(True, "Running", "ok", True, "UpToDate", "matches")
+
+
+def status(current: dict[str, Any] | None, now: str, ready: Readiness = READY) -> dict[str, Any]:
+    return compute_status(
+        current=current,
+        power_state="PoweredOn",
+        host="h1",
+        domain_uuid="u-1",
+        domain_name="ns_vm-1234",
+        addresses=[],
+        readiness=ready,
+        generation=3,
+        pending_changes=[],
+        now=now,
+    )
+
+
+def test_status_carries_the_contract_fields() -> None:
+    s = status(None, "t1")
+    assert s["providerID"] == provider_id("h1", "u-1") == "libvirt://h1/u-1"
+    assert s["providerMetadata"] == {"host": "h1", "domainName": "ns_vm-1234", "domainUUID": "u-1"}
+    assert s["powerState"] == "PoweredOn"
+    assert s["observedGeneration"] == 3
+    types = {c["type"]: c for c in s["conditions"]}
+    assert types["InfrastructureReady"]["status"] == "True"
+    assert types["UpToDate"]["status"] == "True"
+
+
+def test_an_unchanged_status_needs_no_patch_and_keeps_transition_times() -> None:
+    first = status(None, "t1")
+    again = status(first, "t2")
+    assert again == first
+    assert status_patch(first, again) == {}
+
+
+def test_transition_time_moves_only_when_the_status_flips() -> None:
+    first = status(None, "t1")
+    not_ready = Readiness(False, "Starting", "booting", True, "UpToDate", "matches")
+    second = status(first, "t2", not_ready)
+    by_type = {c["type"]: c for c in second["conditions"]}
+    assert by_type["InfrastructureReady"]["lastTransitionTime"] == "t2"
+    assert by_type["UpToDate"]["lastTransitionTime"] == "t1"
+    patch = status_patch(first, second)
+    assert set(patch) == {"conditions"}
+
+
+def test_a_removed_field_is_nulled_in_the_patch() -> None:
+    assert status_patch({"powerState": "PoweredOn", "a": 1}, {"a": 1}) == {"powerState": None}
