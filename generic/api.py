@@ -42,11 +42,13 @@ __all__ = [
     "InstanceType",
     "Interface",
     "Network",
+    "ObjectMeta",
     "ObjectReference",
     "Quantity",
     "Resources",
     "Scheduling",
     "SecretKeySelector",
+    "VirtualMachine",
     "VirtualMachineSpec",
     "VirtualMachineStatus",
     "parse_quantity",
@@ -502,3 +504,25 @@ class VirtualMachineStatus(_Model):
         default=None, max_length=64
     )
     """Provider-specific key/value facts, copied from the provider object's status."""
+
+
+class ObjectMeta(_Model):
+    """The parts of metadata that consumers of a parsed VM need; the rest is ignored."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    generation: int | None = None
+    resource_version: str | None = None
+    annotations: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+
+
+class VirtualMachine(_Model):
+    """A whole VirtualMachine object as read from the API server (for providers parsing it)."""
+
+    api_version: str = c.API_VERSION
+    kind: str = c.KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: VirtualMachineSpec
+    status: VirtualMachineStatus | None = None

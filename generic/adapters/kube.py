@@ -1,0 +1,271 @@
+"""`ClusterGateway` over the official Kubernetes client, and the one place that maps its errors.
+
+HTTP status codes become the project's error classes here (`generic.errors`) and nowhere else.
+Discovery (group -> preferred served version, kind -> plural) is cached briefly, because every
+reconcile needs it and it changes only when CRDs do; the watch hub invalidates the cache on
+every CRD event so a newly installed provider kind is found at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from generic import constants as c
+from generic.errors import ApiError, ConflictError, GoneError, KindNotServedError
+from generic.gateway import EventType, ProviderKind
+
+__all__ = ["KubeGateway", "translate_errors"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+REQUEST_TIMEOUT = (5.0, 30.0)
+"""(connect, read) seconds for every non-watch request: a hung call must not hold a worker."""
+
+
+@contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Turn client exceptions raised inside the block into `generic.errors` classes."""
+    try:
+        yield
+    except ApiException as exc:
+        status = exc.status
+        detail = f"{what}: HTTP {status} {exc.reason}"
+        if status == 409:
+            raise ConflictError(detail, status=status) from None
+        if status in (404, 410):
+            raise GoneError(detail, status=status) from None
+        raise ApiError(detail, status=status) from None
+    except (HTTPError, OSError) as exc:
+        raise ApiError(f"{what}: {exc.__class__.__name__}: {exc}") from None
+
+
+def _as_obj(value: object) -> Obj:
+    if not isinstance(value, dict):
+        raise ApiError(f"the API server answered with {type(value).__name__}, not an object")
+    return value
+
+
+class _Discovery:
+    """group/kind -> ProviderKind (without the watched flag), cached for `ttl` seconds."""
+
+    def __init__(self, api: client.ApiClient, *, ttl: float, negative_ttl: float) -> None:
+        self._apis = client.ApisApi(api)
+        self._custom = client.CustomObjectsApi(api)
+        self._ttl = ttl
+        self._negative_ttl = negative_ttl
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str], tuple[float, tuple[str, str] | str]] = {}
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def resolve(self, group: str, kind: str) -> tuple[str, str]:
+        """(version, plural) of the kind in its preferred served version."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get((group, kind))
+        if hit is not None and hit[0] > now:
+            if isinstance(hit[1], str):
+                raise KindNotServedError(hit[1])
+            return hit[1]
+        try:
+            found: tuple[str, str] | str = self._look_up(group, kind)
+        except KindNotServedError as exc:
+            found = str(exc)
+        expiry = now + (self._negative_ttl if isinstance(found, str) else self._ttl)
+        with self._lock:
+            self._cache[(group, kind)] = (expiry, found)
+        if isinstance(found, str):
+            raise KindNotServedError(found)
+        return found
+
+    def _look_up(self, group: str, kind: str) -> tuple[str, str]:
+        with translate_errors("discovery of API groups"):
+            groups = self._apis.get_api_versions(_request_timeout=REQUEST_TIMEOUT).groups
+        entry = next((g for g in groups if g.name == group), None)
+        if entry is None:
+            raise KindNotServedError(
+                f"the API server serves no group {group!r} (is the provider's CRD installed?)"
+            )
+        preferred = entry.preferred_version.version if entry.preferred_version else None
+        versions = [v.version for v in entry.versions]
+        ordered = [preferred, *(v for v in versions if v != preferred)] if preferred else versions
+        for version in ordered:
+            with translate_errors(f"discovery of {group}/{version}"):
+                resources = self._custom.get_api_resources(
+                    group, version, _request_timeout=REQUEST_TIMEOUT
+                ).resources
+            for resource in resources:
+                if resource.kind == kind and "/" not in resource.name:
+                    return version, resource.name
+        raise KindNotServedError(
+            f"group {group!r} serves no kind {kind!r} (is the provider's CRD installed?)"
+        )
+
+
+class KubeGateway:
+    """The real `ClusterGateway`."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        discovery_ttl: float = 60.0,
+        negative_discovery_ttl: float = 2.0,
+    ) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+        self._discovery = _Discovery(api, ttl=discovery_ttl, negative_ttl=negative_discovery_ttl)
+        self._is_watched: Callable[[str, str], bool] = lambda _group, _kind: False
+        self._instance = f"{c.CONTROLLER_NAME}-{uuid.uuid4().hex[:8]}"
+
+    def use_watch_status(self, is_watched: Callable[[str, str], bool]) -> None:
+        """Tell resolved kinds whether their objects are watched (see `ProviderWatchHub`)."""
+        self._is_watched = is_watched
+
+    def invalidate_discovery(self) -> None:
+        self._discovery.invalidate()
+
+    def get_vm(self, namespace: str, name: str) -> Obj | None:
+        return self._get(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
+
+    def resolve_kind(self, api_group: str, kind: str) -> ProviderKind:
+        version, plural = self._discovery.resolve(api_group, kind)
+        return ProviderKind(
+            group=api_group,
+            version=version,
+            kind=kind,
+            plural=plural,
+            watched=self._is_watched(api_group, kind),
+        )
+
+    def get_provider(self, kind: ProviderKind, namespace: str, name: str) -> Obj | None:
+        return self._get(kind.group, kind.version, namespace, kind.plural, name)
+
+    def _get(self, group: str, version: str, namespace: str, plural: str, name: str) -> Obj | None:
+        try:
+            with translate_errors(f"reading {plural}.{group} {namespace}/{name}"):
+                got = self._custom.get_namespaced_custom_object(
+                    group, version, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT
+                )
+        except GoneError:
+            return None
+        return _as_obj(got)
+
+    def set_vm_finalizers(self, vm: Mapping[str, Any], finalizers: Sequence[str]) -> Obj:
+        return self._patch_metadata(
+            c.GROUP, c.VERSION, c.PLURAL, vm, {"finalizers": list(finalizers)}
+        )
+
+    def set_provider_owners(
+        self, kind: ProviderKind, provider: Mapping[str, Any], owners: Sequence[Mapping[str, Any]]
+    ) -> Obj:
+        return self._patch_metadata(
+            kind.group,
+            kind.version,
+            kind.plural,
+            provider,
+            {"ownerReferences": [dict(o) for o in owners]},
+        )
+
+    def _patch_metadata(
+        self, group: str, version: str, plural: str, obj: Mapping[str, Any], fields: Obj
+    ) -> Obj:
+        meta = obj["metadata"]
+        # A merge patch replaces these lists wholesale; the resourceVersion makes the API server
+        # refuse it (409) if someone else changed the object since it was read.
+        body = {"metadata": {**fields, "resourceVersion": meta["resourceVersion"]}}
+        with translate_errors(f"updating {plural}.{group} {meta['namespace']}/{meta['name']}"):
+            patched = self._custom.patch_namespaced_custom_object(
+                group,
+                version,
+                meta["namespace"],
+                plural,
+                meta["name"],
+                body,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        return _as_obj(patched)
+
+    def delete_provider(self, kind: ProviderKind, provider: Mapping[str, Any]) -> None:
+        meta = provider["metadata"]
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(
+                uid=meta["uid"], resource_version=meta["resourceVersion"]
+            )
+        )
+        try:
+            with translate_errors(f"deleting {kind.kind} {meta['namespace']}/{meta['name']}"):
+                self._custom.delete_namespaced_custom_object(
+                    kind.group,
+                    kind.version,
+                    meta["namespace"],
+                    kind.plural,
+                    meta["name"],
+                    body=options,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+        except GoneError:
+            return
+
+    def patch_vm_status(self, vm: Mapping[str, Any], patch: Mapping[str, Any]) -> Obj:
+        meta = vm["metadata"]
+        with translate_errors(
+            f"writing status of VirtualMachine {meta['namespace']}/{meta['name']}"
+        ):
+            patched = self._custom.patch_namespaced_custom_object_status(
+                c.GROUP,
+                c.VERSION,
+                meta["namespace"],
+                c.PLURAL,
+                meta["name"],
+                {"status": dict(patch)},
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        return _as_obj(patched)
+
+    def post_event(
+        self, vm: Mapping[str, Any], *, type_: EventType, reason: str, message: str
+    ) -> None:
+        meta = vm["metadata"]
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        event = client.CoreV1Event.from_dict(
+            {
+                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}"},
+                "involvedObject": {
+                    "apiVersion": c.API_VERSION,
+                    "kind": c.KIND,
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta.get("uid"),
+                    "resourceVersion": meta.get("resourceVersion"),
+                },
+                "type": type_,
+                "reason": reason,
+                "message": message[:1024],
+                "source": {"component": c.CONTROLLER_NAME},
+                "reportingComponent": c.CONTROLLER_NAME,
+                "reportingInstance": self._instance,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
+        )
+        assert event is not None
+        with translate_errors("posting an Event"):
+            self._core.create_namespaced_event(
+                meta["namespace"], event, _request_timeout=REQUEST_TIMEOUT
+            )

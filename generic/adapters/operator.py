@@ -1,0 +1,208 @@
+"""The embedding entry point: `register()` puts the generic controller on a kopf registry.
+
+This is what the daemon calls next to its own LibvirtMachine handlers, and what any other
+provider's kopf process can call: one operator process, one registry, several controllers. It
+registers only event handlers (which kopf neither retries nor persists state for) plus startup
+and cleanup hooks, so it never uses kopf's finalizer or its progress annotations: the VM's
+finalizer `vm-api.io/virtualmachine` is managed explicitly by the reconciler. The embedding
+process still owns kopf's operator-wide settings; `configure_settings` gives them this project's
+names and the watch timeouts that re-establish dead streams.
+
+What the embedding process must do:
+- pass the same namespace patterns to `register(namespaces=...)` and to `kopf.operator(...)`
+  (or neither, for cluster-wide);
+- give kopf's finalizer and progress/diff-base annotations its own prefix (`configure_settings`
+  does so; do not keep kopf's defaults, which other operators share);
+- let kopf log in (kopf's standard login handlers) and pass a `kubernetes` ApiClient, or let
+  `register` build one from the in-cluster config or KUBECONFIG at startup;
+- RBAC: see docs/generic-controller.md.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+
+from generic import constants as c
+from generic.adapters.kube import KubeGateway
+from generic.adapters.watches import ProviderWatchHub
+from generic.reconciler import Reconciler
+from generic.workqueue import WorkerPool, WorkQueue
+
+__all__ = ["GenericController", "configure_settings", "register", "run_standalone"]
+
+log = logging.getLogger(__name__)
+
+VmKey = tuple[str, str]
+
+
+def configure_settings(settings: kopf.OperatorSettings, *, prefix: str = c.KOPF_PREFIX) -> None:
+    """kopf settings for a process that runs the generic controller (alone or embedded)."""
+    settings.persistence.finalizer = f"{prefix}/kopf-finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=prefix, key="last-handled-configuration"
+    )
+    # The API server ends each watch after server_timeout; the client gives up on a stream that
+    # has been silent longer than inactivity/client timeouts, so a dead connection is replaced.
+    settings.watching.server_timeout = 240
+    settings.watching.client_timeout = 270
+    settings.watching.connect_timeout = 10
+    settings.posting.level = logging.WARNING
+
+
+def _default_api_client() -> client.ApiClient:
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+def namespace_filter(patterns: Sequence[str]) -> Callable[[str], bool]:
+    """A predicate for kopf-style namespace patterns (globs; `!pattern` excludes)."""
+    if not patterns:
+        return lambda _namespace: True
+    include = [p for p in patterns if not p.startswith("!")]
+    exclude = [p[1:] for p in patterns if p.startswith("!")]
+
+    def in_scope(namespace: str) -> bool:
+        if any(fnmatch.fnmatchcase(namespace, p) for p in exclude):
+            return False
+        return not include or any(fnmatch.fnmatchcase(namespace, p) for p in include)
+
+    return in_scope
+
+
+class GenericController:
+    """The running parts: work queue, worker threads, provider watches and the reconciler."""
+
+    def __init__(
+        self,
+        *,
+        api_client: client.ApiClient | None,
+        namespaces: Sequence[str],
+        workers: int,
+        poll_interval: float,
+    ) -> None:
+        self._api_client = api_client
+        self._workers = workers
+        self._poll_interval = poll_interval
+        self.in_scope = namespace_filter(namespaces)
+        self.queue: WorkQueue[VmKey] = WorkQueue()
+        self._pool: WorkerPool[VmKey] | None = None
+        self._hub: ProviderWatchHub | None = None
+        self._reconciler: Reconciler | None = None
+
+    def start(self) -> None:
+        api = self._api_client or _default_api_client()
+        gateway = KubeGateway(api)
+        self._hub = ProviderWatchHub(
+            api,
+            enqueue=self.queue.add,
+            in_scope=self.in_scope,
+            resolve=gateway.resolve_kind,
+            invalidate=gateway.invalidate_discovery,
+        )
+        gateway.use_watch_status(self._hub.is_watched)
+        self._reconciler = Reconciler(gateway, poll_interval=self._poll_interval)
+        self._pool = WorkerPool(self.queue, self._process, workers=self._workers)
+        self._pool.start()
+        log.info("generic controller started with %d workers", self._workers)
+
+    def stop(self) -> None:
+        if self._hub is not None:
+            self._hub.stop()
+        if self._pool is not None:
+            self._pool.stop()
+
+    def on_vm_event(self, namespace: str | None, name: str | None) -> None:
+        if namespace and name and self.in_scope(namespace):
+            self.queue.add((namespace, name))
+
+    def on_crd_event(self, body: Any, *, deleted: bool) -> None:
+        if self._hub is not None:
+            self._hub.on_crd(dict(body), deleted=deleted)
+
+    def _process(self, key: VmKey) -> None:
+        assert self._reconciler is not None
+        outcome = self._reconciler.run(*key)
+        if outcome.immediately:
+            self.queue.add(key)
+            return
+        if outcome.retry:
+            self.queue.add_rate_limited(key)
+            return
+        self.queue.forget(key)
+        if outcome.requeue_after is not None:
+            self.queue.add_after(key, outcome.requeue_after)
+
+
+def register(
+    registry: kopf.OperatorRegistry,
+    *,
+    api_client: client.ApiClient | None = None,
+    namespaces: Sequence[str] = (),
+    workers: int = 4,
+    poll_interval: float = 30.0,
+) -> GenericController:
+    """Register the generic VirtualMachine controller on `registry`; returns its handle.
+
+    `workers` bounds the threads that call the Kubernetes API; `poll_interval` is how often an
+    adopted VM whose provider kind is not watched (unlabelled CRD) is re-checked.
+    """
+    controller = GenericController(
+        api_client=api_client,
+        namespaces=namespaces,
+        workers=workers,
+        poll_interval=poll_interval,
+    )
+
+    @kopf.on.startup(registry=registry, id="vm-api-generic/startup")
+    def _start(**_: Any) -> None:
+        controller.start()
+
+    @kopf.on.cleanup(registry=registry, id="vm-api-generic/cleanup")
+    def _stop(**_: Any) -> None:
+        controller.stop()
+
+    @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, registry=registry, id="vm-api-generic/vm")
+    async def _vm_event(meta: kopf.Meta, **_: Any) -> None:
+        controller.on_vm_event(meta.namespace, meta.name)
+
+    @kopf.on.event(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        registry=registry,
+        id="vm-api-generic/provider-crds",
+    )
+    def _crd_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        controller.on_crd_event(body, deleted=event.get("type") == "DELETED")
+
+    return controller
+
+
+def run_standalone(*, namespaces: Sequence[str], workers: int, poll_interval: float) -> None:
+    """Run a kopf operator that hosts only the generic controller (blocks until signalled)."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry, id="vm-api-generic/login")
+    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)
+
+    register(registry, namespaces=namespaces, workers=workers, poll_interval=poll_interval)
+    settings = kopf.OperatorSettings()
+    configure_settings(settings)
+    kopf.run(
+        registry=registry,
+        settings=settings,
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+    )

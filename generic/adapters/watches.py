@@ -1,0 +1,231 @@
+"""Prompt propagation: watch every provider kind whose CRD carries the vm-api.io label.
+
+How a provider's status change reaches the generic VM without a periodic poll:
+
+1. kopf delivers every CustomResourceDefinition event to `ProviderWatchHub.on_crd` (a CRD watch is
+   one cheap stream). A CRD labelled `vm-api.io/v1alpha1: v1alpha1` names a provider kind; for
+   each such kind the hub runs one watch thread over that kind's objects in all namespaces. A CRD
+   that is installed later, or labelled later, starts its thread then: no restart, no code change.
+   A CRD that is deleted or loses the label stops it.
+2. Each thread lists the kind once (mapping every object to its VM, so VMs reconciled before the
+   watch existed are looked at again), then watches from that resourceVersion. Every event on a
+   provider object enqueues the VM it names in its `vm-api.io/virtual-machine` annotation and the
+   VM that holds its controller owner reference (they differ when a link was edited); the work
+   queue deduplicates, and the reconcile reads the object afresh.
+3. Streams end on purpose every `server_timeout` seconds and are resumed from the last
+   resourceVersion (bookmarks keep it fresh); a client read timeout slightly above that detects a
+   silently dead connection. A 410 Gone resumes with a fresh list. Errors back off.
+
+The cost at idle is one long-lived request per provider kind, independent of how many objects
+exist. Only once a kind's first list has completed does it count as watched; until then, and for
+kinds without the label, the reconciler re-checks adopted VMs on a timer instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from generic import constants as c
+from generic.errors import ApiError
+from generic.gateway import ProviderKind
+
+__all__ = ["ProviderWatchHub", "vm_keys_of_provider"]
+
+log = logging.getLogger(__name__)
+
+VmKey = tuple[str, str]
+
+
+def vm_keys_of_provider(obj: Mapping[str, Any]) -> set[VmKey]:
+    """The VMs (namespace, name) a provider object concerns: its backlink and its controller."""
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    if not isinstance(namespace, str):
+        return set()
+    keys: set[VmKey] = set()
+    annotations = meta.get("annotations") or {}
+    backlink = annotations.get(c.LINK_ANNOTATION) if isinstance(annotations, dict) else None
+    if isinstance(backlink, str) and backlink:
+        keys.add((namespace, backlink))
+    for ref in meta.get("ownerReferences") or []:
+        if (
+            isinstance(ref, dict)
+            and ref.get("kind") == c.KIND
+            and str(ref.get("apiVersion", "")).startswith(f"{c.GROUP}/")
+            and isinstance(ref.get("name"), str)
+        ):
+            keys.add((namespace, ref["name"]))
+    return keys
+
+
+def is_provider_crd(crd: Mapping[str, Any]) -> bool:
+    labels = (crd.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(c.PROVIDER_CRD_LABEL) == c.PROVIDER_CRD_LABEL_VALUE)
+
+
+class _KindWatch:
+    """One thread that lists and watches one provider kind for as long as it is wanted."""
+
+    def __init__(
+        self,
+        hub: ProviderWatchHub,
+        group: str,
+        kind: str,
+    ) -> None:
+        self.group = group
+        self.kind = kind
+        self.established = threading.Event()
+        self._hub = hub
+        self._stopped = threading.Event()
+        self._watch: watch.Watch | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"generic-watch-{kind}.{group}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._watch is not None:
+            self._watch.stop()  # type: ignore[no-untyped-call]
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stopped.is_set():
+            try:
+                kind = self._hub.resolve(self.group, self.kind)
+                resource_version = self._list(kind)
+                self.established.set()
+                backoff = 0.5
+                self._follow(kind, resource_version)
+            except (ApiError, ApiException, OSError, ValueError) as exc:
+                self.established.clear()
+                log.info("watch of %s.%s interrupted: %s", self.kind, self.group, exc)
+            except Exception:  # a bug must not end prompt propagation for good
+                self.established.clear()
+                log.exception("watch of %s.%s failed", self.kind, self.group)
+            self._stopped.wait(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+    def _list(self, kind: ProviderKind) -> str:
+        listing = self._hub.custom.list_cluster_custom_object(
+            kind.group, kind.version, kind.plural, _request_timeout=self._hub.request_timeout
+        )
+        if not isinstance(listing, dict):
+            raise ApiError(f"listing {kind.plural}.{kind.group} returned {type(listing)}")
+        self._hub.notify(listing.get("items") or [])
+        return str(listing["metadata"]["resourceVersion"])
+
+    def _follow(self, kind: ProviderKind, resource_version: str) -> None:
+        """Watch from `resource_version` until stopped; returns to relist on 410 Gone."""
+        while not self._stopped.is_set():
+            self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+            timeout = self._hub.server_timeout * random.uniform(0.9, 1.1)
+            try:
+                for event in self._watch.stream(  # type: ignore[no-untyped-call]
+                    self._hub.custom.list_cluster_custom_object,
+                    kind.group,
+                    kind.version,
+                    kind.plural,
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=int(timeout),
+                    _request_timeout=(self._hub.request_timeout[0], timeout + 30),
+                ):
+                    if self._stopped.is_set():
+                        return
+                    obj = event.get("object")
+                    if event.get("type") == "ERROR":
+                        if isinstance(obj, dict) and obj.get("code") == 410:
+                            return
+                        raise ApiError(f"watch error: {obj}")
+                    if not isinstance(obj, dict):
+                        continue
+                    version = (obj.get("metadata") or {}).get("resourceVersion")
+                    if version:
+                        resource_version = str(version)
+                    if event.get("type") != "BOOKMARK":
+                        self._hub.notify([obj])
+                # The client library tracks bookmarks' resourceVersion for resumption too.
+                resource_version = self._watch.resource_version or resource_version
+            except ApiException as exc:
+                if exc.status == 410:
+                    return
+                raise
+
+
+class ProviderWatchHub:
+    """The set of provider-kind watches, kept equal to the set of labelled CRDs."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        enqueue: Callable[[VmKey], None],
+        in_scope: Callable[[str], bool],
+        resolve: Callable[[str, str], ProviderKind],
+        invalidate: Callable[[], None],
+        server_timeout: float = 240.0,
+        request_timeout: tuple[float, float] = (5.0, 30.0),
+    ) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.server_timeout = server_timeout
+        self.request_timeout = request_timeout
+        self._enqueue = enqueue
+        self._in_scope = in_scope
+        self._resolve = resolve
+        self._invalidate = invalidate
+        self._lock = threading.Lock()
+        self._watches: dict[tuple[str, str], _KindWatch] = {}
+        self._closed = False
+
+    def resolve(self, group: str, kind: str) -> ProviderKind:
+        return self._resolve(group, kind)
+
+    def notify(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        for obj in objects:
+            for key in vm_keys_of_provider(obj):
+                if self._in_scope(key[0]):
+                    self._enqueue(key)
+
+    def is_watched(self, group: str, kind: str) -> bool:
+        with self._lock:
+            found = self._watches.get((group, kind))
+        return found is not None and found.established.is_set()
+
+    def on_crd(self, crd: Mapping[str, Any], *, deleted: bool) -> None:
+        """Start or stop the watch of the kind a CRD defines, to match its label."""
+        self._invalidate()
+        spec = crd.get("spec") or {}
+        group = spec.get("group")
+        kind = (spec.get("names") or {}).get("kind")
+        if not isinstance(group, str) or not isinstance(kind, str):
+            return
+        wanted = not deleted and is_provider_crd(crd)
+        with self._lock:
+            current = self._watches.get((group, kind))
+            if wanted and current is None and not self._closed:
+                started = _KindWatch(self, group, kind)
+                self._watches[(group, kind)] = started
+                started.start()
+                log.info("watching provider kind %s.%s", kind, group)
+            elif not wanted and current is not None:
+                del self._watches[(group, kind)]
+                current.stop()
+                log.info("stopped watching provider kind %s.%s", kind, group)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._closed = True
+            watches = list(self._watches.values())
+            self._watches.clear()
+        for each in watches:
+            each.stop()

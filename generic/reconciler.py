@@ -1,0 +1,208 @@
+"""One reconcile of one generic VM: gather, decide (pure core), act, report.
+
+A reconcile is level-triggered: it reads the VM and its provider object afresh, so it does not
+matter which event (VM change, provider change, retry) caused it. It returns an `Outcome` that
+tells the work queue whether and when to look again:
+
+- settled (adopted, provider kind watched): no timed re-check; watch events bring changes;
+- adopted but the kind is not watched (no CRD label): re-check every `poll_interval`;
+- not adopted, kind not served, API failures: retry with the queue's exponential backoff;
+- deleting: wait for the provider object to disappear (its DELETED event, or polling).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from generic import constants as c
+from generic.conditions import find_condition
+from generic.contract import read_provider_status
+from generic.errors import ApiError, ConflictError, KindNotServedError
+from generic.gateway import ClusterGateway, EventType, ProviderKind
+from generic.linking import (
+    Link,
+    LinkAssessment,
+    adopted_owner_references,
+    assess_link,
+    describe_ref,
+)
+from generic.status import Observation, desired_status, status_patch
+
+__all__ = ["Outcome", "Reconciler", "utc_now"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the work queue should do with the key after this reconcile."""
+
+    retry: bool = False
+    """Back off and try again (exponentially, per key)."""
+    requeue_after: float | None = None
+    """Look again after this many seconds, independent of events."""
+    immediately: bool = False
+    """Look again now (an optimistic-concurrency conflict)."""
+
+
+_EVENT_KEYS = ("status", "reason", "message")
+DONE = Outcome()
+RETRY = Outcome(retry=True)
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _provider_ref(vm: Mapping[str, Any]) -> str:
+    return describe_ref(vm.get("spec", {}).get("infrastructureRef", {}))
+
+
+def _finalizers(obj: Mapping[str, Any]) -> list[str]:
+    return [f for f in _meta(obj).get("finalizers") or [] if isinstance(f, str)]
+
+
+class Reconciler:
+    """Reconciles generic VMs through a `ClusterGateway`."""
+
+    def __init__(
+        self,
+        gateway: ClusterGateway,
+        *,
+        poll_interval: float = 30.0,
+        deletion_poll_interval: float = 5.0,
+        clock: Callable[[], str] = utc_now,
+    ) -> None:
+        self._gw = gateway
+        self._poll = poll_interval
+        self._deletion_poll = deletion_poll_interval
+        self._clock = clock
+        self._failures: dict[tuple[str, str], str] = {}
+
+    def run(self, namespace: str, name: str) -> Outcome:
+        """`reconcile`, with failures turned into an Outcome and reported as Events."""
+        key = (namespace, name)
+        vm: Mapping[str, Any] | None = None
+        try:
+            vm = self._gw.get_vm(namespace, name)
+            outcome = DONE if vm is None else self.reconcile(vm)
+        except ConflictError as exc:
+            log.info("%s/%s: %s; retrying", namespace, name, exc)
+            return Outcome(immediately=True)
+        except ApiError as exc:
+            log.warning("%s/%s: %s", namespace, name, exc)
+            if vm is not None and self._failures.get(key) != str(exc):
+                self._failures[key] = str(exc)
+                self._event(vm, "Warning", c.EVENT_RECONCILE_FAILED, str(exc))
+            return RETRY
+        self._failures.pop(key, None)
+        return outcome
+
+    def reconcile(self, vm: Mapping[str, Any]) -> Outcome:
+        """One pass over `vm` (as just read); raises ApiError on API failures."""
+        if _meta(vm).get("deletionTimestamp"):
+            return self._finalize(vm)
+        if c.FINALIZER not in _finalizers(vm):
+            vm = self._gw.set_vm_finalizers(vm, [*_finalizers(vm), c.FINALIZER])
+        kind, provider, assessment = self._look_up(vm)
+        if assessment.link is Link.LINKED and kind is not None and provider is not None:
+            provider = self._gw.set_provider_owners(
+                kind, provider, adopted_owner_references(vm, provider)
+            )
+            self._event(vm, "Normal", c.EVENT_ADOPTED, f"adopted {_provider_ref(vm)}")
+            assessment = assess_link(vm, provider)
+        reading = None
+        if assessment.link is Link.ADOPTED and provider is not None:
+            reading = read_provider_status(provider)
+        self._report(vm, Observation(assessment=assessment, reading=reading))
+        if not assessment.link.mutual:
+            return RETRY
+        if kind is not None and not kind.watched:
+            return Outcome(requeue_after=self._poll)
+        return DONE
+
+    def _look_up(
+        self, vm: Mapping[str, Any]
+    ) -> tuple[ProviderKind | None, dict[str, Any] | None, LinkAssessment]:
+        ref = vm.get("spec", {}).get("infrastructureRef", {})
+        try:
+            kind = self._gw.resolve_kind(str(ref.get("apiGroup")), str(ref.get("kind")))
+        except KindNotServedError as exc:
+            return None, None, LinkAssessment(Link.KIND_NOT_SERVED, str(exc))
+        provider = self._gw.get_provider(kind, _meta(vm)["namespace"], str(ref.get("name")))
+        return kind, provider, assess_link(vm, provider)
+
+    def _report(self, vm: Mapping[str, Any], observation: Observation) -> None:
+        desired = desired_status(vm, observation, now=self._clock())
+        current = vm.get("status")
+        patch = status_patch(current, desired)
+        if patch is None:
+            return
+        self._gw.patch_vm_status(vm, patch)
+        before = find_condition((current or {}).get("conditions"), c.CONDITION_READY)
+        after = find_condition(desired.get("conditions"), c.CONDITION_READY)
+        if after is None or observation.deleting:
+            return
+        if before is not None and all(before.get(k) == after.get(k) for k in _EVENT_KEYS):
+            return
+        self._event_for_ready(vm, observation.assessment.link, after)
+
+    def _event_for_ready(self, vm: Mapping[str, Any], link: Link, ready: Mapping[str, Any]) -> None:
+        status, reason, message = ready["status"], ready["reason"], ready["message"]
+        if status == c.STATUS_TRUE:
+            self._event(vm, "Normal", c.EVENT_READY, message or "the VM is ready")
+        elif link is Link.KIND_NOT_SERVED:
+            self._event(vm, "Warning", c.EVENT_PROVIDER_KIND_UNKNOWN, message)
+        elif reason == c.REASON_WAITING:
+            self._event(vm, "Normal", c.REASON_WAITING, message)
+        else:
+            self._event(vm, "Warning", reason, message or f"the VM is not ready ({reason})")
+
+    def _finalize(self, vm: Mapping[str, Any]) -> Outcome:
+        if c.FINALIZER not in _finalizers(vm):
+            return DONE
+        kind, provider, assessment = self._look_up(vm)
+        if provider is None or kind is None:
+            self._release(vm, c.EVENT_INFRASTRUCTURE_DELETED, "no provider object remains")
+            return DONE
+        if not assessment.link.mutual:
+            self._release(
+                vm,
+                c.EVENT_INFRASTRUCTURE_LEFT,
+                f"{assessment.message}; it was not deleted",
+                type_="Warning",
+            )
+            return DONE
+        reading = read_provider_status(provider) if assessment.link is Link.ADOPTED else None
+        self._report(vm, Observation(assessment=assessment, reading=reading, deleting=True))
+        if not _meta(provider).get("deletionTimestamp"):
+            self._gw.delete_provider(kind, provider)
+            self._event(
+                vm,
+                "Normal",
+                c.EVENT_DELETING_INFRASTRUCTURE,
+                f"deleting {_provider_ref(vm)}; the VM goes once it is gone",
+            )
+        return Outcome(requeue_after=None if kind.watched else self._deletion_poll)
+
+    def _release(
+        self, vm: Mapping[str, Any], reason: str, message: str, *, type_: EventType = "Normal"
+    ) -> None:
+        remaining = [f for f in _finalizers(vm) if f != c.FINALIZER]
+        self._gw.set_vm_finalizers(vm, remaining)
+        self._event(vm, type_, reason, f"{message}; finalizer released")
+
+    def _event(self, vm: Mapping[str, Any], type_: EventType, reason: str, message: str) -> None:
+        try:
+            self._gw.post_event(vm, type_=type_, reason=reason, message=message)
+        except Exception:  # an Event is a report; failing to post one must not fail the work
+            log.warning("could not post event %s for %s", reason, _meta(vm).get("name"))

@@ -1,0 +1,165 @@
+"""A deduplicating work queue with per-key backoff, and the bounded thread pool that drains it.
+
+Why not reconcile inside kopf's handlers: kopf's event handlers are not retried, its retrying
+handlers keep progress in annotations and a finalizer of its own (which an embedding process
+shares with its other controllers), and the Kubernetes client blocks. So handlers only add keys
+here; a fixed number of worker threads reconcile them, one key at a time per key (a key added
+while it is being processed is processed again afterwards, never concurrently), with
+exponential backoff for failures and timed re-checks for kinds that are not watched.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+__all__ = ["WorkQueue", "WorkerPool"]
+
+K = TypeVar("K", bound=Hashable)
+log = logging.getLogger(__name__)
+
+
+class WorkQueue(Generic[K]):
+    """Keys waiting to be processed; the same key is never handed out twice at once."""
+
+    def __init__(
+        self,
+        *,
+        base_delay: float = 0.5,
+        max_delay: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._base = base_delay
+        self._max = max_delay
+        self._clock = clock
+        self._lock = threading.Condition()
+        self._ready: deque[K] = deque()
+        self._dirty: set[K] = set()
+        self._processing: set[K] = set()
+        self._delayed: list[tuple[float, int, K]] = []
+        self._seq = itertools.count()
+        self._failures: dict[K, int] = {}
+        self._closed = False
+
+    def add(self, key: K) -> None:
+        with self._lock:
+            self._add_locked(key)
+
+    def _add_locked(self, key: K) -> None:
+        if self._closed or key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._ready.append(key)
+            self._lock.notify()
+
+    def add_after(self, key: K, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        with self._lock:
+            heapq.heappush(self._delayed, (self._clock() + delay, next(self._seq), key))
+            self._lock.notify()
+
+    def add_rate_limited(self, key: K) -> float:
+        """Add `key` after its backoff delay (doubling per consecutive failure); returns it."""
+        with self._lock:
+            failures = self._failures.get(key, 0)
+            self._failures[key] = failures + 1
+        delay: float = min(self._base * 2.0**failures, self._max)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: K) -> None:
+        """Reset the backoff of `key` (it succeeded)."""
+        with self._lock:
+            self._failures.pop(key, None)
+
+    def get(self, timeout: float | None = None) -> K | None:
+        """The next key to process, or None on shutdown or when `timeout` passes."""
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._lock:
+            while True:
+                self._promote_due_locked()
+                if self._closed:
+                    return None
+                if self._ready:
+                    key = self._ready.popleft()
+                    self._dirty.discard(key)
+                    self._processing.add(key)
+                    return key
+                wait = self._delayed[0][0] - self._clock() if self._delayed else None
+                if deadline is not None:
+                    left = deadline - self._clock()
+                    if left <= 0:
+                        return None
+                    wait = left if wait is None else min(wait, left)
+                self._lock.wait(wait)
+
+    def _promote_due_locked(self) -> None:
+        now = self._clock()
+        while self._delayed and self._delayed[0][0] <= now:
+            _, _, key = heapq.heappop(self._delayed)
+            self._add_locked(key)
+
+    def done(self, key: K) -> None:
+        """Processing of `key` finished; if it was added meanwhile, it becomes ready again."""
+        with self._lock:
+            self._processing.discard(key)
+            if key in self._dirty and not self._closed:
+                self._ready.append(key)
+                self._lock.notify()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._ready) + len(self._delayed)
+
+
+class WorkerPool(Generic[K]):
+    """A fixed number of threads that process keys from a `WorkQueue`."""
+
+    def __init__(
+        self,
+        queue: WorkQueue[K],
+        process: Callable[[K], None],
+        *,
+        workers: int,
+        name: str = "generic-worker",
+    ) -> None:
+        self._queue = queue
+        self._process = process
+        self._threads = [
+            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+            for i in range(workers)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._queue.shutdown()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout)
+
+    def _run(self) -> None:
+        while (key := self._queue.get()) is not None:
+            try:
+                self._process(key)
+            except Exception:  # a bug must not kill the worker; the key is retried with backoff
+                log.exception("processing %s failed", key)
+                self._queue.add_rate_limited(key)
+            finally:
+                self._queue.done(key)
