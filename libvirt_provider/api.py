@@ -1,0 +1,193 @@
+"""The `LibvirtMachine` kind (namespaced, `infrastructure.vm-api.io/v1alpha1`): spec and status.
+
+The spec holds only what has no portable equivalent on the generic VirtualMachine: the host, the
+domain type, overrides of the image's machine type, firmware and the class's CPU mode, console and
+graphics, autostart, the graceful-shutdown timeout and hot-plug headroom. The user owns every spec
+field; the controller never writes spec. The status is the controller's: it carries the fields of
+the vm-api.io provider status contract plus a few libvirt facts.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from catalog.base import KubeModel
+from catalog.image import MACHINE_TYPE_PATTERN, Firmware
+from catalog.machineclass import CpuSpec
+from catalog.quantity import parse_quantity
+from generic.api import Address, Condition
+from libvirt_provider.constants import DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
+
+__all__ = [
+    "ConsoleSpec",
+    "DomainTypeChoice",
+    "GraphicsType",
+    "Hotplug",
+    "LibvirtMachine",
+    "LibvirtMachineSpec",
+    "LibvirtMachineStatus",
+    "MachineAddress",
+    "MachineMeta",
+]
+
+
+class DomainTypeChoice(enum.StrEnum):
+    """`kvm` needs /dev/kvm; `qemu` is software emulation; `auto` takes kvm when the host has it."""
+
+    KVM = "kvm"
+    QEMU = "qemu"
+    AUTO = "auto"
+
+
+class GraphicsType(enum.StrEnum):
+    NONE = "None"
+    VNC = "VNC"
+    SPICE = "SPICE"
+
+
+class ConsoleSpec(KubeModel):
+    serial: bool = Field(default=True, description="Attach a serial console (virsh console).")
+    graphics: GraphicsType = Field(
+        default=GraphicsType.NONE,
+        description="Graphical console: None, VNC or SPICE, listening on the host's loopback only.",
+    )
+
+
+class Hotplug(KubeModel):
+    """Room to grow a running machine without a reboot."""
+
+    max_cpus: int | None = Field(
+        default=None,
+        alias="maxCPUs",
+        ge=1,
+        le=1024,
+        description="vCPU slots; CPU counts up to this change live. Default: the requested count.",
+    )
+    max_memory: str | None = Field(
+        default=None,
+        description="Boot-time memory ceiling; memory up to this changes live (balloon). "
+        "Default: the requested memory.",
+    )
+
+    @field_validator("max_memory")
+    @classmethod
+    def _quantity(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_quantity(value)
+        return value
+
+
+HostName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    ),
+]
+
+
+class LibvirtMachineSpec(KubeModel):
+    """Provider-only settings. Portable intent (size, image, disks, network, power) stays on the
+    linked VirtualMachine."""
+
+    host: HostName | None = Field(
+        default=None,
+        description="Host (node name) whose daemon runs this machine. Immutable once set.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "host is immutable"}
+            ]
+        },
+    )
+    domain_type: DomainTypeChoice = Field(
+        default=DomainTypeChoice.AUTO,
+        description="kvm, qemu (software emulation) or auto (kvm when the host offers it).",
+    )
+    machine_type: str | None = Field(
+        default=None,
+        pattern=MACHINE_TYPE_PATTERN,
+        description="Override of the image's machine type (pc, q35, pc-i440fx-X.Y, pc-q35-X.Y).",
+    )
+    cpu: CpuSpec | None = Field(default=None, description="Override of the class's CPU mode.")
+    firmware: Firmware | None = Field(default=None, description="Override of the image's firmware.")
+    console: ConsoleSpec = Field(
+        default_factory=ConsoleSpec, description="Serial console and graphics."
+    )
+    autostart: bool = Field(
+        default=False, description="Start the domain when libvirtd starts (host reboot)."
+    )
+    graceful_shutdown_timeout_seconds: int = Field(
+        default=DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
+        ge=1,
+        le=3600,
+        description="How long a Soft or TrySoft power-off waits for the guest before giving up "
+        "(Soft) or forcing it (TrySoft).",
+    )
+    hotplug: Hotplug | None = Field(default=None, description="Headroom for live resizing.")
+
+
+class MachineAddress(Address):
+    """A contract address plus where it was learned."""
+
+    source: Literal["lease", "agent", "arp"] | None = None
+    """How the address was learned: DHCP lease, guest agent or ARP table."""
+
+
+class LibvirtMachineStatus(KubeModel):
+    """Written by the controller only. The first six fields are the provider status contract."""
+
+    conditions: list[Condition] | None = Field(
+        default=None,
+        max_length=16,
+        description="InfrastructureReady and UpToDate (contract), keyed by type.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    power_state: str | None = Field(
+        default=None,
+        max_length=64,
+        description="PoweredOn, PoweredOff, Suspended, Paused or Crashed; absent in transition.",
+    )
+    provider_id: str | None = Field(
+        default=None,
+        alias="providerID",
+        max_length=1024,
+        description="Stable id: libvirt://<host>/<domain UUID>.",
+    )
+    addresses: list[MachineAddress] | None = Field(
+        default=None, max_length=64, description="Guest addresses per NIC, matched by MAC."
+    )
+    provider_metadata: dict[str, Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, max_length=64, description="Host, domain name and UUID."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The LibvirtMachine generation this status describes."
+    )
+    pending_changes: list[Annotated[str, Field(max_length=1024)]] | None = Field(
+        default=None,
+        max_length=64,
+        description="Accepted changes that wait for the next power cycle.",
+    )
+
+
+class MachineMeta(KubeModel):
+    """The metadata the resolver needs: identity, and the annotation linking the generic VM."""
+
+    name: HostName
+    namespace: str = Field(min_length=1, max_length=63)
+    uid: str = Field(min_length=1, max_length=64)
+    generation: int | None = None
+    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class LibvirtMachine(KubeModel):
+    metadata: MachineMeta
+    spec: LibvirtMachineSpec = Field(default_factory=LibvirtMachineSpec)
+    status: LibvirtMachineStatus | None = None

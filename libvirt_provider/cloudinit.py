@@ -1,0 +1,126 @@
+"""The cloud-init NoCloud seed: meta-data, user-data and network-config on a `cidata` ISO.
+
+Built entirely in memory with pycdlib (never in a temporary directory), so Secret contents touch no
+disk on the host except inside the pool volume the controller uploads the ISO into. The ISO has
+Joliet and Rock Ridge names (`meta-data`, `user-data`, `network-config`) because cloud-init looks
+the files up by those exact lowercase names, which plain ISO 9660 cannot spell.
+
+It writes no default user, password or key: only what the VM asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pycdlib
+import yaml
+
+from libvirt_provider.resolved import CloudInitData
+
+__all__ = [
+    "VOLUME_LABEL",
+    "NetworkInterfaceConfig",
+    "build_cidata_iso",
+    "cloud_init_digest",
+    "meta_data",
+    "network_config",
+]
+
+VOLUME_LABEL = "cidata"
+# NoCloud insists on a user-data file; an empty cloud-config is the "nothing to do" document.
+EMPTY_USER_DATA = b"#cloud-config\n{}\n"
+
+
+@dataclass(frozen=True)
+class NetworkInterfaceConfig:
+    """One NIC of a generated network-config (version 2), matched in the guest by MAC address."""
+
+    name: str
+    mac: str
+    addresses: Sequence[str] = ()  # with prefix length, e.g. 10.0.0.5/24
+    dhcp4: bool = True
+    dhcp6: bool = False
+    gateway4: str | None = None
+    gateway6: str | None = None
+
+
+def meta_data(data: CloudInitData) -> bytes:
+    document: dict[str, object] = {"instance-id": data.instance_id}
+    if data.hostname is not None:
+        document["local-hostname"] = data.hostname
+    if data.ssh_public_keys:
+        document["public-keys"] = list(data.ssh_public_keys)
+    return yaml.safe_dump(document, sort_keys=True).encode()
+
+
+def network_config(
+    interfaces: Sequence[NetworkInterfaceConfig],
+    *,
+    nameservers: Sequence[str] = (),
+    search_domains: Sequence[str] = (),
+) -> bytes:
+    """A network-config v2 document for the NICs, in order."""
+    ethernets: dict[str, object] = {}
+    for nic in interfaces:
+        entry: dict[str, object] = {
+            "match": {"macaddress": nic.mac},
+            "dhcp4": nic.dhcp4,
+            "dhcp6": nic.dhcp6,
+        }
+        if nic.addresses:
+            entry["addresses"] = list(nic.addresses)
+        routes = [
+            {"to": "default", "via": via}
+            for via in (nic.gateway4, nic.gateway6)
+            if via is not None and nic.addresses
+        ]
+        if routes:
+            entry["routes"] = routes
+        if nameservers or search_domains:
+            entry["nameservers"] = {
+                "addresses": list(nameservers),
+                "search": list(search_domains),
+            }
+        ethernets[nic.name] = entry
+    document = {"network": {"version": 2, "ethernets": ethernets}}
+    return yaml.safe_dump(document, sort_keys=False).encode()
+
+
+def _files(data: CloudInitData) -> list[tuple[str, bytes]]:
+    user = data.user_data.get_secret_value() if data.user_data is not None else EMPTY_USER_DATA
+    files = [("meta-data", meta_data(data)), ("user-data", user)]
+    if data.network_config is not None:
+        files.append(("network-config", data.network_config.get_secret_value()))
+    return files
+
+
+def cloud_init_digest(data: CloudInitData) -> str:
+    """sha256 over the seed's files: equal digests mean an equivalent ISO (timestamps aside)."""
+    digest = hashlib.sha256()
+    for name, content in _files(data):
+        digest.update(f"{name}\x00{len(content)}\x00".encode())
+        digest.update(content)
+    return digest.hexdigest()
+
+
+def build_cidata_iso(data: CloudInitData) -> bytes:
+    """The NoCloud ISO image for `data`, as bytes ready to upload into a pool volume."""
+    iso = pycdlib.PyCdlib()
+    iso.new(interchange_level=3, joliet=3, rock_ridge="1.09", vol_ident=VOLUME_LABEL)
+    try:
+        for index, (name, content) in enumerate(_files(data)):
+            iso.add_fp(
+                io.BytesIO(content),
+                len(content),
+                f"/FILE{index}.;1",
+                rr_name=name,
+                joliet_path=f"/{name}",
+            )
+        out = io.BytesIO()
+        iso.write_fp(out)
+        return out.getvalue()
+    finally:
+        iso.close()

@@ -1,0 +1,90 @@
+"""Builders for resolver tests: a valid linked pair, a catalog and a host, each overridable."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from catalog.image import LibvirtImage
+from catalog.lookup import Catalog
+from catalog.machineclass import LibvirtMachineClass
+from catalog.network import LibvirtNetwork
+from catalog.storage import LibvirtStorageClass
+from libvirt_provider.driver.base import HostFacts
+
+UID = "6f1d3c2a-8b4e-4d7a-9c1b-2e3f4a5b6c7d"
+SHA = "ab" * 32
+HOST = HostFacts(
+    hostname="node-1",
+    arch="x86_64",
+    domain_types=frozenset({"qemu", "kvm"}),
+    pools=frozenset({"vmapi-lab", "fast"}),
+    networks=frozenset({"vmapi-lab"}),
+)
+
+
+def host(**overrides: Any) -> HostFacts:
+    fields = {
+        "hostname": HOST.hostname,
+        "arch": HOST.arch,
+        "domain_types": HOST.domain_types,
+        "pools": HOST.pools,
+        "networks": HOST.networks,
+    }
+    fields.update(overrides)
+    return HostFacts(**fields)
+
+
+def ref(kind: str, name: str, group: str = "infrastructure.vm-api.io") -> dict[str, str]:
+    return {"apiGroup": group, "kind": kind, "name": name}
+
+
+def vm_spec(**overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "infrastructureRef": ref("LibvirtMachine", "web"),
+        "instanceType": {"name": "small"},
+        "bootDisk": {"source": {"image": ref("LibvirtImage", "tiny")}, "sizeGiB": 2},
+    }
+    spec.update(copy.deepcopy(overrides))
+    return spec
+
+
+def machine(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    metadata = {"name": "web", "namespace": "default", "uid": UID}
+    metadata.update(meta)
+    return {"metadata": metadata, "spec": spec or {}}
+
+
+def image(name: str = "tiny", **spec: Any) -> LibvirtImage:
+    body: dict[str, Any] = {"source": {"volume": {"pool": "vmapi-lab", "volume": "guest.qcow2"}}}
+    body.update(spec)
+    return LibvirtImage.model_validate({"metadata": {"name": name}, "spec": body})
+
+
+def machine_class(name: str = "small", **spec: Any) -> LibvirtMachineClass:
+    body: dict[str, Any] = {"cpus": 1, "memory": "256Mi"}
+    body.update(spec)
+    return LibvirtMachineClass.model_validate({"metadata": {"name": name}, "spec": body})
+
+
+def network(name: str = "lab", **spec: Any) -> LibvirtNetwork:
+    body: dict[str, Any] = {"source": {"network": "vmapi-lab"}, "default": True}
+    body.update(spec)
+    return LibvirtNetwork.model_validate({"metadata": {"name": name}, "spec": body})
+
+
+def storage_class(name: str = "standard", **spec: Any) -> LibvirtStorageClass:
+    body: dict[str, Any] = {"pool": "vmapi-lab", "default": True}
+    body.update(spec)
+    return LibvirtStorageClass.model_validate({"metadata": {"name": name}, "spec": body})
+
+
+def catalog(**kinds: Any) -> Catalog:
+    defaults: dict[str, Any] = {
+        "images": [image()],
+        "machine_classes": [machine_class()],
+        "networks": [network()],
+        "storage_classes": [storage_class()],
+    }
+    defaults.update(kinds)
+    return Catalog.of(**defaults)
