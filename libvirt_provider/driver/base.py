@@ -136,6 +136,10 @@ class Hypervisor(Protocol):
         """Save memory to disk and stop; the next start resumes from the image."""
         ...
 
+    def discard_saved_state(self, uuid: str) -> None:
+        """Drop a managed-save image, so the next start is a cold boot."""
+        ...
+
     def resume(self, uuid: str) -> None:
         """Unpause a paused domain."""
         ...

@@ -149,6 +149,10 @@ class FakeHypervisor:
         dom.has_managed_save = True
         self._notify(uuid)
 
+    def discard_saved_state(self, uuid: str) -> None:
+        self._enter("discard_saved_state")
+        self._dom(uuid).has_managed_save = False
+
     def resume(self, uuid: str) -> None:
         self._enter("resume")
         dom = self._dom(uuid)

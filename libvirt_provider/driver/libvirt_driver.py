@@ -274,6 +274,9 @@ class LibvirtHypervisor:
     def managed_save(self, uuid: str) -> None:
         self._call(lambda c: self._domain(c, uuid).managedSave(0))
 
+    def discard_saved_state(self, uuid: str) -> None:
+        self._call(lambda c: self._domain(c, uuid).managedSaveRemove(0))
+
     def resume(self, uuid: str) -> None:
         self._call(lambda c: self._domain(c, uuid).resume())
 
