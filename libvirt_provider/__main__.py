@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
+
+from libvirt_provider.daemon import DaemonConfig, default_host, run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,23 +21,65 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--kubeconfig",
-        help="kubeconfig to use; defaults to in-cluster configuration, then $KUBECONFIG",
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig to use; default $KUBECONFIG, else in-cluster configuration",
     )
     parser.add_argument(
         "--libvirt-uri",
-        help="libvirt connection URI; defaults to $LIBVIRT_DEFAULT_URI, then qemu:///system",
+        default=os.environ.get("LIBVIRT_DEFAULT_URI", "qemu:///system"),
+        help="libvirt connection URI; default $LIBVIRT_DEFAULT_URI, else qemu:///system",
     )
+    parser.add_argument(
+        "--host",
+        help="this host's name, matched against the infrastructure.vm-api.io/host label of "
+        "LibvirtMachines; default $NODE_NAME, else the hostname",
+    )
+    parser.add_argument(
+        "--domain-types",
+        help="comma-separated domain types this host may offer (kvm, qemu); default: whatever "
+        "libvirt's capabilities list. Use 'qemu' where /dev/kvm exists but cannot run guests",
+    )
+    parser.add_argument("--health-address", default="0.0.0.0", help="health endpoint address")
+    parser.add_argument("--health-port", type=int, default=9440, help="health endpoint port")
+    parser.add_argument(
+        "--no-generic",
+        action="store_true",
+        help="do not run the embedded generic VirtualMachine controller",
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE", "kube-system"),
+        help="namespace of the Lease that elects the daemon running the generic controller",
+    )
+    parser.add_argument("--workers", type=int, default=4, help="reconcile threads per controller")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help()
-    print(
-        "\nThe controllers are not wired in yet; this build only prints its help.", file=sys.stderr
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return 0
+    domain_types = (
+        frozenset(t.strip() for t in args.domain_types.split(",") if t.strip())
+        if args.domain_types
+        else None
+    )
+    return run(
+        DaemonConfig(
+            kubeconfig=args.kubeconfig,
+            libvirt_uri=args.libvirt_uri,
+            host=args.host or default_host(),
+            domain_types=domain_types,
+            health_address=args.health_address,
+            health_port=args.health_port,
+            generic=not args.no_generic,
+            lease_namespace=args.lease_namespace,
+            workers=args.workers,
+        )
+    )
 
 
 if __name__ == "__main__":

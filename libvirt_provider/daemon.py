@@ -1,0 +1,263 @@
+"""The daemon: both controllers, a health endpoint and a clean stop, in one process per host.
+
+Threads, and why:
+
+- The LibvirtMachine controller runs in every daemon, in a kopf operator of its own, on its own
+  thread and event loop, watching only this host's machines.
+- The generic VirtualMachine controller is cluster-wide work: exactly one daemon runs it at a time.
+  A `coordination.k8s.io` Lease elects it (the Kubernetes client's elector); the winner starts a
+  second kopf operator, on another thread, and stops it if it loses the Lease. Two operators, not
+  one with two sets of handlers, because kopf cancels every task of its event loop when an operator
+  stops, and because its finalizer and storage settings are per operator.
+- A small HTTP server answers `/healthz` (200 while the controller's operator runs and libvirt
+  answers) for the DaemonSet's liveness probe.
+
+SIGTERM or SIGINT stops both operators, waits for in-flight reconciles, closes the libvirt
+connection and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+from kubernetes.leaderelection import electionconfig, leaderelection
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+from generic.adapters.operator import configure_settings as configure_generic_settings
+from generic.adapters.operator import register as register_generic
+from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from libvirt_provider.kube import KubeAdapter
+from libvirt_provider.operator import MachineController
+from libvirt_provider.operator import configure_settings as configure_provider_settings
+from libvirt_provider.operator import register as register_provider
+from libvirt_provider.reconciler import MachineReconciler
+
+__all__ = ["DaemonConfig", "run"]
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "vm-api-generic-controller"
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    kubeconfig: str | None
+    libvirt_uri: str
+    host: str
+    domain_types: frozenset[str] | None
+    health_address: str
+    health_port: int
+    generic: bool
+    lease_namespace: str
+    workers: int
+
+
+class _Operator:
+    """A kopf operator on a thread of its own, stoppable from outside."""
+
+    def __init__(self, name: str, registry: kopf.OperatorRegistry, settings: Any) -> None:
+        self.name = name
+        self._registry = registry
+        self._settings = settings
+        self._stop = threading.Event()
+        self.ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(
+                kopf.operator(
+                    registry=self._registry,
+                    settings=self._settings,
+                    standalone=True,
+                    clusterwide=True,
+                    stop_flag=self._stop,
+                    ready_flag=self.ready,
+                )
+            )
+        except Exception:
+            log.exception("operator %s ended with an error", self.name)
+        finally:
+            log.info("operator %s stopped", self.name)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+def _login(registry: kopf.OperatorRegistry, prefix: str) -> None:
+    @kopf.on.login(registry=registry, id=f"{prefix}/login")
+    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)
+
+
+def _load_kube_config(kubeconfig: str | None) -> client.ApiClient:
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    else:
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+class _GenericLeader:
+    """Runs the generic controller while this daemon holds the Lease."""
+
+    def __init__(self, cfg: DaemonConfig, api: client.ApiClient) -> None:
+        self._cfg = cfg
+        self._api = api
+        self._operator: _Operator | None = None
+        self._stopping = threading.Event()
+        self.identity = f"{cfg.host}-{os.getpid()}"
+
+    def start(self) -> None:
+        threading.Thread(target=self._elect, name="leader-election", daemon=True).start()
+
+    def _elect(self) -> None:
+        lock = LeaseLock(  # type: ignore[no-untyped-call]
+            LEASE_NAME, self._cfg.lease_namespace, self.identity
+        )
+        while not self._stopping.is_set():
+            election = leaderelection.LeaderElection(  # type: ignore[no-untyped-call]
+                electionconfig.Config(  # type: ignore[no-untyped-call]
+                    lock,
+                    lease_duration=15,
+                    renew_deadline=10,
+                    retry_period=2,
+                    onstarted_leading=self._lead,
+                    onstopped_leading=self._follow,
+                )
+            )
+            try:
+                election.run()  # type: ignore[no-untyped-call]
+            except Exception:
+                log.exception("leader election failed; retrying")
+            self._stopping.wait(2)
+
+    def _lead(self) -> None:
+        log.info("%s leads: starting the generic controller", self.identity)
+        registry = kopf.OperatorRegistry()
+        _login(registry, "vm-api-generic")
+        register_generic(registry, api_client=self._api, workers=self._cfg.workers)
+        settings = kopf.OperatorSettings()
+        configure_generic_settings(settings)
+        self._operator = _Operator("generic-operator", registry, settings)
+        self._operator.start()
+
+    def _follow(self) -> None:
+        log.warning("%s lost the lease: stopping the generic controller", self.identity)
+        self._stop_operator()
+
+    def _stop_operator(self) -> None:
+        if self._operator is not None:
+            self._operator.stop()
+            self._operator = None
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._stop_operator()
+
+
+def _health_server(cfg: DaemonConfig, healthy: Callable[[], bool]) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path not in ("/healthz", "/readyz"):
+                self.send_error(404)
+                return
+            ok = healthy()
+            body = b"ok\n" if ok else b"unhealthy\n"
+            self.send_response(200 if ok else 503)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("health: " + format, *args)
+
+    server = ThreadingHTTPServer((cfg.health_address, cfg.health_port), Handler)
+    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    return server
+
+
+def run(cfg: DaemonConfig) -> int:
+    api = _load_kube_config(cfg.kubeconfig)
+    hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
+    reconciler = MachineReconciler(
+        store=KubeAdapter(api, host=cfg.host),
+        hypervisor=hypervisor,
+        host=cfg.host,
+        domain_types=cfg.domain_types,
+    )
+    controller = MachineController(reconciler, workers=cfg.workers)
+    hypervisor.add_lifecycle_listener(controller.on_domain_event)
+    hypervisor.add_reconnect_listener(controller.wake_all)
+
+    registry = kopf.OperatorRegistry()
+    _login(registry, "libvirt-machine")
+    register_provider(registry, controller=controller, host=cfg.host)
+    settings = kopf.OperatorSettings()
+    configure_provider_settings(settings)
+    provider = _Operator("provider-operator", registry, settings)
+
+    def healthy() -> bool:
+        if not provider.alive():
+            return False
+        try:
+            hypervisor.host_facts()
+        except Exception:
+            return False
+        return True
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    health = _health_server(cfg, healthy)
+    provider.start()
+    leader = _GenericLeader(cfg, api) if cfg.generic else None
+    if leader is not None:
+        leader.start()
+    log.info(
+        "libvirt-provider on host %s: libvirt %s, health on %s:%d, generic controller %s",
+        cfg.host,
+        cfg.libvirt_uri,
+        cfg.health_address,
+        health.server_port,
+        "by lease election" if leader else "disabled",
+    )
+    while not stop.wait(1.0):
+        if not provider.alive():
+            log.error("the LibvirtMachine operator stopped unexpectedly; exiting")
+            break
+    log.info("stopping")
+    if leader is not None:
+        leader.stop()
+    provider.stop()
+    health.shutdown()
+    hypervisor.close()
+    return 0 if stop.is_set() else 1
+
+
+def default_host() -> str:
+    return os.environ.get("NODE_NAME") or socket.gethostname()
