@@ -31,6 +31,7 @@ from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from generic import constants as c
 from generic.errors import ApiError
@@ -106,7 +107,7 @@ class _KindWatch:
                 self.established.set()
                 backoff = 0.5
                 self._follow(kind, resource_version)
-            except (ApiError, ApiException, OSError, ValueError) as exc:
+            except (ApiError, ApiException, HTTPError, OSError, ValueError) as exc:
                 self.established.clear()
                 log.info("watch of %s.%s interrupted: %s", self.kind, self.group, exc)
             except Exception:  # a bug must not end prompt propagation for good

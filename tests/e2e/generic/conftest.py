@@ -1,0 +1,281 @@
+"""Fixtures for the generic controller against the lab's real kube-apiserver.
+
+One controller process (`python -m generic`) per session, serving only this session's namespaces
+(`gen-e2e-<session>-*`), so parallel test runs and other controllers in the lab do not meet it.
+Provider kinds are stub CRDs whose status the tests write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from generic import constants as c
+from generic.crd import CRD_PATH
+from tests.e2e.conftest import REPO, LabInfo
+from tests.eventually import eventually
+
+SESSION = uuid.uuid4().hex[:6]
+NAMESPACE_PREFIX = f"gen-e2e-{SESSION}-"
+
+
+def install_crd(api_client: client.ApiClient, crd: dict[str, Any]) -> None:
+    """Create or update `crd` and wait until it is served."""
+    ext = client.ApiextensionsV1Api(api_client)
+    name = crd["metadata"]["name"]
+    try:
+        ext.create_custom_resource_definition(crd)
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+        current = ext.read_custom_resource_definition(name)
+        crd = {
+            **crd,
+            "metadata": {**crd["metadata"], "resourceVersion": current.metadata.resource_version},
+        }
+        ext.replace_custom_resource_definition(name, crd)
+
+    def established() -> bool:
+        got = ext.read_custom_resource_definition(name)
+        return any(
+            cond.type == "Established" and cond.status == "True"
+            for cond in (got.status.conditions or [])
+        )
+
+    eventually(established, timeout=30, what=f"CRD {name} established")
+
+
+def stub_crd(group: str, *, kind: str = "StubMachine", labelled: bool = True) -> dict[str, Any]:
+    plural = kind.lower() + "s"
+    metadata: dict[str, Any] = {"name": f"{plural}.{group}"}
+    if labelled:
+        metadata["labels"] = {c.PROVIDER_CRD_LABEL: c.PROVIDER_CRD_LABEL_VALUE}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": metadata,
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+@dataclass
+class StubKind:
+    group: str
+    kind: str = "StubMachine"
+    plural: str = "stubmachines"
+    version: str = "v1"
+
+
+@dataclass
+class Cluster:
+    """Helpers over the real API for one test namespace."""
+
+    api: client.ApiClient
+    namespace: str
+    stub: StubKind
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def vm_body(self, name: str, *, target: str | None = None, **spec: Any) -> dict[str, Any]:
+        ref = {"apiGroup": self.stub.group, "kind": self.stub.kind, "name": target or name}
+        return {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"infrastructureRef": ref, **spec},
+        }
+
+    def create_vm(self, name: str, *, target: str | None = None, **spec: Any) -> dict[str, Any]:
+        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            c.GROUP, c.VERSION, self.namespace, c.PLURAL, self.vm_body(name, target=target, **spec)
+        )
+        return created
+
+    def vm(self, name: str) -> dict[str, Any] | None:
+        try:
+            got: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                c.GROUP, c.VERSION, self.namespace, c.PLURAL, name
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return got
+
+    def patch_vm(self, name: str, body: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            c.GROUP, c.VERSION, self.namespace, c.PLURAL, name, body
+        )
+
+    def delete_vm(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(
+            c.GROUP, c.VERSION, self.namespace, c.PLURAL, name
+        )
+
+    def create_provider(
+        self,
+        name: str,
+        *,
+        backlink: str | None = None,
+        owners: list[dict[str, Any]] | None = None,
+        finalizers: list[str] | None = None,
+        stub: StubKind | None = None,
+    ) -> dict[str, Any]:
+        kind = stub or self.stub
+        meta: dict[str, Any] = {"name": name, "namespace": self.namespace}
+        if backlink is not None:
+            meta["annotations"] = {c.LINK_ANNOTATION: backlink}
+        if owners is not None:
+            meta["ownerReferences"] = owners
+        if finalizers is not None:
+            meta["finalizers"] = finalizers
+        body = {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.kind, "metadata": meta}
+        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            kind.group, kind.version, self.namespace, kind.plural, body
+        )
+        return created
+
+    def provider(self, name: str, *, stub: StubKind | None = None) -> dict[str, Any] | None:
+        kind = stub or self.stub
+        try:
+            got: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                kind.group, kind.version, self.namespace, kind.plural, name
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return got
+
+    def patch_provider(self, name: str, body: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            self.stub.group, self.stub.version, self.namespace, self.stub.plural, name, body
+        )
+
+    def write_provider_status(self, name: str, status: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            self.stub.group,
+            self.stub.version,
+            self.namespace,
+            self.stub.plural,
+            name,
+            {"status": status},
+        )
+
+    def delete_provider(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(
+            self.stub.group, self.stub.version, self.namespace, self.stub.plural, name
+        )
+
+    def condition(self, vm: str, type_: str) -> dict[str, Any] | None:
+        got = self.vm(vm) or {}
+        for item in got.get("status", {}).get("conditions", []):
+            if item.get("type") == type_:
+                return dict(item)
+        return None
+
+    def event_reasons(self, vm: str) -> list[str]:
+        events = client.CoreV1Api(self.api).list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={vm}"
+        )
+        return [e.reason for e in events.items]
+
+
+@pytest.fixture(scope="session")
+def vm_crd(api_client: client.ApiClient) -> None:
+    install_crd(api_client, yaml.safe_load(CRD_PATH.read_text()))
+
+
+@pytest.fixture(scope="session")
+def stub_kind(api_client: client.ApiClient) -> Iterator[StubKind]:
+    stub = StubKind(group=f"stub-{SESSION}.generic.e2e.test")
+    install_crd(api_client, stub_crd(stub.group))
+    yield stub
+    with contextlib.suppress(client.ApiException):
+        client.ApiextensionsV1Api(api_client).delete_custom_resource_definition(
+            f"{stub.plural}.{stub.group}"
+        )
+
+
+@pytest.fixture(scope="session")
+def controller(
+    lab: LabInfo, vm_crd: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """`python -m generic` serving this session's namespaces; yields its log file."""
+    log = tmp_path_factory.mktemp("generic") / "controller.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "generic",
+                "--kubeconfig",
+                lab.kubeconfig,
+                "--namespace",
+                f"{NAMESPACE_PREFIX}*",
+            ],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    eventually(
+        lambda: "generic controller started" in log.read_text(),
+        timeout=30,
+        what="controller started",
+    )
+    yield log
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    tail = log.read_text()
+    assert "Traceback" not in tail, f"the controller logged a traceback:\n{tail[-4000:]}"
+
+
+@pytest.fixture
+def cluster(
+    api_client: client.ApiClient,
+    controller: Path,
+    stub_kind: StubKind,
+    request: pytest.FixtureRequest,
+) -> Iterator[Cluster]:
+    core = client.CoreV1Api(api_client)
+    name = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield Cluster(api=api_client, namespace=name, stub=stub_kind)
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespace(name)
