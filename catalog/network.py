@@ -90,12 +90,18 @@ class StaticAddressing(KubeModel):
     @field_validator("ipv4_gateway")
     @classmethod
     def _v4(cls, value: str | None) -> str | None:
-        return None if value is None else str(ipaddress.IPv4Address(value))
+        try:
+            return None if value is None else str(ipaddress.IPv4Address(value))
+        except ValueError:
+            raise ValueError("ipv4Gateway must be a bare IPv4 address") from None
 
     @field_validator("ipv6_gateway")
     @classmethod
     def _v6(cls, value: str | None) -> str | None:
-        return None if value is None else str(ipaddress.IPv6Address(value))
+        try:
+            return None if value is None else str(ipaddress.IPv6Address(value))
+        except ValueError:
+            raise ValueError("ipv6Gateway must be a bare IPv6 address") from None
 
 
 class LibvirtNetworkSpec(KubeModel):
