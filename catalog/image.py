@@ -155,6 +155,8 @@ class GuestHints(KubeModel):
 
 
 class LibvirtImageSpec(KubeModel):
+    """Where the image comes from, its format, the firmware it boots and hints about its guest."""
+
     source: ImageSource = Field(description="Where the image's bytes come from.")
     format: ImageFormat = Field(default=ImageFormat.QCOW2, description="qcow2 or raw.")
     firmware: Firmware = Field(default_factory=Firmware, description="Firmware the image boots.")
@@ -183,6 +185,8 @@ class ImageHostStatus(KubeModel):
 
 
 class LibvirtImageStatus(KubeModel):
+    """Import progress per host, written by the controllers that import the image."""
+
     hosts: list[ImageHostStatus] = Field(default_factory=list, description="Per-host import state.")
 
 

@@ -73,6 +73,8 @@ class HugePages(KubeModel):
 
 
 class LibvirtMachineClassSpec(KubeModel):
+    """vCPUs and memory, with the CPU model, topology and memory backing to present."""
+
     cpus: int = Field(ge=1, le=1024, description="Number of vCPUs.")
     memory: str = Field(description="Guest memory as a Kubernetes quantity, e.g. 2Gi.")
     cpu: CpuSpec | None = Field(

@@ -105,6 +105,8 @@ class StaticAddressing(KubeModel):
 
 
 class LibvirtNetworkSpec(KubeModel):
+    """The host-side attachment of a NIC, its model, and how to learn the guest's addresses."""
+
     source: NetworkSource = Field(description="What the NIC attaches to on the host.")
     nic_model: NicModel | None = Field(
         default=None, description="NIC model; unset means the image's hint."

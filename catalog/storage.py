@@ -16,6 +16,8 @@ __all__ = ["LibvirtStorageClass", "LibvirtStorageClassSpec"]
 
 
 class LibvirtStorageClassSpec(KubeModel):
+    """The pool that holds disks of this storage class, and the format of blank disks."""
+
     pool: VolumeName = Field(description="libvirt storage pool that holds this class's volumes.")
     host_pools: dict[str, VolumeName] = Field(
         default_factory=dict, description="Per-host pool overrides: host name -> pool name."

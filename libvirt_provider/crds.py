@@ -1,0 +1,187 @@
+"""CRDs of the `infrastructure.vm-api.io` group, generated from the pydantic models.
+
+`python -m libvirt_provider.crds` rewrites `crds/infrastructure.vm-api.io_<plural>.yaml`; with
+`--check` it only fails when a committed file differs from what the models produce. The models are
+the one source of truth; the generator is `generic.crdgen`, shared with the VirtualMachine CRD.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from catalog.image import LibvirtImageSpec, LibvirtImageStatus
+from catalog.machineclass import LibvirtMachineClassSpec
+from catalog.network import LibvirtNetworkSpec
+from catalog.storage import LibvirtStorageClassSpec
+from generic.constants import CATEGORY, CONDITION_INFRASTRUCTURE_READY
+from generic.crdgen import CrdSpec, PrinterColumn, build_crd, render_yaml, write_if_changed
+from libvirt_provider import constants as c
+from libvirt_provider.api import LibvirtMachineSpec, LibvirtMachineStatus
+
+__all__ = ["CRDS", "CRD_DIR", "crd_path", "main"]
+
+CRD_DIR = Path(__file__).resolve().parents[1] / "crds"
+CATALOG_CATEGORY = "libvirt-catalog"
+_READY = f'.status.conditions[?(@.type=="{CONDITION_INFRASTRUCTURE_READY}")]'
+
+LIBVIRT_MACHINE = CrdSpec(
+    group=c.GROUP,
+    version=c.VERSION,
+    kind=c.MACHINE_KIND,
+    plural=c.MACHINE_PLURAL,
+    singular="libvirtmachine",
+    description=(
+        "A libvirt domain on one host, realising the vm-api.io VirtualMachine named by the "
+        "annotation vm-api.io/virtual-machine. The spec holds provider-only settings (owned by "
+        "the user); the status follows the vm-api.io provider status contract (owned by the "
+        "controller)."
+    ),
+    spec_model=LibvirtMachineSpec,
+    status_model=LibvirtMachineStatus,
+    short_names=c.MACHINE_SHORT_NAMES,
+    categories=(CATEGORY, "libvirt"),
+    labels={c.VM_API_CRD_LABEL: c.VM_API_CRD_LABEL_VALUE},
+    printer_columns=(
+        PrinterColumn("Host", ".spec.host", description="Host that runs the domain"),
+        PrinterColumn("Power", ".status.powerState", description="Observed power state"),
+        PrinterColumn("Ready", f"{_READY}.status", description="InfrastructureReady"),
+        PrinterColumn("Reason", f"{_READY}.reason", description="Why (not) ready"),
+        PrinterColumn(
+            "IP",
+            '.status.addresses[?(@.type=="InternalIP")].address',
+            description="Guest addresses",
+            priority=1,
+        ),
+        PrinterColumn("Provider-ID", ".status.providerID", priority=1),
+    ),
+    spec_required=False,
+)
+
+LIBVIRT_IMAGE = CrdSpec(
+    group=c.GROUP,
+    version=c.VERSION,
+    kind=c.IMAGE_KIND,
+    plural="libvirtimages",
+    singular="libvirtimage",
+    description=(
+        "A boot or data disk image for libvirt machines: an http(s) URL with its SHA-256, or a "
+        "volume already in a pool; its format, firmware and guest hints. Cluster-scoped."
+    ),
+    spec_model=LibvirtImageSpec,
+    status_model=LibvirtImageStatus,
+    scope="Cluster",
+    categories=(CATALOG_CATEGORY,),
+    printer_columns=(
+        PrinterColumn("Format", ".spec.format"),
+        PrinterColumn("Firmware", ".spec.firmware.type"),
+        PrinterColumn("URL", ".spec.source.http.url", priority=1),
+        PrinterColumn("Pool", ".spec.source.volume.pool", priority=1),
+        PrinterColumn("Volume", ".spec.source.volume.volume", priority=1),
+    ),
+)
+
+LIBVIRT_MACHINE_CLASS = CrdSpec(
+    group=c.GROUP,
+    version=c.VERSION,
+    kind=c.MACHINE_CLASS_KIND,
+    plural="libvirtmachineclasses",
+    singular="libvirtmachineclass",
+    description=(
+        "A sizing profile named by a VirtualMachine's spec.instanceType.name: vCPUs, memory, "
+        "CPU mode, topology and huge pages. Cluster-scoped."
+    ),
+    spec_model=LibvirtMachineClassSpec,
+    scope="Cluster",
+    categories=(CATALOG_CATEGORY,),
+    printer_columns=(
+        PrinterColumn("CPUs", ".spec.cpus", type="integer"),
+        PrinterColumn("Memory", ".spec.memory"),
+        PrinterColumn("CPU-Mode", ".spec.cpu.mode"),
+    ),
+)
+
+LIBVIRT_NETWORK = CrdSpec(
+    group=c.GROUP,
+    version=c.VERSION,
+    kind=c.NETWORK_KIND,
+    plural="libvirtnetworks",
+    singular="libvirtnetwork",
+    description=(
+        "What a VirtualMachine interface's network reference means on a host: a libvirt "
+        "network, a Linux bridge or a macvtap device; the NIC model and the address source to "
+        "trust. Cluster-scoped."
+    ),
+    spec_model=LibvirtNetworkSpec,
+    scope="Cluster",
+    categories=(CATALOG_CATEGORY,),
+    printer_columns=(
+        PrinterColumn("Network", ".spec.source.network"),
+        PrinterColumn("Bridge", ".spec.source.bridge"),
+        PrinterColumn("Device", ".spec.source.direct.device"),
+        PrinterColumn("Default", ".spec.default", type="boolean"),
+    ),
+)
+
+LIBVIRT_STORAGE_CLASS = CrdSpec(
+    group=c.GROUP,
+    version=c.VERSION,
+    kind=c.STORAGE_CLASS_KIND,
+    plural="libvirtstorageclasses",
+    singular="libvirtstorageclass",
+    description=(
+        "Maps a disk's storageClassName (this object's name) to a libvirt storage pool, the same "
+        "on every host or overridden per host. Cluster-scoped."
+    ),
+    spec_model=LibvirtStorageClassSpec,
+    scope="Cluster",
+    categories=(CATALOG_CATEGORY,),
+    printer_columns=(
+        PrinterColumn("Pool", ".spec.pool"),
+        PrinterColumn("Format", ".spec.volumeFormat"),
+        PrinterColumn("Default", ".spec.default", type="boolean"),
+    ),
+)
+
+CRDS: tuple[CrdSpec, ...] = (
+    LIBVIRT_MACHINE,
+    LIBVIRT_IMAGE,
+    LIBVIRT_MACHINE_CLASS,
+    LIBVIRT_NETWORK,
+    LIBVIRT_STORAGE_CLASS,
+)
+
+
+def crd_path(spec: CrdSpec) -> Path:
+    return CRD_DIR / f"{spec.group}_{spec.plural}.yaml"
+
+
+def crd_yaml(spec: CrdSpec) -> str:
+    return render_yaml(build_crd(spec), generator_module="libvirt_provider.crds")
+
+
+def crd_dicts() -> list[dict[str, Any]]:
+    return [build_crd(spec) for spec in CRDS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m libvirt_provider.crds", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail if a file is out of date")
+    args = parser.parse_args(argv)
+    stale = []
+    for spec in CRDS:
+        path, text = crd_path(spec), crd_yaml(spec)
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path)
+        elif write_if_changed(path, text):
+            print(f"wrote {path}")
+    for path in stale:
+        print(f"{path} is out of date: run python -m libvirt_provider.crds", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
