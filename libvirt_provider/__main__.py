@@ -62,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # kopf reports every handled watch event at INFO; the controllers log what they do.
+    logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, logging.root.level))
     domain_types = (
         frozenset(t.strip() for t in args.domain_types.split(",") if t.strip())
         if args.domain_types

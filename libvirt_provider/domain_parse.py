@@ -332,10 +332,25 @@ _SCALARS: tuple[tuple[str, Callable[[OwnedFields], Any], bool], ...] = (
 )
 
 
+_CPU_CHOICE = frozenset({"CPU mode", "CPU model"})
+
+
+def _libvirt_default_cpu(observed: OwnedFields) -> bool:
+    # A qemu (TCG) domain defined without <cpu> comes back from libvirt (seen with 9.0) as
+    # <cpu mode='custom'><model>qemu64</model>: libvirt's own pick for "the default CPU", not drift.
+    return (
+        observed.domain_type == "qemu"
+        and observed.cpu_mode == "custom"
+        and observed.cpu_model == "qemu64"
+    )
+
+
 def diff_owned(desired: OwnedFields, observed: OwnedFields) -> DomainDiff:
     """What must change for `observed` to match `desired`, each change marked live or not."""
     changes: list[Change] = []
     for label, get, live in _SCALARS:
+        if label in _CPU_CHOICE and _cpu_mode(desired) is None and _libvirt_default_cpu(observed):
+            continue
         want, have = get(desired), get(observed)
         if want != have:
             changes.append(Change(label, want, have, live))

@@ -94,6 +94,9 @@ def _ensure_event_loop() -> None:
         if _event_loop:
             return
         libvirt.virEventRegisterDefaultImpl()
+        # libvirt prints every error to stderr by default, including the "not found" answers
+        # that lookups expect; errors still raise, and are logged where they matter.
+        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
 
         def run() -> None:
             while True:
