@@ -101,6 +101,7 @@ ADDRESS_TYPES: Final = (
 EVENT_FINALIZER_ADDED: Final = "FinalizerAdded"
 EVENT_ADOPTED: Final = "Adopted"
 EVENT_NOT_ADOPTED: Final = "NotAdopted"
+EVENT_DISOWNED: Final = "Disowned"
 EVENT_PROVIDER_KIND_UNKNOWN: Final = "ProviderKindUnknown"
 EVENT_INVALID_PROVIDER_STATUS: Final = "InvalidProviderStatus"
 EVENT_READY: Final = "Ready"

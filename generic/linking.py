@@ -14,7 +14,14 @@ from typing import Any
 
 from generic import constants as c
 
-__all__ = ["Link", "LinkAssessment", "adopted_owner_references", "assess_link", "describe_ref"]
+__all__ = [
+    "Link",
+    "LinkAssessment",
+    "adopted_owner_references",
+    "assess_link",
+    "describe_ref",
+    "disowned_owner_references",
+]
 
 
 class Link(enum.Enum):
@@ -114,3 +121,17 @@ def adopted_owner_references(
             "blockOwnerDeletion": True,
         },
     ]
+
+
+def disowned_owner_references(
+    vm: Mapping[str, Any], provider: Mapping[str, Any]
+) -> list[dict[str, Any]] | None:
+    """The provider's owner references without this VM, or None if it holds none.
+
+    A VM whose link was broken must let go: otherwise the garbage collector would delete the
+    provider object together with the VM, although it no longer links back.
+    """
+    uid = _metadata(vm).get("uid")
+    existing: Sequence[Any] = _metadata(provider).get("ownerReferences") or []
+    kept = [dict(r) for r in existing if isinstance(r, dict) and r.get("uid") != uid]
+    return kept if len(kept) != len(existing) else None

@@ -29,6 +29,7 @@ from generic.linking import (
     adopted_owner_references,
     assess_link,
     describe_ref,
+    disowned_owner_references,
 )
 from generic.status import Observation, desired_status, status_patch
 
@@ -120,6 +121,7 @@ class Reconciler:
             )
             self._event(vm, "Normal", c.EVENT_ADOPTED, f"adopted {_provider_ref(vm)}")
             assessment = assess_link(vm, provider)
+        self._let_go_if_unlinked(vm, kind, provider, assessment)
         reading = None
         if assessment.link is Link.ADOPTED and provider is not None:
             reading = read_provider_status(provider)
@@ -175,6 +177,7 @@ class Reconciler:
             self._release(vm, c.EVENT_INFRASTRUCTURE_DELETED, "no provider object remains")
             return DONE
         if not assessment.link.mutual:
+            self._let_go_if_unlinked(vm, kind, provider, assessment)
             self._release(
                 vm,
                 c.EVENT_INFRASTRUCTURE_LEFT,
@@ -193,6 +196,27 @@ class Reconciler:
                 f"deleting {_provider_ref(vm)}; the VM goes once it is gone",
             )
         return Outcome(requeue_after=None if kind.watched else self._deletion_poll)
+
+    def _let_go_if_unlinked(
+        self,
+        vm: Mapping[str, Any],
+        kind: ProviderKind | None,
+        provider: Mapping[str, Any] | None,
+        assessment: LinkAssessment,
+    ) -> None:
+        if kind is None or provider is None or assessment.link.mutual:
+            return
+        remaining = disowned_owner_references(vm, provider)
+        if remaining is None:
+            return
+        self._gw.set_provider_owners(kind, provider, remaining)
+        self._event(
+            vm,
+            "Warning",
+            c.EVENT_DISOWNED,
+            f"{assessment.message}; removed this VM's owner reference so that deleting the VM "
+            "does not delete it",
+        )
 
     def _release(
         self, vm: Mapping[str, Any], reason: str, message: str, *, type_: EventType = "Normal"

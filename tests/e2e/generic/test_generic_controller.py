@@ -87,24 +87,42 @@ class TestAdoption:
         eventually(lambda: _controller_owner(cluster.provider("web")), timeout=TIMEOUT)
 
     def test_foreign_controller_is_refused_and_untouched(self, cluster: Cluster) -> None:
-        other = cluster.create_vm("other", target="web")
+        holder = client.CoreV1Api(cluster.api).create_namespaced_config_map(
+            cluster.namespace, {"metadata": {"name": "holder"}}
+        )
         foreign = {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND,
-            "name": "other",
-            "uid": other["metadata"]["uid"],
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "holder",
+            "uid": holder.metadata.uid,
             "controller": True,
-            "blockOwnerDeletion": True,
         }
         before = cluster.create_provider("web", backlink="web", owners=[foreign])
         cluster.create_vm("web")
         eventually(lambda: _reason(cluster, "web") == c.REASON_NOT_ADOPTED, timeout=TIMEOUT)
         condition = cluster.condition("web", c.CONDITION_READY)
         assert condition is not None
-        assert "already controlled by VirtualMachine 'other'" in condition["message"]
+        assert "already controlled by ConfigMap 'holder'" in condition["message"]
+        eventually(lambda: "NotAdopted" in cluster.event_reasons("web"), timeout=TIMEOUT)
         after = cluster.provider("web")
         assert after is not None
         assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+    def test_controller_vm_whose_link_broke_lets_the_linked_vm_adopt(
+        self, cluster: Cluster
+    ) -> None:
+        old = cluster.create_vm("old", target="web")
+        cluster.create_provider("web", backlink="old")
+        eventually(lambda: _controller_owner(cluster.provider("web")), timeout=TIMEOUT)
+        cluster.create_vm("web")
+        eventually(lambda: _reason(cluster, "web") == c.REASON_NOT_ADOPTED, timeout=TIMEOUT)
+        cluster.patch_provider("web", {"metadata": {"annotations": {c.LINK_ANNOTATION: "web"}}})
+        owner = eventually(
+            lambda: (o := _controller_owner(cluster.provider("web"))) and o["name"] == "web" and o,
+            timeout=TIMEOUT,
+            what="adopted by the VM it now links to",
+        )
+        assert owner["uid"] != old["metadata"]["uid"]
 
     def test_deleted_out_of_band_is_not_recreated(self, cluster: Cluster) -> None:
         cluster.create_vm("web")
@@ -147,6 +165,24 @@ class TestDeletion:
         after = cluster.provider("web")
         assert after is not None
         assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+    def test_relinked_provider_survives_its_old_vm(self, cluster: Cluster) -> None:
+        """The garbage collector must not delete a provider that no longer links back."""
+        cluster.create_vm("web")
+        cluster.create_provider("web", backlink="web")
+        eventually(lambda: _controller_owner(cluster.provider("web")), timeout=TIMEOUT)
+        cluster.patch_provider("web", {"metadata": {"annotations": {c.LINK_ANNOTATION: "db"}}})
+        eventually(
+            lambda: _controller_owner(cluster.provider("web")) is None,
+            timeout=TIMEOUT,
+            what="owner reference dropped",
+        )
+        eventually(lambda: "Disowned" in cluster.event_reasons("web"), timeout=TIMEOUT)
+        cluster.delete_vm("web")
+        eventually(lambda: cluster.vm("web") is None, timeout=TIMEOUT, what="VM gone")
+        provider = cluster.provider("web")
+        assert provider is not None
+        assert not provider["metadata"].get("deletionTimestamp")
 
 
 class TestBadInput:

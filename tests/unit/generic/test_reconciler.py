@@ -169,6 +169,21 @@ class TestNotAdopted:
         for mirrored in ("powerState", "providerID", "addresses", "providerMetadata"):
             assert mirrored not in status
 
+    def test_broken_link_lets_go_of_the_owner_reference(self, cluster: FakeCluster) -> None:
+        other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "cm"}
+        cluster.add_vm("web")
+        cluster.add_provider("web", backlink="web", owners=[other], status=READY_STATUS)
+        reconciler = _reconciler(cluster)
+        reconciler.run("ns", "web")
+        assert len(_owners(cluster)) == 2
+        cluster.provider("web")["metadata"]["annotations"][c.LINK_ANNOTATION] = "db"
+        assert reconciler.run("ns", "web") == Outcome(retry=True)
+        assert _owners(cluster) == [other]
+        assert "Disowned" in cluster.event_reasons()
+        self._assert_not_adopted(cluster, "links to VirtualMachine 'db'")
+        reconciler.run("ns", "web")
+        assert cluster.event_reasons().count("Disowned") == 1
+
 
 class TestMirroring:
     def test_ready_provider_is_mirrored(self, cluster: FakeCluster) -> None:
