@@ -127,7 +127,11 @@ class WorkQueue(Generic[K]):
 
 
 class WorkerPool(Generic[K]):
-    """A fixed number of threads that process keys from a `WorkQueue`."""
+    """A fixed number of threads that process keys from a `WorkQueue`.
+
+    It can be stopped and started again (an embedding process that gains and loses leadership);
+    stopping leaves the queue open, so keys added meanwhile wait for the next start.
+    """
 
     def __init__(
         self,
@@ -136,26 +140,40 @@ class WorkerPool(Generic[K]):
         *,
         workers: int,
         name: str = "generic-worker",
+        poll: float = 0.5,
     ) -> None:
         self._queue = queue
         self._process = process
-        self._threads = [
-            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
-            for i in range(workers)
-        ]
+        self._workers = workers
+        self._name = name
+        self._poll = poll
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
+        if self._threads:
+            return
+        self._stopping.clear()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"{self._name}-{i}", daemon=True)
+            for i in range(self._workers)
+        ]
         for thread in self._threads:
             thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._queue.shutdown()
+        """Let the workers finish their current key and exit."""
+        self._stopping.set()
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(timeout)
+        self._threads = []
 
     def _run(self) -> None:
-        while (key := self._queue.get()) is not None:
+        while not self._stopping.is_set():
+            key = self._queue.get(timeout=self._poll)
+            if key is None:
+                continue
             try:
                 self._process(key)
             except Exception:  # a bug must not kill the worker; the key is retried with backoff

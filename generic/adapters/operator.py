@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -80,7 +81,12 @@ def namespace_filter(patterns: Sequence[str]) -> Callable[[str], bool]:
 
 
 class GenericController:
-    """The running parts: work queue, worker threads, provider watches and the reconciler."""
+    """The running parts: work queue, worker threads, provider watches and the reconciler.
+
+    `start` and `stop` may be called repeatedly (an embedding process that runs the generic
+    controller only while it holds a leader Lease): while stopped, VM and CRD events are only
+    remembered; `start` replays the remembered CRDs and enqueues every known VM.
+    """
 
     def __init__(
         self,
@@ -91,47 +97,89 @@ class GenericController:
         poll_interval: float,
     ) -> None:
         self._api_client = api_client
-        self._workers = workers
         self._poll_interval = poll_interval
         self.in_scope = namespace_filter(namespaces)
         self.queue: WorkQueue[VmKey] = WorkQueue()
-        self._pool: WorkerPool[VmKey] | None = None
+        self._pool = WorkerPool(self.queue, self._process, workers=workers)
+        self._workers = workers
+        self._lock = threading.Lock()
+        self._known_vms: set[VmKey] = set()
+        self._crds: dict[str, dict[str, Any]] = {}
         self._hub: ProviderWatchHub | None = None
         self._reconciler: Reconciler | None = None
 
+    @property
+    def running(self) -> bool:
+        return self._hub is not None
+
     def start(self) -> None:
-        api = self._api_client or _default_api_client()
-        gateway = KubeGateway(api)
-        self._hub = ProviderWatchHub(
-            api,
-            enqueue=self.queue.add,
-            in_scope=self.in_scope,
-            resolve=gateway.resolve_kind,
-            invalidate=gateway.invalidate_discovery,
-        )
-        gateway.use_watch_status(self._hub.is_watched)
-        self._reconciler = Reconciler(gateway, poll_interval=self._poll_interval)
-        self._pool = WorkerPool(self.queue, self._process, workers=self._workers)
+        with self._lock:
+            if self._hub is not None:
+                return
+            api = self._api_client or _default_api_client()
+            self._api_client = api
+            gateway = KubeGateway(api)
+            hub = ProviderWatchHub(
+                api,
+                enqueue=self.queue.add,
+                in_scope=self.in_scope,
+                resolve=gateway.resolve_kind,
+                invalidate=gateway.invalidate_discovery,
+            )
+            gateway.use_watch_status(hub.is_watched)
+            self._reconciler = Reconciler(gateway, poll_interval=self._poll_interval)
+            self._hub = hub
+            crds = list(self._crds.values())
+            known = list(self._known_vms)
+        for crd in crds:
+            hub.on_crd(crd, deleted=False)
         self._pool.start()
+        for key in known:
+            self.queue.add(key)
         log.info("generic controller started with %d workers", self._workers)
 
     def stop(self) -> None:
-        if self._hub is not None:
-            self._hub.stop()
-        if self._pool is not None:
-            self._pool.stop()
+        with self._lock:
+            hub, self._hub = self._hub, None
+        if hub is not None:
+            hub.stop()
+        self._pool.stop()
+        log.info("generic controller stopped")
 
-    def on_vm_event(self, namespace: str | None, name: str | None) -> None:
-        if namespace and name and self.in_scope(namespace):
-            self.queue.add((namespace, name))
+    def shutdown(self) -> None:
+        self.stop()
+        self.queue.shutdown()
 
-    def on_crd_event(self, body: Any, *, deleted: bool) -> None:
-        if self._hub is not None:
-            self._hub.on_crd(dict(body), deleted=deleted)
+    def on_vm_event(self, namespace: str | None, name: str | None, *, deleted: bool) -> None:
+        if not namespace or not name or not self.in_scope(namespace):
+            return
+        key = (namespace, name)
+        with self._lock:
+            if deleted:
+                self._known_vms.discard(key)
+            else:
+                self._known_vms.add(key)
+            running = self._hub is not None
+        if running:
+            self.queue.add(key)
+
+    def on_crd_event(self, body: Mapping[str, Any], *, deleted: bool) -> None:
+        crd = dict(body)
+        name = str((crd.get("metadata") or {}).get("name"))
+        with self._lock:
+            if deleted:
+                self._crds.pop(name, None)
+            else:
+                self._crds[name] = crd
+            hub = self._hub
+        if hub is not None:
+            hub.on_crd(crd, deleted=deleted)
 
     def _process(self, key: VmKey) -> None:
-        assert self._reconciler is not None
-        outcome = self._reconciler.run(*key)
+        reconciler = self._reconciler
+        if reconciler is None:
+            return
+        outcome = reconciler.run(*key)
         if outcome.immediately:
             self.queue.add(key)
             return
@@ -150,11 +198,14 @@ def register(
     namespaces: Sequence[str] = (),
     workers: int = 4,
     poll_interval: float = 30.0,
+    autostart: bool = True,
 ) -> GenericController:
     """Register the generic VirtualMachine controller on `registry`; returns its handle.
 
     `workers` bounds the threads that call the Kubernetes API; `poll_interval` is how often an
-    adopted VM whose provider kind is not watched (unlabelled CRD) is re-checked.
+    adopted VM whose provider kind is not watched (unlabelled CRD) is re-checked. With
+    `autostart=False` the controller only remembers what it sees until the embedding process
+    calls `start()` (for example on winning a leader Lease) and `stop()` (on losing it).
     """
     controller = GenericController(
         api_client=api_client,
@@ -163,17 +214,20 @@ def register(
         poll_interval=poll_interval,
     )
 
-    @kopf.on.startup(registry=registry, id="vm-api-generic/startup")
-    def _start(**_: Any) -> None:
-        controller.start()
+    if autostart:
+
+        @kopf.on.startup(registry=registry, id="vm-api-generic/startup")
+        def _start(**_: Any) -> None:
+            controller.start()
 
     @kopf.on.cleanup(registry=registry, id="vm-api-generic/cleanup")
     def _stop(**_: Any) -> None:
-        controller.stop()
+        controller.shutdown()
 
     @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, registry=registry, id="vm-api-generic/vm")
-    async def _vm_event(meta: kopf.Meta, **_: Any) -> None:
-        controller.on_vm_event(meta.namespace, meta.name)
+    async def _vm_event(event: kopf.RawEvent, meta: kopf.Meta, **_: Any) -> None:
+        deleted = event.get("type") == "DELETED"
+        controller.on_vm_event(meta.namespace, meta.name, deleted=deleted)
 
     @kopf.on.event(
         "apiextensions.k8s.io",

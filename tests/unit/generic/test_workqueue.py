@@ -78,3 +78,18 @@ def test_pool_processes_and_survives_a_crashing_key() -> None:
         queue.add(key)
     eventually(lambda: seen.count("bad") == 2 and "a" in seen and "b" in seen, timeout=5)
     pool.stop()
+
+
+def test_pool_can_stop_and_start_again_without_losing_keys() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    seen: list[str] = []
+    pool = WorkerPool(queue, seen.append, workers=1, poll=0.05)
+    pool.start()
+    queue.add("a")
+    eventually(lambda: seen == ["a"], timeout=5)
+    pool.stop()
+    queue.add("b")
+    assert len(queue) == 1
+    pool.start()
+    eventually(lambda: seen == ["a", "b"], timeout=5)
+    pool.stop()
