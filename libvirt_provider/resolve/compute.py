@@ -1,0 +1,179 @@
+"""Placement, domain type and size: where the machine runs and how big it is."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from catalog.machineclass import CpuMode as CatalogCpuMode
+from catalog.machineclass import CpuSpec
+from catalog.quantity import QuantityError, parse_quantity
+from libvirt_provider.api import DomainTypeChoice
+from libvirt_provider.constants import (
+    REASON_INVALID_SPEC,
+    REASON_NOT_AVAILABLE_ON_HOST,
+    REASON_REFERENCE_NOT_FOUND,
+)
+from libvirt_provider.resolve.context import LM, VM, Context, validation_problems
+from libvirt_provider.resolved import Cpu, CpuMode, CpuTopology, DomainType, Memory
+
+MIB = 2**20
+_CPU_MODES = {
+    CatalogCpuMode.HOST_MODEL: CpuMode.HOST_MODEL,
+    CatalogCpuMode.HOST_PASSTHROUGH: CpuMode.HOST_PASSTHROUGH,
+    CatalogCpuMode.MAXIMUM: CpuMode.MAXIMUM,
+    CatalogCpuMode.CUSTOM: CpuMode.CUSTOM,
+}
+
+
+@dataclass
+class Size:
+    cpu: Cpu
+    memory: Memory
+
+
+def check_placement(ctx: Context) -> None:
+    wanted = ctx.machine.spec.host
+    if wanted is not None and wanted != ctx.host.hostname:
+        ctx.problem(
+            REASON_NOT_AVAILABLE_ON_HOST,
+            f"{LM}.spec.host",
+            f"the machine is placed on host {wanted!r}, not on this host {ctx.host.hostname!r}",
+        )
+    placed = wanted or ctx.host.hostname
+    if ctx.vm.failure_domain is not None and ctx.vm.failure_domain != placed:
+        ctx.problem(
+            REASON_INVALID_SPEC,
+            f"{VM}.spec.failureDomain",
+            f"for the libvirt provider a failure domain is a host; {ctx.vm.failure_domain!r} "
+            f"is not the machine's host {placed!r}",
+        )
+    if ctx.vm.scheduling is not None and ctx.vm.scheduling.spot:
+        ctx.unsupported(
+            f"{VM}.spec.scheduling.spot",
+            "libvirt hosts have no spot or preemptible capacity",
+        )
+
+
+def resolve_domain_type(ctx: Context) -> DomainType | None:
+    offered = set(ctx.host.domain_types)
+    choice = ctx.machine.spec.domain_type
+    if choice is DomainTypeChoice.AUTO:
+        for candidate in (DomainType.KVM, DomainType.QEMU):
+            if candidate.value in offered:
+                return candidate
+    elif choice.value in offered:
+        return DomainType(choice.value)
+    ctx.problem(
+        REASON_NOT_AVAILABLE_ON_HOST,
+        f"{LM}.spec.domainType",
+        f"domain type {choice.value} is not available on host {ctx.host.hostname!r} "
+        f"(it offers: {', '.join(sorted(offered)) or 'none'})",
+    )
+    return None
+
+
+def _bytes(ctx: Context, text: str | int, where: str) -> int | None:
+    try:
+        return text if isinstance(text, int) else parse_quantity(text)
+    except QuantityError as error:
+        ctx.problem(REASON_INVALID_SPEC, where, str(error))
+        return None
+
+
+def resolve_size(ctx: Context, domain_type: DomainType | None) -> Size | None:
+    instance = ctx.vm.instance_type
+    where = f"{VM}.spec.instanceType"
+    if instance is None:
+        ctx.problem(
+            REASON_INVALID_SPEC,
+            where,
+            "instanceType is required: name a LibvirtMachineClass or give resources",
+        )
+        return None
+    cpu_spec: CpuSpec | None = None
+    topology = None
+    hugepage_kib = None
+    if instance.name is not None:
+        profile = ctx.catalog.machine_classes.get(instance.name)
+        if profile is None:
+            ctx.problem(
+                REASON_REFERENCE_NOT_FOUND,
+                f"{where}.name",
+                f"LibvirtMachineClass {instance.name!r} not found",
+            )
+            return None
+        cpus = profile.spec.cpus
+        memory = _bytes(ctx, profile.spec.memory, f"LibvirtMachineClass {instance.name}")
+        cpu_spec = profile.spec.cpu
+        if profile.spec.topology is not None:
+            t = profile.spec.topology
+            topology = CpuTopology(sockets=t.sockets, cores=t.cores, threads=t.threads)
+        if profile.spec.hugepages is not None:
+            hugepage_kib = parse_quantity(profile.spec.hugepages.page_size) // 1024
+    else:
+        assert instance.resources is not None  # exactly one, by the model
+        cpus = instance.resources.cpus
+        memory = _bytes(ctx, instance.resources.memory, f"{where}.resources.memory")
+    if memory is None:
+        return None
+    if memory < MIB:
+        ctx.problem(REASON_INVALID_SPEC, where, "memory must be at least 1Mi")
+        return None
+    memory_mib = math.ceil(memory / MIB)  # qemu sizes RAM in whole MiB anyway
+
+    cpu_spec = ctx.machine.spec.cpu or cpu_spec
+    mode = _CPU_MODES[cpu_spec.mode] if cpu_spec is not None else None
+    if mode is None and domain_type is DomainType.KVM:
+        mode = CpuMode.HOST_MODEL  # kvm's own default (kvm64) hides most host features
+    if mode is CpuMode.HOST_PASSTHROUGH and domain_type is DomainType.QEMU:
+        ctx.problem(
+            REASON_INVALID_SPEC,
+            f"{LM}.spec.cpu" if ctx.machine.spec.cpu else where,
+            "CPU mode HostPassthrough needs KVM, and this machine runs emulated (qemu); "
+            "use Maximum or HostModel",
+        )
+
+    max_cpus, max_mib = cpus, memory_mib
+    hotplug = ctx.machine.spec.hotplug
+    if hotplug is not None and hotplug.max_cpus is not None:
+        if hotplug.max_cpus < cpus:
+            ctx.problem(
+                REASON_INVALID_SPEC,
+                f"{LM}.spec.hotplug.maxCPUs",
+                f"maxCPUs {hotplug.max_cpus} is below the requested {cpus} vCPUs",
+            )
+        max_cpus = max(cpus, hotplug.max_cpus)
+    if hotplug is not None and hotplug.max_memory is not None:
+        ceiling = _bytes(ctx, hotplug.max_memory, f"{LM}.spec.hotplug.maxMemory")
+        if ceiling is not None:
+            if ceiling < memory:
+                ctx.problem(
+                    REASON_INVALID_SPEC,
+                    f"{LM}.spec.hotplug.maxMemory",
+                    f"maxMemory {hotplug.max_memory} is below the requested memory",
+                )
+            max_mib = max(memory_mib, math.ceil(ceiling / MIB))
+    if topology is not None and topology.sockets * topology.cores * topology.threads != max_cpus:
+        ctx.problem(
+            REASON_INVALID_SPEC,
+            f"{LM}.spec.hotplug.maxCPUs",
+            f"the class's CPU topology gives {cpus} vCPUs, so maxCPUs cannot be {max_cpus}",
+        )
+        return None
+    try:
+        return Size(
+            cpu=Cpu(
+                vcpus=cpus,
+                max_vcpus=max_cpus,
+                mode=mode,
+                model=cpu_spec.model if cpu_spec is not None else None,
+                topology=topology,
+            ),
+            memory=Memory(current_mib=memory_mib, max_mib=max_mib, hugepage_kib=hugepage_kib),
+        )
+    except ValidationError as error:
+        ctx.problems.extend(validation_problems(error, where))
+        return None

@@ -1,0 +1,124 @@
+"""What every area of the resolver shares: its inputs, the problems it collects, and the result."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from catalog.lookup import Catalog
+from generic.api import ObjectReference, VirtualMachineSpec
+from generic.constants import REASON_UNSUPPORTED_BY_PROVIDER
+from libvirt_provider.api import LibvirtMachine
+from libvirt_provider.constants import GROUP, REASON_INVALID_SPEC
+from libvirt_provider.naming import domain_name
+from libvirt_provider.resolved import ResolvedMachine
+
+__all__ = [
+    "LM",
+    "VM",
+    "Context",
+    "HostFacts",
+    "Problem",
+    "Resolution",
+    "SecretData",
+    "check_reference",
+    "validation_problems",
+]
+
+VM = "VirtualMachine"
+LM = "LibvirtMachine"
+
+SecretData = Mapping[str, Mapping[str, bytes]]
+"""Secret name -> key -> decoded value, for the Secrets the VM references (same namespace)."""
+
+
+class HostFacts(Protocol):
+    """What the resolver needs to know about the host it resolves for."""
+
+    @property
+    def hostname(self) -> str: ...
+    @property
+    def domain_types(self) -> AbstractSet[str]: ...
+    @property
+    def pools(self) -> AbstractSet[str]: ...
+    @property
+    def networks(self) -> AbstractSet[str]: ...
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why the machine cannot be resolved, and the condition reason that says so."""
+
+    reason: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Either `machine` (and no problems) or the problems (and no machine)."""
+
+    machine: ResolvedMachine | None
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.machine is not None
+
+    def message(self) -> str:
+        """All problems in one readable paragraph, for a condition message or an Event."""
+        return "; ".join(str(p) for p in self.problems)
+
+
+def validation_problems(error: ValidationError, where: str) -> list[Problem]:
+    # include_input=False: the rejected value itself never reaches a message.
+    return [
+        Problem(
+            REASON_INVALID_SPEC,
+            ".".join([where, *(str(part) for part in detail["loc"])]),
+            detail["msg"],
+        )
+        for detail in error.errors(include_input=False, include_url=False)
+    ]
+
+
+@dataclass
+class Context:
+    """The inputs of one resolution and the problems found so far."""
+
+    vm_name: str
+    vm: VirtualMachineSpec
+    machine: LibvirtMachine
+    catalog: Catalog
+    secrets: SecretData
+    host: HostFacts
+    problems: list[Problem] = field(default_factory=list)
+
+    def problem(self, reason: str, where: str, message: str) -> None:
+        self.problems.append(Problem(reason, where, message))
+
+    def unsupported(self, where: str, message: str) -> None:
+        self.problem(REASON_UNSUPPORTED_BY_PROVIDER, where, message)
+
+    @property
+    def domain(self) -> str:
+        meta = self.machine.metadata
+        return domain_name(meta.namespace, meta.name)
+
+
+def check_reference(ctx: Context, ref: ObjectReference, kind: str, where: str) -> bool:
+    if ref.api_group == GROUP and ref.kind == kind:
+        return True
+    ctx.unsupported(
+        where,
+        f"the libvirt provider resolves this reference only to {kind}.{GROUP}, "
+        f"not to {ref.kind}.{ref.api_group}",
+    )
+    return False

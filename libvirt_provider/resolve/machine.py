@@ -1,0 +1,269 @@
+"""Firmware, assembly of the resolved areas into a machine, and the resolver entry point."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from catalog.image import CdromBus, DiskBus, LibvirtImage
+from catalog.lookup import Catalog
+from generic.api import VirtualMachineSpec
+from libvirt_provider.api import GraphicsType, LibvirtMachine
+from libvirt_provider.cloudinit import cloud_init_digest
+from libvirt_provider.constants import REASON_INVALID_SPEC
+from libvirt_provider.resolve.bootstrap import resolve_cloud_init
+from libvirt_provider.resolve.compute import (
+    Size,
+    check_placement,
+    resolve_domain_type,
+    resolve_size,
+)
+from libvirt_provider.resolve.context import (
+    LM,
+    VM,
+    Context,
+    HostFacts,
+    Problem,
+    Resolution,
+    SecretData,
+    validation_problems,
+)
+from libvirt_provider.resolve.network import resolve_interfaces
+from libvirt_provider.resolve.storage import resolve_boot_disk, resolve_data_disks
+from libvirt_provider.resolved import (
+    CloudInitData,
+    CloudInitMedia,
+    Console,
+    Disk,
+    DomainSpec,
+    DomainType,
+    FirmwareKind,
+    Graphics,
+    Interface,
+    OsBoot,
+    Owner,
+    ResolvedMachine,
+    VolumePlan,
+)
+
+__all__ = ["resolve_machine"]
+
+_GRAPHICS = {
+    GraphicsType.NONE: Graphics.NONE,
+    GraphicsType.VNC: Graphics.VNC,
+    GraphicsType.SPICE: Graphics.SPICE,
+}
+_TARGET_PREFIX = {"virtio": "vd", "scsi": "sd", "sata": "sd", "ide": "hd"}
+M = TypeVar("M", bound=BaseModel)
+
+
+def resolve_os(ctx: Context, image: LibvirtImage) -> tuple[OsBoot, CdromBus] | None:
+    firmware = ctx.machine.spec.firmware or image.spec.firmware
+    machine_type = ctx.machine.spec.machine_type or image.spec.guest.machine_type
+    q35 = "q35" in machine_type
+    ok = True
+    if firmware.secure_boot and not q35:
+        ctx.problem(
+            REASON_INVALID_SPEC,
+            f"{LM}.spec.firmware" if ctx.machine.spec.firmware else f"{VM}.spec.bootDisk",
+            f"Secure Boot needs a q35 machine type (for SMM); this machine is {machine_type}",
+        )
+        ok = False
+    cdrom_bus = image.spec.guest.cdrom_bus
+    if cdrom_bus is CdromBus.IDE and q35:
+        ctx.problem(
+            REASON_INVALID_SPEC,
+            f"LibvirtImage {image.metadata.name}",
+            "q35 machines have no IDE bus: use cdromBus scsi, or machine type pc",
+        )
+        ok = False
+    if not ok:
+        return None
+    kind = FirmwareKind.EFI if firmware.type.value == "UEFI" else FirmwareKind.BIOS
+    boot = OsBoot(machine_type=machine_type, firmware=kind, secure_boot=firmware.secure_boot)
+    return boot, cdrom_bus
+
+
+def resolve_pair(ctx: Context) -> Resolution:
+    check_placement(ctx)
+    domain_type = resolve_domain_type(ctx)
+    size = resolve_size(ctx, domain_type)
+    boot = resolve_boot_disk(ctx)
+    data_plans = resolve_data_disks(ctx)
+    image = boot[0] if boot is not None else None
+    nics, configs, customised = resolve_interfaces(ctx, image)
+    cloud_init = resolve_cloud_init(
+        ctx,
+        configs=configs,
+        customised=customised,
+        pool=boot[1].pool if boot is not None else None,
+    )
+    booting = resolve_os(ctx, image) if image is not None else None
+    try:
+        owner = Owner(
+            namespace=ctx.machine.metadata.namespace,
+            name=ctx.machine.metadata.name,
+            uid=uuid.UUID(ctx.machine.metadata.uid),
+            virtual_machine=ctx.vm_name,
+            tags=dict(ctx.vm.tags or {}),
+        )
+    except (ValidationError, ValueError) as error:
+        owner = None
+        ctx.problem(REASON_INVALID_SPEC, f"{VM}.spec.tags or {LM}.metadata.uid", _short(error))
+    if ctx.problems:
+        return Resolution(machine=None, problems=tuple(ctx.problems))
+    if domain_type is None or size is None or boot is None or booting is None or owner is None:
+        raise AssertionError("a part is missing without a problem saying why")
+    os_boot, cdrom_bus = booting
+    boot_image, boot_plan = boot
+    return _assemble(
+        ctx,
+        domain_type=domain_type,
+        size=size,
+        owner=owner,
+        os_boot=os_boot,
+        cdrom_bus=cdrom_bus,
+        disk_bus=boot_image.spec.guest.disk_bus,
+        plans=[boot_plan, *data_plans],
+        nics=nics,
+        cloud_init=cloud_init,
+    )
+
+
+def _assemble(
+    ctx: Context,
+    *,
+    domain_type: DomainType,
+    size: Size,
+    owner: Owner,
+    os_boot: OsBoot,
+    cdrom_bus: CdromBus,
+    disk_bus: DiskBus,
+    plans: list[VolumePlan],
+    nics: list[Interface],
+    cloud_init: CloudInitData | None,
+) -> Resolution:
+    targets = _TargetNames()
+    disks = [
+        Disk(
+            name="boot" if plan.disk == "boot" and index == 0 else f"data-{plan.disk}",
+            pool=plan.pool,
+            volume=plan.volume,
+            format=plan.format,
+            bus=disk_bus,
+            target=targets.next(disk_bus.value),
+            serial=plan.disk[:20],
+            boot=index == 0,
+        )
+        for index, plan in enumerate(plans)
+    ]
+    media = None
+    if cloud_init is not None:
+        media = CloudInitMedia(
+            pool=cloud_init.pool,
+            volume=cloud_init.volume,
+            bus=cdrom_bus,
+            target=targets.next(cdrom_bus.value),
+            digest=cloud_init_digest(cloud_init),
+        )
+    console = ctx.machine.spec.console
+    try:
+        spec = DomainSpec(
+            name=ctx.domain,
+            uuid=owner.uid,
+            domain_type=domain_type,
+            owner=owner,
+            cpu=size.cpu,
+            memory=size.memory,
+            os=os_boot,
+            disks=tuple(disks),
+            cloud_init=media,
+            interfaces=tuple(nics),
+            console=Console(serial=console.serial, graphics=_GRAPHICS[console.graphics]),
+        )
+        machine = ResolvedMachine(
+            domain=spec,
+            volumes=tuple(plans),
+            cloud_init=cloud_init,
+            autostart=ctx.machine.spec.autostart,
+            shutdown_timeout_seconds=ctx.machine.spec.graceful_shutdown_timeout_seconds,
+        )
+    except ValidationError as error:
+        return Resolution(machine=None, problems=tuple(validation_problems(error, VM)))
+    return Resolution(machine=machine)
+
+
+def _parse(
+    model: type[M], value: M | Mapping[str, Any], where: str, out: list[Problem]
+) -> M | None:
+    if isinstance(value, model):
+        return value
+    try:
+        return model.model_validate(value)
+    except ValidationError as error:
+        # include_input=False: the rejected value itself never reaches a message.
+        for detail in error.errors(include_input=False, include_url=False):
+            path = ".".join(str(part) for part in detail["loc"])
+            out.append(
+                Problem(REASON_INVALID_SPEC, f"{where}.{path}" if path else where, detail["msg"])
+            )
+        return None
+
+
+class _TargetNames:
+    """vda, vdb, ... per bus family, in the order devices are added (sata and scsi share sd)."""
+
+    def __init__(self) -> None:
+        self._used: dict[str, int] = {}
+
+    def next(self, bus: str) -> str:
+        prefix = _TARGET_PREFIX[bus]
+        index = self._used.get(prefix, 0)
+        self._used[prefix] = index + 1
+        return prefix + _letters(index)
+
+
+def _letters(index: int) -> str:
+    """0 -> a, 25 -> z, 26 -> aa: the kernel's own disk naming."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("a") + rest) + letters
+    return letters
+
+
+def _short(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        return "; ".join(d["msg"] for d in error.errors(include_input=False, include_url=False))
+    return str(error)
+
+
+def resolve_machine(
+    *,
+    vm_name: str,
+    vm_spec: VirtualMachineSpec | Mapping[str, Any],
+    machine: LibvirtMachine | Mapping[str, Any],
+    catalog: Catalog,
+    secrets: SecretData,
+    host: HostFacts,
+) -> Resolution:
+    """Resolve a linked VM + LibvirtMachine pair for `host`. Raw dicts are parsed here, so a spec
+    the models refuse becomes a problem to report rather than an exception."""
+    problems: list[Problem] = []
+    vm = _parse(VirtualMachineSpec, vm_spec, f"{VM}.spec", problems)
+    libvirt_machine = _parse(LibvirtMachine, machine, LM, problems)
+    if vm is None or libvirt_machine is None:
+        return Resolution(machine=None, problems=tuple(problems))
+    context = Context(
+        vm_name=vm_name,
+        vm=vm,
+        machine=libvirt_machine,
+        catalog=catalog,
+        secrets=secrets,
+        host=host,
+    )
+    return resolve_pair(context)

@@ -1,0 +1,181 @@
+"""Images, storage classes and pools, and the volumes of the boot and data disks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from catalog.image import ImageFormat, LibvirtImage
+from catalog.lookup import AmbiguousDefaultError
+from catalog.storage import LibvirtStorageClassSpec
+from generic.api import BootDisk, ObjectReference
+from generic.api import Disk as VmDisk
+from libvirt_provider.constants import (
+    IMAGE_KIND,
+    REASON_AMBIGUOUS_DEFAULT,
+    REASON_NOT_AVAILABLE_ON_HOST,
+    REASON_REFERENCE_NOT_FOUND,
+)
+from libvirt_provider.naming import volume_name
+from libvirt_provider.resolve.context import VM, Context, check_reference
+from libvirt_provider.resolved import BaseImage, VolumePlan
+
+GIB = 2**30
+
+
+@dataclass
+class _Placement:
+    """Where a disk volume lives."""
+
+    pool: str
+    storage: LibvirtStorageClassSpec | None
+
+
+def resolve_image(ctx: Context, ref: ObjectReference, where: str) -> LibvirtImage | None:
+    if not check_reference(ctx, ref, IMAGE_KIND, where):
+        return None
+    image = ctx.catalog.images.get(ref.name)
+    if image is None:
+        ctx.problem(REASON_REFERENCE_NOT_FOUND, where, f"LibvirtImage {ref.name!r} not found")
+    return image
+
+
+def resolve_storage(ctx: Context, class_name: str | None, where: str) -> _Placement | None:
+    if class_name is None:
+        try:
+            storage = ctx.catalog.default_storage_class()
+        except AmbiguousDefaultError as error:
+            ctx.problem(REASON_AMBIGUOUS_DEFAULT, where, str(error))
+            return None
+        if storage is None:
+            ctx.problem(
+                REASON_REFERENCE_NOT_FOUND,
+                where,
+                "no storageClassName is given and no LibvirtStorageClass is marked default",
+            )
+            return None
+    else:
+        storage = ctx.catalog.storage_classes.get(class_name)
+        if storage is None:
+            ctx.problem(
+                REASON_REFERENCE_NOT_FOUND,
+                f"{where}.storageClassName",
+                f"storage class {class_name!r} has no LibvirtStorageClass",
+            )
+            return None
+    pool = storage.spec.pool_on(ctx.host.hostname)
+    if not _pool_on_host(ctx, pool, where):
+        return None
+    return _Placement(pool=pool, storage=storage.spec)
+
+
+def _pool_on_host(ctx: Context, pool: str, where: str) -> bool:
+    if pool in ctx.host.pools:
+        return True
+    ctx.problem(
+        REASON_NOT_AVAILABLE_ON_HOST,
+        where,
+        f"storage pool {pool!r} does not exist on host {ctx.host.hostname!r}",
+    )
+    return False
+
+
+def resolve_base_image(
+    ctx: Context, *, image: LibvirtImage, pool: str, where: str
+) -> BaseImage | None:
+    source = image.spec.source
+    fmt = image.spec.format
+    if source.volume is not None:
+        if not _pool_on_host(ctx, source.volume.pool, where):
+            return None
+        return BaseImage(
+            image=image.metadata.name,
+            pool=source.volume.pool,
+            volume=source.volume.volume,
+            format=fmt,
+        )
+    assert source.http is not None  # exactly one, by the model
+    # One cached base per content checksum, shared by every machine that uses the image.
+    return BaseImage(
+        image=image.metadata.name,
+        pool=pool,
+        volume=f"image-{source.http.sha256[:32]}.{fmt.value}",
+        format=fmt,
+        url=str(source.http.url),
+        sha256=source.http.sha256,
+    )
+
+
+def _disk_common(ctx: Context, disk: BootDisk | VmDisk, where: str) -> bool:
+    ok = True
+    if disk.source.snapshot is not None:
+        ctx.unsupported(f"{where}.source.snapshot", "snapshot sources are not supported")
+        ok = False
+    if disk.volume_attributes_class_name is not None:
+        ctx.unsupported(
+            f"{where}.volumeAttributesClassName",
+            "libvirt storage pools have no volume attributes classes",
+        )
+        ok = False
+    return ok
+
+
+def resolve_boot_disk(ctx: Context) -> tuple[LibvirtImage, VolumePlan] | None:
+    where = f"{VM}.spec.bootDisk"
+    boot = ctx.vm.boot_disk
+    if boot is None:
+        ctx.unsupported(where, "a VM without a bootDisk cannot boot on this provider")
+        return None
+    if not _disk_common(ctx, boot, where) or boot.source.image is None:
+        return None
+    image = resolve_image(ctx, boot.source.image, f"{where}.source.image")
+    placement = resolve_storage(ctx, boot.storage_class_name, where)
+    if image is None or placement is None:
+        return None
+    base = resolve_base_image(ctx, image=image, pool=placement.pool, where=f"{where}.source.image")
+    if base is None:
+        return None
+    plan = VolumePlan(
+        disk="boot",
+        pool=placement.pool,
+        volume=volume_name(ctx.domain, "boot", extension="qcow2"),
+        format=ImageFormat.QCOW2,
+        capacity_bytes=boot.size_gi_b * GIB,
+        base=base,
+        delete_on_termination=boot.delete_on_termination,
+    )
+    return image, plan
+
+
+def resolve_data_disks(ctx: Context) -> list[VolumePlan]:
+    plans: list[VolumePlan] = []
+    for disk in ctx.vm.disks or ():
+        where = f"{VM}.spec.disks[{disk.name}]"
+        if not _disk_common(ctx, disk, where):
+            continue
+        placement = resolve_storage(ctx, disk.storage_class_name, where)
+        if placement is None:
+            continue
+        base = None
+        fmt = placement.storage.volume_format if placement.storage else ImageFormat.QCOW2
+        if disk.source.image is not None:
+            image = resolve_image(ctx, disk.source.image, f"{where}.source.image")
+            if image is None:
+                continue
+            base = resolve_base_image(
+                ctx, image=image, pool=placement.pool, where=f"{where}.source.image"
+            )
+            if base is None:
+                continue
+            fmt = ImageFormat.QCOW2  # an overlay on the image
+        plans.append(
+            VolumePlan(
+                disk=disk.name,
+                pool=placement.pool,
+                volume=volume_name(ctx.domain, f"data-{disk.name}", extension=fmt.value),
+                format=fmt,
+                capacity_bytes=disk.size_gi_b * GIB,
+                base=base,
+                delete_on_termination=disk.delete_on_termination,
+            )
+        )
+    return plans
