@@ -46,7 +46,7 @@ lab-env:
 run: lab-up
 	@$(LAB) describe
 	@echo
-	@eval "$$($(LAB) env)" && exec libvirt-provider --kubeconfig "$$KUBECONFIG" --libvirt-uri "$$LIBVIRT_DEFAULT_URI"
+	@$(VPY) tests/lab/devrun.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

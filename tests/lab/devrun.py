@@ -1,0 +1,106 @@
+"""`make run`: the provider daemon in the foreground against the lab, with the sample VM.
+
+Installs the CRDs and the sample catalog and VM (deploy/samples/), starts `libvirt-provider` as
+host `lab-host` with the domain type the lab detected, and once the sample VM is Ready prints
+`kubectl get vm -o wide`. Ctrl-C (or SIGTERM) stops the daemon cleanly; the lab stays up
+(`make lab-down` takes it down; the sample domain goes with it).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = REPO / "tests" / "lab" / "lab.py"
+HOST = "lab-host"
+READY_TIMEOUT = 300.0
+
+
+def lab_env() -> dict[str, str]:
+    out = subprocess.run(
+        [sys.executable, str(LAB), "env"], capture_output=True, text=True, check=True
+    ).stdout
+    env = dict(os.environ)
+    for line in out.splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        env[name] = shlex.split(value)[0] if value else ""
+    return env
+
+
+def kubectl(env: dict[str, str], *args: str, capture: bool = True) -> str:
+    proc = subprocess.run(
+        ["kubectl", *args], env=env, capture_output=capture, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"run: kubectl {' '.join(args)} failed: {(proc.stderr or '').strip()}")
+    return proc.stdout or ""
+
+
+def announce_when_ready(env: dict[str, str], daemon: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline and daemon.poll() is None:
+        ready = subprocess.run(
+            ["kubectl", "get", "vm", "sample", "-o", "jsonpath={.status.ready}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        addresses = subprocess.run(
+            ["kubectl", "get", "vm", "sample", "-o", "jsonpath={.status.addresses}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        if ready == "true" and addresses:
+            print("\nThe sample VM is Ready:\n", flush=True)
+            print(kubectl(env, "get", "vm", "-o", "wide", "-n", "default"), flush=True)
+            print('In another shell: eval "$(make -s lab-env)"; kubectl describe vm sample\n')
+            return
+        time.sleep(1)
+    if daemon.poll() is None:
+        print(
+            f"run: the sample VM was not Ready within {READY_TIMEOUT:.0f} s; "
+            "see `kubectl describe vm sample` and `kubectl describe libvirtmachine sample`"
+        )
+
+
+def main() -> int:
+    env = lab_env()
+    kubectl(env, "apply", "-f", str(REPO / "crds"))
+    kubectl(env, "wait", "--for", "condition=Established", "crd", "--all", "--timeout=60s")
+    kubectl(env, "apply", "-f", str(REPO / "deploy" / "samples"))
+    daemon = subprocess.Popen(
+        [
+            "libvirt-provider",
+            "--kubeconfig",
+            env["KUBECONFIG"],
+            "--libvirt-uri",
+            env["LIBVIRT_DEFAULT_URI"],
+            "--host",
+            HOST,
+            "--domain-types",
+            env["VMAPI_LAB_DOMAIN_TYPE"],
+            "--health-address",
+            "127.0.0.1",
+            "--lease-namespace",
+            "kube-system",
+        ],
+        env=env,
+    )
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: daemon.terminate())
+    threading.Thread(target=announce_when_ready, args=(env, daemon), daemon=True).start()
+    return daemon.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
