@@ -340,9 +340,7 @@ class MachineReconciler:
         state = self._hv.status(p.domain_uuid).state
         if state is DomainState.SHUTOFF:
             self._hv.define(desired)
-            self._store.event(
-                p.obj, reason="Redefined", message="applied: " + "; ".join(changes)
-            )
+            self._store.event(p.obj, reason="Redefined", message="applied: " + "; ".join(changes))
         else:
             p.pending = changes
 
