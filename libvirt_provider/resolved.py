@@ -57,6 +57,10 @@ XmlText = Annotated[str, AfterValidator(_xml_text)]
 SafeName = Annotated[
     str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 ]
+# Kubernetes object names (DNS subdomains, up to 253 characters) as they appear in the marker.
+KubeName = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+]
 # Device names double as libvirt user aliases (`ua-...`), whose pattern admits no `+`.
 AliasName = Annotated[
     str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -103,10 +107,10 @@ class InterfaceKind(enum.StrEnum):
 class Owner(ResolvedModel):
     """Who the domain belongs to; written into `<metadata>` as the ownership marker."""
 
-    namespace: SafeName
-    name: SafeName
+    namespace: KubeName
+    name: KubeName
     uid: UUID
-    virtual_machine: SafeName
+    virtual_machine: KubeName
     tags: dict[XmlText, XmlText] = Field(default_factory=dict)
 
 

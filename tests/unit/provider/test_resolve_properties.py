@@ -14,7 +14,9 @@ from libvirt_provider.resolve import resolve_machine
 from tests.unit.provider import builders as b
 
 LABEL = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-SUBDOMAIN = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?(\.[a-z0-9]{1,30}){0,5}\Z")
+SUBDOMAIN = st.from_regex(
+    r"\A[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?(\.[a-z0-9]{1,30}){0,5}\Z"
+) | st.from_regex(r"\A[a-z0-9]{50,63}(\.[a-z0-9]{61}[a-z0-9]){3}\Z")
 TAG_TEXT = st.text(
     st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\ufffe\uffff"),
     max_size=60,
