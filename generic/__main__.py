@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
+
+from generic.adapters.operator import run_standalone
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,14 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         # kopf reports every handled event at INFO; the controller's own log says what matters.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    if args.kubeconfig:
-        # kopf's standard login and the kubernetes client both read KUBECONFIG.
-        os.environ["KUBECONFIG"] = args.kubeconfig
-
-    from generic.adapters.operator import run_standalone  # noqa: PLC0415 - after KUBECONFIG
-
     run_standalone(
-        namespaces=args.namespace, workers=args.workers, poll_interval=args.poll_interval
+        kubeconfig=args.kubeconfig,
+        namespaces=args.namespace,
+        workers=args.workers,
+        poll_interval=args.poll_interval,
     )
     return 0
 

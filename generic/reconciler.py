@@ -165,7 +165,7 @@ class Reconciler:
         elif link is Link.KIND_NOT_SERVED:
             self._event(vm, "Warning", c.EVENT_PROVIDER_KIND_UNKNOWN, message)
         elif reason == c.REASON_WAITING:
-            self._event(vm, "Normal", c.REASON_WAITING, message)
+            return  # the Adopted event just said so
         else:
             self._event(vm, "Warning", reason, message or f"the VM is not ready ({reason})")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -35,7 +36,14 @@ from generic.adapters.watches import ProviderWatchHub
 from generic.reconciler import Reconciler
 from generic.workqueue import WorkerPool, WorkQueue
 
-__all__ = ["GenericController", "configure_settings", "register", "run_standalone"]
+__all__ = [
+    "GenericController",
+    "api_client_for",
+    "configure_settings",
+    "register",
+    "register_login",
+    "run_standalone",
+]
 
 log = logging.getLogger(__name__)
 
@@ -242,15 +250,42 @@ def register(
     return controller
 
 
-def run_standalone(*, namespaces: Sequence[str], workers: int, poll_interval: float) -> None:
-    """Run a kopf operator that hosts only the generic controller (blocks until signalled)."""
-    registry = kopf.OperatorRegistry()
+def register_login(registry: kopf.OperatorRegistry, *, kubeconfig: str | None) -> None:
+    """kopf's login from `kubeconfig` if given, else from the in-cluster service account."""
 
     @kopf.on.login(registry=registry, id="vm-api-generic/login")
     def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if kubeconfig:
+            # kopf's kubeconfig reader looks at KUBECONFIG when called, unlike the client
+            # library, which reads it once at import.
+            os.environ["KUBECONFIG"] = kubeconfig
+            return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_via_client(**kwargs)
 
-    register(registry, namespaces=namespaces, workers=workers, poll_interval=poll_interval)
+
+def api_client_for(kubeconfig: str | None) -> client.ApiClient:
+    """A Kubernetes client for `kubeconfig`, or in-cluster/default config when None."""
+    if not kubeconfig:
+        return _default_api_client()
+    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig
+    )
+    return api
+
+
+def run_standalone(
+    *, kubeconfig: str | None, namespaces: Sequence[str], workers: int, poll_interval: float
+) -> None:
+    """Run a kopf operator that hosts only the generic controller (blocks until signalled)."""
+    registry = kopf.OperatorRegistry()
+    register_login(registry, kubeconfig=kubeconfig)
+    register(
+        registry,
+        api_client=api_client_for(kubeconfig),
+        namespaces=namespaces,
+        workers=workers,
+        poll_interval=poll_interval,
+    )
     settings = kopf.OperatorSettings()
     configure_settings(settings)
     kopf.run(
