@@ -1,4 +1,8 @@
-"""vCPUs, CPU model and topology, memory and huge pages."""
+"""vCPUs, CPU model and topology, memory and huge pages.
+
+Sizes are written exactly as resolved (memory in MiB); this module does not round, default or
+check them against the host, which is the resolver's and libvirt's business respectively.
+"""
 
 from __future__ import annotations
 

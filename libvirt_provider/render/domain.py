@@ -1,4 +1,8 @@
-"""Assembly of the areas into one `<domain>` element, in the order `virsh dumpxml` shows them."""
+"""Assembly of the areas into one `<domain>` element, in the order `virsh dumpxml` shows them.
+
+It owns the element tree; each area module only appends its own elements to the parent it is
+given, so no area can reach into another's part of the document.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Network interfaces: a libvirt network, a Linux bridge, or a macvtap (`direct`) device."""
+"""Network interfaces: a libvirt network, a Linux bridge, or a macvtap (`direct`) device.
+
+The MAC is always written (derived by the resolver), never left to libvirt: a MAC libvirt picks
+changes with every redefinition, and addresses are matched to interfaces by MAC. No target device
+name is written; libvirt names the tap itself.
+"""
 
 from __future__ import annotations
 
