@@ -11,9 +11,13 @@ from typing import Final
 __all__ = [
     "GROUP",
     "IMAGE_KIND",
+    "IMAGE_PLURAL",
     "MACHINE_CLASS_KIND",
+    "MACHINE_CLASS_PLURAL",
     "NETWORK_KIND",
+    "NETWORK_PLURAL",
     "STORAGE_CLASS_KIND",
+    "STORAGE_CLASS_PLURAL",
     "VERSION",
 ]
 
@@ -24,3 +28,8 @@ IMAGE_KIND: Final = "LibvirtImage"
 MACHINE_CLASS_KIND: Final = "LibvirtMachineClass"
 NETWORK_KIND: Final = "LibvirtNetwork"
 STORAGE_CLASS_KIND: Final = "LibvirtStorageClass"
+
+IMAGE_PLURAL: Final = "libvirtimages"
+MACHINE_CLASS_PLURAL: Final = "libvirtmachineclasses"
+NETWORK_PLURAL: Final = "libvirtnetworks"
+STORAGE_CLASS_PLURAL: Final = "libvirtstorageclasses"

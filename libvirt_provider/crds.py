@@ -64,7 +64,7 @@ LIBVIRT_IMAGE = CrdSpec(
     group=c.GROUP,
     version=c.VERSION,
     kind=c.IMAGE_KIND,
-    plural="libvirtimages",
+    plural=c.IMAGE_PLURAL,
     singular="libvirtimage",
     description=(
         "A boot or data disk image for libvirt machines: an http(s) URL with its SHA-256, or a "
@@ -87,7 +87,7 @@ LIBVIRT_MACHINE_CLASS = CrdSpec(
     group=c.GROUP,
     version=c.VERSION,
     kind=c.MACHINE_CLASS_KIND,
-    plural="libvirtmachineclasses",
+    plural=c.MACHINE_CLASS_PLURAL,
     singular="libvirtmachineclass",
     description=(
         "A sizing profile named by a VirtualMachine's spec.instanceType.name: vCPUs, memory, "
@@ -107,7 +107,7 @@ LIBVIRT_NETWORK = CrdSpec(
     group=c.GROUP,
     version=c.VERSION,
     kind=c.NETWORK_KIND,
-    plural="libvirtnetworks",
+    plural=c.NETWORK_PLURAL,
     singular="libvirtnetwork",
     description=(
         "What a VirtualMachine interface's network reference means on a host: a libvirt "
@@ -129,7 +129,7 @@ LIBVIRT_STORAGE_CLASS = CrdSpec(
     group=c.GROUP,
     version=c.VERSION,
     kind=c.STORAGE_CLASS_KIND,
-    plural="libvirtstorageclasses",
+    plural=c.STORAGE_CLASS_PLURAL,
     singular="libvirtstorageclass",
     description=(
         "Maps a disk's storageClassName (this object's name) to a libvirt storage pool, the same "
