@@ -105,12 +105,13 @@ class Bench:
         self.seen: dict[tuple[str, str], float] = {}
         self.seen_lock = threading.Lock()
         self.vm_watch = watch.Watch()
+        self.operator = threading.Thread(target=self._run_operator, name="kopf", daemon=True)
 
     def set_up(self) -> None:
         install_crd(self.api, yaml.safe_load(CRD_PATH.read_text()))
         install_crd(self.api, stub_crd(self.group))
         client.CoreV1Api(self.api).create_namespace({"metadata": {"name": self.namespace}})
-        threading.Thread(target=self._run_operator, name="kopf", daemon=True).start()
+        self.operator.start()
         threading.Thread(target=self._follow_vms, name="vm-watch", daemon=True).start()
         eventually(lambda: self.counter.total() > 0, timeout=30, what="controller started")
 
@@ -210,6 +211,7 @@ class Bench:
     def tear_down(self) -> None:
         self.vm_watch.stop()
         self.stop.set()
+        self.operator.join(timeout=60)
         # With the controller gone, nothing would release the VMs' finalizers: drop them here.
         listing = self.custom.list_namespaced_custom_object(
             c.GROUP, c.VERSION, self.namespace, c.PLURAL

@@ -276,6 +276,39 @@ def cluster(
     core = client.CoreV1Api(api_client)
     name = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": name}})
-    yield Cluster(api=api_client, namespace=name, stub=stub_kind)
+    cluster = Cluster(api=api_client, namespace=name, stub=stub_kind)
+    yield cluster
+    remove_vms(cluster)
     with contextlib.suppress(client.ApiException):
         core.delete_namespace(name)
+
+
+def remove_vms(cluster: Cluster) -> None:
+    """Delete the namespace's VMs through the running controller and wait until they are gone.
+
+    Namespace deletion alone is not enough: the VMs' finalizer needs the controller, which is
+    stopped at the end of the session.
+    """
+    custom = cluster.custom
+    listing = custom.list_namespaced_custom_object(c.GROUP, c.VERSION, cluster.namespace, c.PLURAL)
+    for vm in listing["items"]:
+        with contextlib.suppress(client.ApiException):
+            cluster.delete_vm(vm["metadata"]["name"])
+    # Test providers may hold a finalizer of their own; nothing else would release it.
+    with contextlib.suppress(client.ApiException):
+        stubs = custom.list_namespaced_custom_object(
+            cluster.stub.group, cluster.stub.version, cluster.namespace, cluster.stub.plural
+        )
+        for provider in stubs["items"]:
+            if provider["metadata"].get("finalizers"):
+                cluster.patch_provider(
+                    provider["metadata"]["name"], {"metadata": {"finalizers": None}}
+                )
+
+    def vms_gone() -> bool:
+        listing = custom.list_namespaced_custom_object(
+            c.GROUP, c.VERSION, cluster.namespace, c.PLURAL
+        )
+        return not listing["items"]
+
+    eventually(vms_gone, timeout=60, what=f"VMs in {cluster.namespace} deleted")
