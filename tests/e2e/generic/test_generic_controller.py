@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from generic import constants as c
-from tests.e2e.generic.conftest import Cluster, StubKind, install_crd, stub_crd
+from tests.e2e.generic.conftest import Cluster, StubKind, install_crd, remove_vms, stub_crd
 from tests.eventually import eventually
 
 TIMEOUT = 30
@@ -266,6 +266,30 @@ class TestPropagation:
         eventually(
             lambda: "failureReason" not in (cluster.vm("web") or {}).get("status", {}), timeout=5
         )
+
+    def test_unlabelled_kind_is_adopted_and_labelling_it_starts_a_watch(
+        self, cluster: Cluster, api_client: client.ApiClient
+    ) -> None:
+        plain = StubKind(group=f"plain-{uuid.uuid4().hex[:6]}.generic.e2e.test")
+        crd = stub_crd(plain.group, labelled=False)
+        install_crd(api_client, crd)
+        ext = client.ApiextensionsV1Api(api_client)
+        try:
+            cluster.stub = plain
+            cluster.create_vm("web")
+            cluster.create_provider("web", backlink="web")
+            # Adoption goes through discovery alone.
+            eventually(lambda: _controller_owner(cluster.provider("web")), timeout=TIMEOUT)
+            ext.patch_custom_resource_definition(
+                crd["metadata"]["name"],
+                {"metadata": {"labels": {c.PROVIDER_CRD_LABEL: c.PROVIDER_CRD_LABEL_VALUE}}},
+            )
+            # Once labelled, a status write arrives well inside the 30 s poll interval.
+            cluster.write_provider_status("web", READY)
+            eventually(lambda: _ready_status(cluster, "web"), timeout=10, what="watched")
+        finally:
+            remove_vms(cluster)
+            ext.delete_custom_resource_definition(crd["metadata"]["name"])
 
 
 class TestAdmission:
