@@ -1,0 +1,69 @@
+"""The adapters' pure helpers: which VMs a provider event concerns, scopes, error mapping."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError
+
+from generic import constants as c
+from generic.adapters.kube import translate_errors
+from generic.adapters.operator import namespace_filter
+from generic.adapters.watches import is_provider_crd, vm_keys_of_provider
+from generic.errors import ApiError, ConflictError, GoneError
+
+
+def test_provider_events_wake_the_linked_vm_and_the_controlling_vm() -> None:
+    obj = {
+        "metadata": {
+            "namespace": "ns",
+            "annotations": {c.LINK_ANNOTATION: "new"},
+            "ownerReferences": [
+                {"apiVersion": "vm-api.io/v1alpha1", "kind": "VirtualMachine", "name": "old"},
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "cm"},
+                {"apiVersion": "other.io/v1", "kind": "VirtualMachine", "name": "foreign"},
+            ],
+        }
+    }
+    assert vm_keys_of_provider(obj) == {("ns", "new"), ("ns", "old")}
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [{}, {"namespace": "ns"}, {"namespace": "ns", "annotations": {c.LINK_ANNOTATION: ""}}],
+)
+def test_unlinked_provider_events_wake_nobody(meta: dict[str, object]) -> None:
+    assert vm_keys_of_provider({"metadata": meta}) == set()
+
+
+def test_provider_crds_are_recognised_by_their_label() -> None:
+    labelled = {"metadata": {"labels": {c.PROVIDER_CRD_LABEL: c.PROVIDER_CRD_LABEL_VALUE}}}
+    assert is_provider_crd(labelled)
+    assert not is_provider_crd({"metadata": {"labels": {c.PROVIDER_CRD_LABEL: "v2"}}})
+    assert not is_provider_crd({"metadata": {}})
+
+
+def test_namespace_patterns() -> None:
+    assert namespace_filter([])("anything")
+    scoped = namespace_filter(["team-*", "!team-secret"])
+    assert scoped("team-a")
+    assert not scoped("team-secret")
+    assert not scoped("other")
+    assert namespace_filter(["!kube-*"])("default")
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (ApiException(status=409, reason="Conflict"), ConflictError),
+        (ApiException(status=404, reason="Not Found"), GoneError),
+        (ApiException(status=500, reason="Internal"), ApiError),
+        (ProtocolError("connection reset"), ApiError),
+        (ConnectionRefusedError("refused"), ApiError),
+    ],
+)
+def test_client_errors_become_project_errors(raised: Exception, expected: type[Exception]) -> None:
+    with pytest.raises(expected) as caught, translate_errors("reading things"):
+        raise raised
+    assert "reading things" in str(caught.value)
+    assert type(caught.value) is expected
