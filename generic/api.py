@@ -473,9 +473,9 @@ class Address(_Model):
 
     type: Literal["InternalIP", "ExternalIP", "InternalDNS", "ExternalDNS"]
     """Kind of address."""
-    address: str = Field(min_length=1, max_length=253)
+    address: str = Field(min_length=1, max_length=c.ADDRESS_MAX)
     """The address."""
-    interface: str | None = Field(default=None, max_length=253)
+    interface: str | None = Field(default=None, max_length=c.ADDRESS_MAX)
     """The interface it belongs to, if the provider knows."""
 
 
@@ -484,11 +484,11 @@ class VirtualMachineStatus(_Model):
 
     ready: bool | None = None
     """True when the provider reports the machine's infrastructure ready."""
-    power_state: str | None = Field(default=None, max_length=64)
+    power_state: str | None = Field(default=None, max_length=c.POWER_STATE_MAX)
     """Power state the provider observed; absent while it is transitioning."""
-    provider_id: str | None = Field(default=None, alias="providerID", max_length=1024)
+    provider_id: str | None = Field(default=None, alias="providerID", max_length=c.PROVIDER_ID_MAX)
     """Stable identifier of the machine on its platform."""
-    addresses: list[Address] | None = Field(default=None, max_length=64)
+    addresses: list[Address] | None = Field(default=None, max_length=c.ADDRESSES_MAX)
     """Addresses of the machine, as last reported by the provider."""
     failure_reason: str | None = Field(default=None, max_length=1024)
     """Set when the provider reports a terminal error that needs a human; cleared on recovery."""
@@ -500,9 +500,9 @@ class VirtualMachineStatus(_Model):
     """Ready, InfrastructureReady and UpToDate."""
     observed_generation: int | None = Field(default=None, ge=0)
     """The VM generation this status was computed for."""
-    provider_metadata: dict[str, Annotated[str, Field(max_length=4096)]] | None = Field(
-        default=None, max_length=64
-    )
+    provider_metadata: (
+        dict[str, Annotated[str, Field(max_length=c.PROVIDER_METADATA_VALUE_MAX)]] | None
+    ) = Field(default=None, max_length=c.PROVIDER_METADATA_ENTRIES_MAX)
     """Provider-specific key/value facts, copied from the provider object's status."""
 
 

@@ -126,3 +126,12 @@ QUANTITY_PATTERN: Final = (
     r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 CONDITION_MESSAGE_MAX: Final = 32768
+
+# Limits of the VM status schema; the contract reader holds provider data to the same limits, so
+# a status computed from any provider object is always accepted by the API server.
+POWER_STATE_MAX: Final = 64
+PROVIDER_ID_MAX: Final = 1024
+ADDRESS_MAX: Final = 253
+ADDRESSES_MAX: Final = 64
+PROVIDER_METADATA_ENTRIES_MAX: Final = 64
+PROVIDER_METADATA_VALUE_MAX: Final = 4096

@@ -58,12 +58,21 @@ class _Reader:
     def __init__(self) -> None:
         self.violations: list[ContractViolationError] = []
 
-    def optional_str(self, data: Mapping[str, Any], key: str, path: str) -> str | None:
+    def optional_str(
+        self, data: Mapping[str, Any], key: str, path: str, *, max_length: int
+    ) -> str | None:
         value = data.get(key)
         if value is None:
             return None
+        return self._str(value, path, max_length=max_length)
+
+    def _str(self, value: object, path: str, *, max_length: int) -> str | None:
         if not isinstance(value, str):
             self.violations.append(ContractViolationError(path, "a string", value))
+            return None
+        if len(value) > max_length:
+            expected = f"a string of at most {max_length} characters"
+            self.violations.append(ContractViolationError(path, expected, value))
             return None
         return value
 
@@ -78,22 +87,31 @@ class _Reader:
             if not isinstance(item, dict):
                 continue  # the contract says: skipped
             found.extend(self._address(item, f"status.addresses[{index}]"))
+        if len(found) > c.ADDRESSES_MAX:
+            expected = f"at most {c.ADDRESSES_MAX} addresses"
+            self.violations.append(ContractViolationError("status.addresses", expected, value))
+            found = found[: c.ADDRESSES_MAX]
         return tuple(found)
 
     def _address(self, item: Mapping[str, Any], path: str) -> list[ReportedAddress]:
         kind = item.get("type")
         address = item.get("address")
-        interface = self.optional_str(item, "interface", f"{path}.interface")
+        interface = self.optional_str(
+            item, "interface", f"{path}.interface", max_length=c.ADDRESS_MAX
+        )
         if kind not in c.ADDRESS_TYPES:
             expected = "one of " + ", ".join(c.ADDRESS_TYPES)
             self.violations.append(ContractViolationError(f"{path}.type", expected, kind))
             return []
-        if not isinstance(address, str) or not address:
+        if address == "":
             self.violations.append(
                 ContractViolationError(f"{path}.address", "a non-empty string", address)
             )
             return []
-        return [ReportedAddress(type=kind, address=address, interface=interface)]
+        checked = self._str(address, f"{path}.address", max_length=c.ADDRESS_MAX)
+        if checked is None:
+            return []
+        return [ReportedAddress(type=kind, address=checked, interface=interface)]
 
     def metadata(self, value: object) -> Mapping[str, str] | None:
         if value is None:
@@ -103,13 +121,18 @@ class _Reader:
                 ContractViolationError("status.providerMetadata", "a map", value)
             )
             return None
+        if len(value) > c.PROVIDER_METADATA_ENTRIES_MAX:
+            expected = f"a map of at most {c.PROVIDER_METADATA_ENTRIES_MAX} entries"
+            self.violations.append(
+                ContractViolationError("status.providerMetadata", expected, value)
+            )
+            return None
         good: dict[str, str] = {}
         for key, item in value.items():
-            if isinstance(item, str):
-                good[str(key)] = item
-            else:
-                path = f"status.providerMetadata.{key}"
-                self.violations.append(ContractViolationError(path, "a string", item))
+            path = f"status.providerMetadata.{key}"
+            checked = self._str(item, path, max_length=c.PROVIDER_METADATA_VALUE_MAX)
+            if checked is not None:
+                good[str(key)] = checked
         return good
 
     def conditions(self, value: object) -> dict[str, ReportedCondition]:
@@ -134,7 +157,7 @@ class _Reader:
             expected = "one of True, False, Unknown"
             self.violations.append(ContractViolationError(f"{path}.status", expected, status))
             return None
-        reason = self.optional_str(item, "reason", f"{path}.reason")
+        reason = self.optional_str(item, "reason", f"{path}.reason", max_length=1024)
         if reason == "":
             reason = None
         if reason is not None and not _REASON_RE.match(reason):
@@ -142,10 +165,16 @@ class _Reader:
                 ContractViolationError(f"{path}.reason", "a CamelCase condition reason", reason)
             )
             reason = None
-        message = self.optional_str(item, "message", f"{path}.message") or ""
-        return ReportedCondition(
-            status=status, reason=reason, message=message[: c.CONDITION_MESSAGE_MAX]
-        )
+        message = self._message(item.get("message"), f"{path}.message")
+        return ReportedCondition(status=status, reason=reason, message=message)
+
+    def _message(self, value: object, path: str) -> str:
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            self.violations.append(ContractViolationError(path, "a string", value))
+            return ""
+        return value[: c.CONDITION_MESSAGE_MAX]  # a long message is cut, not refused
 
 
 def read_provider_status(provider: Mapping[str, Any]) -> ProviderReading:
@@ -158,8 +187,12 @@ def read_provider_status(provider: Mapping[str, Any]) -> ProviderReading:
         return ProviderReading(violations=(ContractViolationError("status", "an object", status),))
     conditions = reader.conditions(status.get("conditions"))
     return ProviderReading(
-        power_state=reader.optional_str(status, "powerState", "status.powerState"),
-        provider_id=reader.optional_str(status, "providerID", "status.providerID"),
+        power_state=reader.optional_str(
+            status, "powerState", "status.powerState", max_length=c.POWER_STATE_MAX
+        ),
+        provider_id=reader.optional_str(
+            status, "providerID", "status.providerID", max_length=c.PROVIDER_ID_MAX
+        ),
         addresses=reader.addresses(status.get("addresses")),
         provider_metadata=reader.metadata(status.get("providerMetadata")),
         infrastructure_ready=conditions.get(c.CONDITION_INFRASTRUCTURE_READY),

@@ -34,7 +34,10 @@ class ContractViolationError(GenericControllerError, ValueError):
         self.path = path
         self.expected = expected
         self.got_type = type(got).__name__
-        super().__init__(f"{path}: expected {expected}, got {self.got_type}")
+        got_text = self.got_type
+        if isinstance(got, str | list | dict):
+            got_text += f" of length {len(got)}"
+        super().__init__(f"{path}: expected {expected}, got {got_text}")
 
 
 class ApiError(GenericControllerError, RuntimeError):

@@ -43,6 +43,18 @@ def _mirror(type_: str, reported: ReportedCondition) -> DesiredCondition:
     )
 
 
+_VIOLATIONS_LISTED = 10
+
+
+def _violations_message(reading: ProviderReading) -> str:
+    listed = [str(v) for v in reading.violations[:_VIOLATIONS_LISTED]]
+    more = len(reading.violations) - len(listed)
+    if more:
+        listed.append(f"and {more} more")
+    message = "provider status breaks the vm-api.io contract: " + "; ".join(listed)
+    return message[: c.CONDITION_MESSAGE_MAX]
+
+
 def _conditions(observation: Observation) -> list[DesiredCondition]:
     assessment = observation.assessment
     reading = observation.reading
@@ -50,11 +62,8 @@ def _conditions(observation: Observation) -> list[DesiredCondition]:
         return _both(c.STATUS_FALSE, c.REASON_NOT_ADOPTED, assessment.message)
     wanted: list[DesiredCondition] = []
     if reading.violations:
-        detail = "; ".join(str(v) for v in reading.violations)
         wanted = _both(
-            c.STATUS_FALSE,
-            c.REASON_INVALID_PROVIDER_STATUS,
-            f"provider status breaks the vm-api.io contract: {detail}",
+            c.STATUS_FALSE, c.REASON_INVALID_PROVIDER_STATUS, _violations_message(reading)
         )
     elif reading.infrastructure_ready is None:
         wanted = _both(

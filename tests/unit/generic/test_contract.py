@@ -132,3 +132,26 @@ def test_empty_reason_counts_as_none_and_long_messages_are_cut() -> None:
     assert reading.infrastructure_ready is not None
     assert reading.infrastructure_ready.reason is None
     assert len(reading.infrastructure_ready.message) == 32768
+
+
+@pytest.mark.parametrize(
+    ("status", "path"),
+    [
+        ({"powerState": "x" * 65}, "status.powerState"),
+        ({"providerID": "x" * 1025}, "status.providerID"),
+        (
+            {"addresses": [{"type": "InternalIP", "address": "x" * 254}]},
+            "status.addresses[0].address",
+        ),
+        ({"providerMetadata": {"k": "x" * 4097}}, "status.providerMetadata.k"),
+        ({"providerMetadata": {f"k{i}": "v" for i in range(65)}}, "status.providerMetadata"),
+        (
+            {"addresses": [{"type": "InternalIP", "address": f"10.0.0.{i}"} for i in range(65)]},
+            "status.addresses",
+        ),
+    ],
+)
+def test_values_beyond_the_status_schema_limits_are_violations(status: object, path: str) -> None:
+    reading = _read(status)
+    assert [v.path for v in reading.violations] == [path]
+    assert "of length" in str(reading.violations[0])
