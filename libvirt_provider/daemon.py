@@ -106,11 +106,17 @@ class _Operator:
 def _login(registry: kopf.OperatorRegistry, prefix: str) -> None:
     @kopf.on.login(registry=registry, id=f"{prefix}/login")
     def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # An explicit kubeconfig is in $KUBECONFIG by now (see _load_kube_config); the client
+        # library's loader reads that variable only once, at import, so kopf's own reader is used.
+        if os.environ.get("KUBECONFIG"):
+            return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_via_client(**kwargs)
 
 
 def _load_kube_config(kubeconfig: str | None) -> client.ApiClient:
     if kubeconfig:
+        # For kopf's login handler, which reads the kubeconfig on its own.
+        os.environ["KUBECONFIG"] = kubeconfig
         config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     else:
         try:

@@ -28,14 +28,7 @@ from catalog.constants import GROUP, VERSION
 from generic import constants as vmapi
 from generic.workqueue import WorkerPool, WorkQueue
 from libvirt_provider import constants as c
-from libvirt_provider.reconciler import (
-    IMAGE_PLURAL,
-    MACHINE_CLASS_PLURAL,
-    NETWORK_PLURAL,
-    STORAGE_CLASS_PLURAL,
-    MachineKey,
-    MachineReconciler,
-)
+from libvirt_provider.reconciler import MachineKey, MachineReconciler
 
 __all__ = ["MachineController", "configure_settings", "register"]
 
@@ -152,7 +145,12 @@ def register(registry: kopf.OperatorRegistry, *, controller: MachineController, 
         if ref.get("apiGroup") == GROUP and ref.get("kind") == c.MACHINE_KIND and meta.namespace:
             controller.on_linked_vm(MachineKey(meta.namespace, str(ref.get("name"))))
 
-    for plural in (IMAGE_PLURAL, MACHINE_CLASS_PLURAL, NETWORK_PLURAL, STORAGE_CLASS_PLURAL):
+    for plural in (
+        c.IMAGE_PLURAL,
+        c.MACHINE_CLASS_PLURAL,
+        c.NETWORK_PLURAL,
+        c.STORAGE_CLASS_PLURAL,
+    ):
 
         @kopf.on.event(GROUP, VERSION, plural, registry=registry, id=f"libvirt-machine/{plural}")
         def _catalog(**_: Any) -> None:

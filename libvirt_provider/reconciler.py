@@ -52,6 +52,7 @@ from libvirt_provider.errors import (
     ProviderError,
     RetryableError,
 )
+from libvirt_provider.faults import crash_point
 from libvirt_provider.linkage import check_link
 from libvirt_provider.power import PowerAction, decide_power, observed_power_state
 from libvirt_provider.render import render_domain_xml
@@ -70,12 +71,6 @@ __all__ = ["MachineKey", "MachineReconciler", "MachineStore"]
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-
-# Catalog plurals, as the CRDs in crds/ name them.
-IMAGE_PLURAL = "libvirtimages"
-MACHINE_CLASS_PLURAL = "libvirtmachineclasses"
-NETWORK_PLURAL = "libvirtnetworks"
-STORAGE_CLASS_PLURAL = "libvirtstorageclasses"
 
 CONVERGING_DELAY = 2.0
 RETRY_DELAY = 10.0
@@ -222,10 +217,10 @@ class MachineReconciler:
 
     def _resolve(self, p: _Pass, vm_obj: Obj) -> Resolution:
         catalog = Catalog.of(
-            images=_parse_all(self._store, IMAGE_PLURAL, LibvirtImage),
-            machine_classes=_parse_all(self._store, MACHINE_CLASS_PLURAL, LibvirtMachineClass),
-            networks=_parse_all(self._store, NETWORK_PLURAL, LibvirtNetwork),
-            storage_classes=_parse_all(self._store, STORAGE_CLASS_PLURAL, LibvirtStorageClass),
+            images=_parse_all(self._store, c.IMAGE_PLURAL, LibvirtImage),
+            machine_classes=_parse_all(self._store, c.MACHINE_CLASS_PLURAL, LibvirtMachineClass),
+            networks=_parse_all(self._store, c.NETWORK_PLURAL, LibvirtNetwork),
+            storage_classes=_parse_all(self._store, c.STORAGE_CLASS_PLURAL, LibvirtStorageClass),
         )
         return resolve_machine(
             vm_name=str((vm_obj.get("metadata") or {}).get("name")),
@@ -267,12 +262,15 @@ class MachineReconciler:
                 if self._hv.find_volume(ci.pool, ci.volume) is None:
                     self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
                     made_volumes.append((ci.pool, ci.volume))
+            crash_point("create:after-volumes")
             ref = self._hv.define(render_domain_xml(plan.domain))
             defined = True
+            crash_point("create:after-define")
             p.domain_uuid = ref.uuid
             self._store.event(p.obj, reason="Defined", message=f"defined domain {ref.name}")
             if desired_power == vmapi.POWERED_ON:
                 self._hv.start(ref.uuid)
+                crash_point("create:after-start")
                 self._store.event(p.obj, reason="Started", message=f"started domain {ref.name}")
         except ProviderError:
             self._undo_create(p, defined=defined, volumes=made_volumes)
@@ -498,6 +496,7 @@ class MachineReconciler:
             if self._hv.status(uuid).state is not DomainState.SHUTOFF:
                 self._hv.destroy(uuid)
             self._hv.undefine(uuid)
+            crash_point("delete:after-undefine")
             self._store.event(p.obj, reason="Undefined", message=f"removed domain {ref.name}")
         prefix = f"{p.domain_name}--"
         for pool in sorted(self._hv.host_facts().pools):

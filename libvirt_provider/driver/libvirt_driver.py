@@ -395,8 +395,9 @@ class LibvirtHypervisor:
 
     def list_volumes(self, pool: str) -> list[VolumeInfo]:
         def volumes(conn: libvirt.virConnect) -> list[VolumeInfo]:
+            # No refresh: every volume of ours is made through libvirt, so the pool knows it, and a
+            # refresh fails while another client's volume job is running in the pool.
             p = conn.storagePoolLookupByName(pool)
-            p.refresh(0)
             return [_volume_info(pool, v) for v in p.listAllVolumes(0)]
 
         return self._call(volumes)

@@ -89,8 +89,9 @@ def api_client(lab: LabInfo) -> Iterator[client.ApiClient]:
     api.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def virt(lab: LabInfo) -> Iterator[libvirt.virConnect]:
+    # Per test: a test may restart libvirtd, which ends every connection opened before.
     conn = libvirt.open(lab.libvirt_uri)
     yield conn
     # The teardown test may have stopped libvirtd under us.

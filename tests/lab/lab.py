@@ -397,6 +397,37 @@ def start_libvirt(lab: Lab, guest_image: Path, state: dict[str, object]) -> None
         what="bringing up loopback in the lab namespace",
     )
     write_libvirt_config(lab)
+    spawn_libvirtd(lab, state)
+
+    net_xml = lab.dir / "network.xml"
+    p = lab.subnet_prefix
+    # No <forward> element: an isolated network. Guests reach only each other and the bridge.
+    net_xml.write_text(
+        f"<network><name>{lab.network}</name>"
+        f"<bridge name='{lab.bridge}' stp='off' delay='0'/>"
+        f"<ip address='{p}.1' netmask='255.255.255.0'>"
+        f"<dhcp><range start='{p}.100' end='{p}.250'/></dhcp></ip></network>"
+    )
+    virsh(lab, "net-define", str(net_xml), what="defining the lab network")
+    virsh(lab, "net-start", lab.network, what="starting the lab network")
+
+    lab.pool_dir.mkdir(parents=True, exist_ok=True)
+    virsh(
+        lab,
+        "pool-define-as",
+        lab.pool,
+        "dir",
+        "--target",
+        str(lab.pool_dir),
+        what="defining the lab storage pool",
+    )
+    virsh(lab, "pool-start", lab.pool, what="starting the lab storage pool")
+    shutil.copyfile(guest_image, lab.pool_dir / lab.guest_volume)
+    virsh(lab, "pool-refresh", lab.pool, what="refreshing the lab storage pool")
+
+
+def spawn_libvirtd(lab: Lab, state: dict[str, object]) -> None:
+    """Start libvirtd in the lab's namespace (a private mount namespace over the lab's dirs)."""
     root = lab.libvirt
     binds = " && ".join(
         f"mkdir -p {d} && mount --bind {shlex.quote(str(root / src))} {d}"
@@ -430,31 +461,16 @@ def start_libvirt(lab: Lab, guest_image: Path, state: dict[str, object]) -> None
     if not pid_alive(pid):
         raise LabError(f"libvirtd exited during start-up; logs: {log}, {lab.logs / 'libvirtd.log'}")
 
-    net_xml = lab.dir / "network.xml"
-    p = lab.subnet_prefix
-    # No <forward> element: an isolated network. Guests reach only each other and the bridge.
-    net_xml.write_text(
-        f"<network><name>{lab.network}</name>"
-        f"<bridge name='{lab.bridge}' stp='off' delay='0'/>"
-        f"<ip address='{p}.1' netmask='255.255.255.0'>"
-        f"<dhcp><range start='{p}.100' end='{p}.250'/></dhcp></ip></network>"
-    )
-    virsh(lab, "net-define", str(net_xml), what="defining the lab network")
-    virsh(lab, "net-start", lab.network, what="starting the lab network")
 
-    lab.pool_dir.mkdir(parents=True, exist_ok=True)
-    virsh(
-        lab,
-        "pool-define-as",
-        lab.pool,
-        "dir",
-        "--target",
-        str(lab.pool_dir),
-        what="defining the lab storage pool",
-    )
-    virsh(lab, "pool-start", lab.pool, what="starting the lab storage pool")
-    shutil.copyfile(guest_image, lab.pool_dir / lab.guest_volume)
-    virsh(lab, "pool-refresh", lab.pool, what="refreshing the lab storage pool")
+def restart_libvirtd(lab: Lab) -> None:
+    """Stop libvirtd and start it again; guests keep running (libvirtd reattaches to them)."""
+    state = load_state(lab)
+    pid = state.get("libvirtd_pid")
+    if not isinstance(pid, int) or not lab_healthy(lab):
+        raise LabError("the lab is not up; run `make lab-up` first")
+    stop_pids([pid])
+    spawn_libvirtd(lab, state)
+    print(f"lab: libvirtd restarted (pid {state['libvirtd_pid']})")
 
 
 def detect_domain_type(lab: Lab, guest_image: Path) -> str:
@@ -650,7 +666,9 @@ def describe(lab: Lab) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lab", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["up", "down", "env", "status", "describe"])
+    parser.add_argument(
+        "command", choices=["up", "down", "env", "status", "describe", "restart-libvirtd"]
+    )
     args = parser.parse_args(argv)
     lab = Lab.from_env()
     try:
@@ -662,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
             env(lab)
         elif args.command == "describe":
             describe(lab)
+        elif args.command == "restart-libvirtd":
+            restart_libvirtd(lab)
         else:
             healthy = lab_healthy(lab)
             print("lab: up" if healthy else "lab: down")

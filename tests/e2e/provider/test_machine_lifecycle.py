@@ -178,7 +178,6 @@ def _patch_vm(api_client: client.ApiClient, ns: str, name: str, spec: dict[str, 
 
 def _machine_volumes(virt: libvirt.virConnect, lab: LabInfo, prefix: str) -> list[str]:
     pool = virt.storagePoolLookupByName(lab.pool)
-    pool.refresh(0)
     return [v.name() for v in pool.listAllVolumes(0) if v.name().startswith(prefix)]
 
 

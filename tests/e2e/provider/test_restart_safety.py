@@ -1,0 +1,224 @@
+"""Crashes and restarts: kill -9 the daemon at each step of create, restart libvirtd, delete early.
+
+These tests run the LibvirtMachine controller alone (`--no-generic`) on a host name of their own,
+and read the outcome from the LibvirtMachine's status and from libvirt itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+from kubernetes import client
+
+from libvirt_provider import naming
+from tests.e2e.conftest import LAB_SCRIPT, REPO, LabInfo
+from tests.e2e.provider.test_machine_lifecycle import (
+    GROUP,
+    V,
+    _apply,
+    _condition,
+    _create,
+    _get,
+    _machine_volumes,
+    _pair,
+    _patch_vm,
+)
+from tests.eventually import eventually
+
+HOST = "restart-host"
+
+
+@contextmanager
+def running_daemon(
+    lab: LabInfo, *, crash_point: str | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    env = dict(os.environ)
+    env.pop("VMAPI_CRASH_POINT", None)
+    if crash_point:
+        env["VMAPI_CRASH_POINT"] = crash_point
+    log = Path(os.environ.get("VMAPI_LAB_LOGS") or REPO / ".logs") / "e2e-restart-daemon.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "libvirt_provider",
+                "--kubeconfig",
+                lab.kubeconfig,
+                "--libvirt-uri",
+                lab.libvirt_uri,
+                "--host",
+                HOST,
+                "--domain-types",
+                lab.domain_type,
+                "--health-address",
+                "127.0.0.1",
+                "--health-port",
+                "0",
+                "--no-generic",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture
+def ns(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
+    _apply(lab, REPO / "crds")
+    _apply(lab, REPO / "deploy" / "samples" / "catalog.yaml")
+    name = "rs-" + uuid.uuid4().hex[:8]
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    custom = client.CustomObjectsApi(api_client)
+    leftovers = custom.list_namespaced_custom_object(GROUP, V, name, "libvirtmachines")["items"]
+    if leftovers:
+        with running_daemon(lab):
+            for lm in leftovers:
+                custom.delete_namespaced_custom_object(
+                    GROUP, V, name, "libvirtmachines", lm["metadata"]["name"]
+                )
+            eventually(
+                lambda: (
+                    not custom.list_namespaced_custom_object(GROUP, V, name, "libvirtmachines")[
+                        "items"
+                    ]
+                ),
+                timeout=120,
+                what="leftover machines cleaned up",
+            )
+    core.delete_namespace(name)
+
+
+def _pair_on_host(ns: str, name: str) -> list[dict[str, Any]]:
+    docs = _pair(ns, name)
+    docs[1]["metadata"]["labels"]["infrastructure.vm-api.io/host"] = HOST
+    return docs
+
+
+def _machine_ready(api_client: client.ApiClient, ns: str, name: str) -> bool:
+    lm = _get(api_client, ns, name, vm=False)
+    cond = _condition(lm, "InfrastructureReady")
+    return cond.get("status") == "True" and cond.get("reason") == "Running"
+
+
+def _domains_of(virt: libvirt.virConnect, uid: str, name: str) -> list[libvirt.virDomain]:
+    return [d for d in virt.listAllDomains(0) if d.UUIDString() == uid or d.name() == name]
+
+
+@pytest.mark.parametrize(
+    "point", ["create:after-volumes", "create:after-define", "create:after-start"]
+)
+def test_a_crash_at_each_step_of_create_converges_to_one_domain_and_no_leak(
+    lab: LabInfo, api_client: client.ApiClient, virt: libvirt.virConnect, ns: str, point: str
+) -> None:
+    _create(api_client, _pair_on_host(ns, "crashy"))
+    with running_daemon(lab, crash_point=point) as crashing:
+        assert crashing.wait(timeout=120) == -signal.SIGKILL, "the crash point was not reached"
+    lm = _get(api_client, ns, "crashy", vm=False)
+    assert lm is not None
+    uid = lm["metadata"]["uid"]
+    domain = naming.domain_name(ns, "crashy")
+
+    with running_daemon(lab):
+        eventually(
+            lambda: _machine_ready(api_client, ns, "crashy"),
+            timeout=240,
+            interval=1,
+            what="Ready after the restart",
+        )
+        domains = _domains_of(virt, uid, domain)
+        assert [d.UUIDString() for d in domains] == [uid]
+        assert domains[0].isActive()
+        assert _machine_volumes(virt, lab, f"{domain}--") == [f"{domain}--boot.qcow2"]
+
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            GROUP, V, ns, "libvirtmachines", "crashy"
+        )
+        eventually(
+            lambda: _get(api_client, ns, "crashy", vm=False) is None,
+            timeout=120,
+            what="the machine deleted",
+        )
+    assert _domains_of(virt, uid, domain) == []
+    assert _machine_volumes(virt, lab, f"{domain}--") == []
+
+
+def test_a_machine_deleted_while_it_is_being_created_leaks_nothing(
+    lab: LabInfo, api_client: client.ApiClient, virt: libvirt.virConnect, ns: str
+) -> None:
+    domain = naming.domain_name(ns, "hasty")
+    with running_daemon(lab):
+        _create(api_client, _pair_on_host(ns, "hasty"))
+        eventually(
+            lambda: bool(_machine_volumes(virt, lab, f"{domain}--")),
+            timeout=60,
+            interval=0.1,
+            what="creation under way",
+        )
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            GROUP, V, ns, "libvirtmachines", "hasty"
+        )
+        eventually(
+            lambda: _get(api_client, ns, "hasty", vm=False) is None,
+            timeout=120,
+            what="the machine deleted",
+        )
+    assert domain not in [d.name() for d in virt.listAllDomains(0)]
+    assert _machine_volumes(virt, lab, f"{domain}--") == []
+
+
+def test_the_daemon_recovers_when_libvirtd_restarts(
+    lab: LabInfo, api_client: client.ApiClient, virt: libvirt.virConnect, ns: str
+) -> None:
+    with running_daemon(lab) as daemon:
+        _create(api_client, _pair_on_host(ns, "steady"))
+        eventually(
+            lambda: _machine_ready(api_client, ns, "steady"),
+            timeout=240,
+            interval=1,
+            what="Ready before the restart",
+        )
+        subprocess.run(
+            [sys.executable, str(LAB_SCRIPT), "restart-libvirtd"],
+            check=True,
+            capture_output=True,
+        )
+        _patch_vm(api_client, ns, "steady", {"powerState": "PoweredOff"})
+        eventually(
+            lambda: (
+                (_get(api_client, ns, "steady", vm=False) or {}).get("status", {}).get("powerState")
+                == "PoweredOff"
+            ),
+            timeout=120,
+            interval=1,
+            what="a power change applied through the new libvirtd",
+        )
+        assert daemon.poll() is None
+    # The session's connection predates the restart; a new one sees the domain off.
+    fresh = libvirt.open(lab.libvirt_uri)
+    try:
+        dom = fresh.lookupByName(naming.domain_name(ns, "steady"))
+        assert dom.state()[0] == libvirt.VIR_DOMAIN_SHUTOFF
+    finally:
+        fresh.close()
