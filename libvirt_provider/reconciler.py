@@ -120,6 +120,8 @@ class _Pass:
     obj: Obj
     machine: LibvirtMachine
     domain_name: str
+    # The linked VirtualMachine, once the link is verified: problems are told on it too.
+    linked_vm: Obj | None = None
     domain_uuid: str | None = None
     power_state: str | None = None
     readiness: Readiness | None = None
@@ -190,6 +192,7 @@ class MachineReconciler:
         if not link.linked or vm_obj is None:
             self._fail(p, link.reason or "NotLinked", link.message or "not linked")
             return None
+        p.linked_vm = vm_obj
         spec = vm_obj.get("spec") or {}
         desired_power = str(spec.get("powerState") or vmapi.POWERED_ON)
         power_off_mode = str(spec.get("powerOffMode") or vmapi.POWER_OFF_TRY_SOFT)
@@ -555,6 +558,8 @@ class MachineReconciler:
         )
         if before is None or before.get("reason") != reason or before.get("message") != message:
             self._store.event(p.obj, reason=reason, message=message, warning=True)
+            if p.linked_vm is not None:
+                self._store.event(p.linked_vm, reason=reason, message=message, warning=True)
 
     def _report_invalid(self, obj: Obj, err: ValidationError) -> None:
         message = _validation_message("LibvirtMachine", err)

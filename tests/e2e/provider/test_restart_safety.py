@@ -22,16 +22,16 @@ from kubernetes import client
 
 from libvirt_provider import naming
 from tests.e2e.conftest import LAB_SCRIPT, REPO, LabInfo
-from tests.e2e.provider.test_machine_lifecycle import (
+from tests.e2e.provider.conftest import (
     GROUP,
     V,
-    _apply,
-    _condition,
-    _create,
-    _get,
-    _machine_volumes,
-    _pair,
-    _patch_vm,
+    apply,
+    condition,
+    create,
+    get,
+    machine_volumes,
+    pair,
+    patch_vm,
 )
 from tests.eventually import eventually
 
@@ -84,8 +84,8 @@ def running_daemon(
 
 @pytest.fixture
 def ns(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
-    _apply(lab, REPO / "crds")
-    _apply(lab, REPO / "deploy" / "samples" / "catalog.yaml")
+    apply(lab, REPO / "crds")
+    apply(lab, REPO / "deploy" / "samples" / "catalog.yaml")
     name = "rs-" + uuid.uuid4().hex[:8]
     core = client.CoreV1Api(api_client)
     core.create_namespace({"metadata": {"name": name}})
@@ -111,14 +111,14 @@ def ns(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
 
 
 def _pair_on_host(ns: str, name: str) -> list[dict[str, Any]]:
-    docs = _pair(ns, name)
+    docs = pair(ns, name)
     docs[1]["metadata"]["labels"]["infrastructure.vm-api.io/host"] = HOST
     return docs
 
 
 def _machine_ready(api_client: client.ApiClient, ns: str, name: str) -> bool:
-    lm = _get(api_client, ns, name, vm=False)
-    cond = _condition(lm, "InfrastructureReady")
+    lm = get(api_client, ns, name, vm=False)
+    cond = condition(lm, "InfrastructureReady")
     return cond.get("status") == "True" and cond.get("reason") == "Running"
 
 
@@ -132,10 +132,10 @@ def _domains_of(virt: libvirt.virConnect, uid: str, name: str) -> list[libvirt.v
 def test_a_crash_at_each_step_of_create_converges_to_one_domain_and_no_leak(
     lab: LabInfo, api_client: client.ApiClient, virt: libvirt.virConnect, ns: str, point: str
 ) -> None:
-    _create(api_client, _pair_on_host(ns, "crashy"))
+    create(api_client, _pair_on_host(ns, "crashy"))
     with running_daemon(lab, crash_point=point) as crashing:
         assert crashing.wait(timeout=120) == -signal.SIGKILL, "the crash point was not reached"
-    lm = _get(api_client, ns, "crashy", vm=False)
+    lm = get(api_client, ns, "crashy", vm=False)
     assert lm is not None
     uid = lm["metadata"]["uid"]
     domain = naming.domain_name(ns, "crashy")
@@ -150,18 +150,18 @@ def test_a_crash_at_each_step_of_create_converges_to_one_domain_and_no_leak(
         domains = _domains_of(virt, uid, domain)
         assert [d.UUIDString() for d in domains] == [uid]
         assert domains[0].isActive()
-        assert _machine_volumes(virt, lab, f"{domain}--") == [f"{domain}--boot.qcow2"]
+        assert machine_volumes(virt, lab, f"{domain}--") == [f"{domain}--boot.qcow2"]
 
         client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
             GROUP, V, ns, "libvirtmachines", "crashy"
         )
         eventually(
-            lambda: _get(api_client, ns, "crashy", vm=False) is None,
+            lambda: get(api_client, ns, "crashy", vm=False) is None,
             timeout=120,
             what="the machine deleted",
         )
     assert _domains_of(virt, uid, domain) == []
-    assert _machine_volumes(virt, lab, f"{domain}--") == []
+    assert machine_volumes(virt, lab, f"{domain}--") == []
 
 
 def test_a_machine_deleted_while_it_is_being_created_leaks_nothing(
@@ -169,9 +169,9 @@ def test_a_machine_deleted_while_it_is_being_created_leaks_nothing(
 ) -> None:
     domain = naming.domain_name(ns, "hasty")
     with running_daemon(lab):
-        _create(api_client, _pair_on_host(ns, "hasty"))
+        create(api_client, _pair_on_host(ns, "hasty"))
         eventually(
-            lambda: bool(_machine_volumes(virt, lab, f"{domain}--")),
+            lambda: bool(machine_volumes(virt, lab, f"{domain}--")),
             timeout=60,
             interval=0.1,
             what="creation under way",
@@ -180,19 +180,19 @@ def test_a_machine_deleted_while_it_is_being_created_leaks_nothing(
             GROUP, V, ns, "libvirtmachines", "hasty"
         )
         eventually(
-            lambda: _get(api_client, ns, "hasty", vm=False) is None,
+            lambda: get(api_client, ns, "hasty", vm=False) is None,
             timeout=120,
             what="the machine deleted",
         )
     assert domain not in [d.name() for d in virt.listAllDomains(0)]
-    assert _machine_volumes(virt, lab, f"{domain}--") == []
+    assert machine_volumes(virt, lab, f"{domain}--") == []
 
 
 def test_the_daemon_recovers_when_libvirtd_restarts(
     lab: LabInfo, api_client: client.ApiClient, virt: libvirt.virConnect, ns: str
 ) -> None:
     with running_daemon(lab) as daemon:
-        _create(api_client, _pair_on_host(ns, "steady"))
+        create(api_client, _pair_on_host(ns, "steady"))
         eventually(
             lambda: _machine_ready(api_client, ns, "steady"),
             timeout=240,
@@ -204,10 +204,10 @@ def test_the_daemon_recovers_when_libvirtd_restarts(
             check=True,
             capture_output=True,
         )
-        _patch_vm(api_client, ns, "steady", {"powerState": "PoweredOff"})
+        patch_vm(api_client, ns, "steady", {"powerState": "PoweredOff"})
         eventually(
             lambda: (
-                (_get(api_client, ns, "steady", vm=False) or {}).get("status", {}).get("powerState")
+                (get(api_client, ns, "steady", vm=False) or {}).get("status", {}).get("powerState")
                 == "PoweredOff"
             ),
             timeout=120,

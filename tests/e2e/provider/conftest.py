@@ -1,0 +1,177 @@
+"""Fixtures and helpers for the provider's e2e tests: a daemon in the lab, namespaces, pairs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e.conftest import REPO, LabInfo
+from tests.eventually import eventually
+
+HOST = "e2e-host"
+GROUP = "infrastructure.vm-api.io"
+VM_GROUP = "vm-api.io"
+V = "v1alpha1"
+
+
+def apply(lab: LabInfo, *paths: Path) -> None:
+    kubectl = Path(lab.env["PATH"].split(":")[1]) / "kubectl"
+    args = [str(kubectl), "--kubeconfig", lab.kubeconfig, "apply"]
+    for path in paths:
+        args += ["-f", str(path)]
+    subprocess.run(args, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def daemon(lab: LabInfo, api_client: client.ApiClient, tmp_path_factory: Any) -> Iterator[Path]:
+    apply(lab, REPO / "crds")
+    ext = client.ApiextensionsV1Api(api_client)
+    for crd in ("libvirtmachines", "libvirtimages", "virtualmachines"):
+        group = VM_GROUP if crd == "virtualmachines" else GROUP
+        eventually(
+            lambda crd=crd, group=group: any(
+                c.type == "Established" and c.status == "True"
+                for c in ext.read_custom_resource_definition(f"{crd}.{group}").status.conditions
+                or []
+            ),
+            timeout=30,
+            what=f"CRD {crd} established",
+        )
+    apply(lab, REPO / "deploy" / "samples" / "catalog.yaml")
+    log = Path(os.environ.get("VMAPI_LAB_LOGS") or REPO / ".logs") / "e2e-daemon.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "libvirt_provider",
+                "--kubeconfig",
+                lab.kubeconfig,
+                "--libvirt-uri",
+                lab.libvirt_uri,
+                "--host",
+                HOST,
+                "--domain-types",
+                lab.domain_type,
+                "--health-address",
+                "127.0.0.1",
+                "--health-port",
+                "0",
+                "--lease-namespace",
+                "kube-system",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield log
+    finally:
+        proc.terminate()
+        try:
+            assert proc.wait(timeout=60) == 0, f"the daemon did not stop cleanly; see {log}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+@pytest.fixture
+def ns(api_client: client.ApiClient, daemon: Path) -> Iterator[str]:
+    name = "lm-" + uuid.uuid4().hex[:8]
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    custom = client.CustomObjectsApi(api_client)
+    for vm in custom.list_namespaced_custom_object(VM_GROUP, V, name, "virtualmachines")["items"]:
+        delete_quietly(custom, VM_GROUP, name, "virtualmachines", vm["metadata"]["name"])
+    for lm in custom.list_namespaced_custom_object(GROUP, V, name, "libvirtmachines")["items"]:
+        delete_quietly(custom, GROUP, name, "libvirtmachines", lm["metadata"]["name"])
+    eventually(
+        lambda: (
+            not custom.list_namespaced_custom_object(GROUP, V, name, "libvirtmachines")["items"]
+            and not custom.list_namespaced_custom_object(VM_GROUP, V, name, "virtualmachines")[
+                "items"
+            ]
+        ),
+        timeout=120,
+        what=f"every machine of namespace {name} gone",
+    )
+    core.delete_namespace(name)
+
+
+def delete_quietly(
+    custom: client.CustomObjectsApi, group: str, ns: str, plural: str, name: str
+) -> None:
+    try:
+        custom.delete_namespaced_custom_object(group, V, ns, plural, name)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def pair(ns: str, name: str, *, vm_spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    docs = list(yaml.safe_load_all((REPO / "deploy" / "samples" / "vm.yaml").read_text()))
+    vm, lm = docs
+    for doc in docs:
+        doc["metadata"]["namespace"] = ns
+        doc["metadata"]["name"] = name
+    vm["spec"]["infrastructureRef"]["name"] = name
+    vm["spec"].update(vm_spec or {})
+    lm["metadata"]["annotations"]["vm-api.io/virtual-machine"] = name
+    lm["metadata"]["labels"]["infrastructure.vm-api.io/host"] = HOST
+    return docs
+
+
+def create(api_client: client.ApiClient, docs: list[dict[str, Any]]) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    for doc in docs:
+        group, version = doc["apiVersion"].split("/")
+        plural = "virtualmachines" if doc["kind"] == "VirtualMachine" else "libvirtmachines"
+        custom.create_namespaced_custom_object(
+            group, version, doc["metadata"]["namespace"], plural, doc
+        )
+
+
+def get(api_client: client.ApiClient, ns: str, name: str, *, vm: bool) -> dict[str, Any] | None:
+    custom = client.CustomObjectsApi(api_client)
+    group, plural = (VM_GROUP, "virtualmachines") if vm else (GROUP, "libvirtmachines")
+    try:
+        obj: dict[str, Any] = custom.get_namespaced_custom_object(group, V, ns, plural, name)
+        return obj
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+def patch_vm(api_client: client.ApiClient, ns: str, name: str, spec: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        VM_GROUP, V, ns, "virtualmachines", name, {"spec": spec}
+    )
+
+
+def machine_volumes(virt: libvirt.virConnect, lab: LabInfo, prefix: str) -> list[str]:
+    pool = virt.storagePoolLookupByName(lab.pool)
+    return [v.name() for v in pool.listAllVolumes(0) if v.name().startswith(prefix)]
+
+
+def domain_names(virt: libvirt.virConnect) -> list[str]:
+    return [d.name() for d in virt.listAllDomains(0)]

@@ -1,0 +1,258 @@
+"""The LibvirtMachine reconciler's sequencing, against an in-memory store and hypervisor.
+
+The real adapters are proven in tests/e2e; these tests pin down the order of steps and what is
+left behind when a step fails, which the lab cannot provoke on demand.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from lxml import etree
+
+from libvirt_provider import naming
+from libvirt_provider.driver.base import DomainState
+from libvirt_provider.driver.fake import FakeHypervisor
+from libvirt_provider.errors import PermanentError, RetryableError
+from libvirt_provider.reconciler import MachineKey, MachineReconciler
+from tests.unit.provider.builders import HOST, UID, ref
+
+Obj = dict[str, Any]
+NS = "default"
+HOST_LABEL = "infrastructure.vm-api.io/host"
+FINALIZER = "infrastructure.vm-api.io/libvirt-machine"
+DOMAIN = naming.domain_name(NS, "web")
+
+
+@dataclass
+class MemoryStore:
+    machines: dict[str, Obj] = field(default_factory=dict)
+    vms: dict[str, Obj] = field(default_factory=dict)
+    catalog: dict[str, list[Obj]] = field(default_factory=dict)
+    secrets: dict[str, dict[str, str]] = field(default_factory=dict)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def get_machine(self, namespace: str, name: str) -> Obj | None:
+        obj = self.machines.get(name)
+        return copy.deepcopy(obj) if obj else None
+
+    def get_virtual_machine(self, namespace: str, name: str) -> Obj | None:
+        obj = self.vms.get(name)
+        return copy.deepcopy(obj) if obj else None
+
+    def list_cluster(self, plural: str) -> list[Obj]:
+        return copy.deepcopy(self.catalog.get(plural, []))
+
+    def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        return self.secrets.get(name)
+
+    def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
+        current = self.machines[name].setdefault("status", {})
+        for key, value in status.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
+
+    def set_finalizers(
+        self, namespace: str, name: str, finalizers: list[str], resource_version: str
+    ) -> None:
+        obj = self.machines[name]
+        obj["metadata"]["finalizers"] = finalizers
+        if obj["metadata"].get("deletionTimestamp") and not finalizers:
+            del self.machines[name]
+
+    def event(self, obj: Obj, *, reason: str, message: str, warning: bool = False) -> None:
+        self.events.append((obj["kind"], reason, message))
+
+
+def _store(**vm_spec: Any) -> MemoryStore:
+    store = MemoryStore()
+    store.machines["web"] = {
+        "apiVersion": "infrastructure.vm-api.io/v1alpha1",
+        "kind": "LibvirtMachine",
+        "metadata": {
+            "name": "web",
+            "namespace": NS,
+            "uid": UID,
+            "resourceVersion": "1",
+            "generation": 1,
+            "labels": {HOST_LABEL: HOST.hostname},
+            "annotations": {"vm-api.io/virtual-machine": "web"},
+            "finalizers": [FINALIZER],
+        },
+        "spec": {},
+    }
+    spec: Obj = {
+        "infrastructureRef": ref("LibvirtMachine", "web"),
+        "instanceType": {"name": "small"},
+        "bootDisk": {"source": {"image": ref("LibvirtImage", "tiny")}, "sizeGiB": 1},
+    }
+    spec.update(vm_spec)
+    store.vms["web"] = {
+        "apiVersion": "vm-api.io/v1alpha1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": "web", "namespace": NS, "uid": "vm-uid"},
+        "spec": spec,
+    }
+    store.catalog = {
+        "libvirtimages": [
+            {
+                "metadata": {"name": "tiny"},
+                "spec": {"source": {"volume": {"pool": "vmapi-lab", "volume": "guest.qcow2"}}},
+            }
+        ],
+        "libvirtmachineclasses": [
+            {"metadata": {"name": "small"}, "spec": {"cpus": 1, "memory": "256Mi"}}
+        ],
+        "libvirtnetworks": [
+            {
+                "metadata": {"name": "lab"},
+                "spec": {"source": {"network": "vmapi-lab"}, "default": True},
+            }
+        ],
+        "libvirtstorageclasses": [
+            {"metadata": {"name": "lab"}, "spec": {"pool": "vmapi-lab", "default": True}}
+        ],
+    }
+    return store
+
+
+def _hypervisor() -> FakeHypervisor:
+    hv = FakeHypervisor(facts=HOST)
+    hv.add_volume("vmapi-lab", "guest.qcow2", capacity_bytes=1 << 28)
+    return hv
+
+
+def _reconciler(store: MemoryStore, hv: FakeHypervisor) -> MachineReconciler:
+    return MachineReconciler(store=store, hypervisor=hv, host=HOST.hostname)
+
+
+KEY = MachineKey(NS, "web")
+
+
+def _owned_volumes(hv: FakeHypervisor) -> list[str]:
+    return sorted(name for (_, name) in hv.volumes if name.startswith(f"{DOMAIN}--"))
+
+
+def test_a_linked_pair_gets_a_volume_and_a_started_domain() -> None:
+    store, hv = _store(), _hypervisor()
+    delay = _reconciler(store, hv).reconcile(KEY)
+    assert delay is not None
+    assert hv.domains[UID].state is DomainState.RUNNING
+    assert _owned_volumes(hv) == [f"{DOMAIN}--boot.qcow2"]
+    assert hv.calls.index("create_overlay") < hv.calls.index("define") < hv.calls.index("start")
+    reasons = [r for kind, r, _ in store.events if kind == "LibvirtMachine"]
+    assert reasons[:2] == ["Defined", "Started"]
+
+
+def test_the_machine_is_ready_once_its_nic_has_an_address() -> None:
+    store, hv = _store(), _hypervisor()
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    reconciler.reconcile(KEY)
+    status = store.machines["web"]["status"]
+    ready = {c["type"]: c for c in status["conditions"]}["InfrastructureReady"]
+    assert (ready["status"], ready["reason"]) == ("False", "WaitingForAddress")
+    mac = (
+        etree.fromstring(hv.domains[UID].xml.encode()).find("devices/interface/mac").get("address")
+    )
+    hv.give_lease(UID, mac, "10.0.0.9")
+    assert reconciler.reconcile(KEY) is None
+    status = store.machines["web"]["status"]
+    ready = {c["type"]: c for c in status["conditions"]}["InfrastructureReady"]
+    assert (ready["status"], ready["reason"]) == ("True", "Running")
+    assert status["addresses"][0]["address"] == "10.0.0.9"
+    assert status["providerID"] == f"libvirt://{HOST.hostname}/{UID}"
+
+
+def test_a_failed_start_undoes_what_the_pass_made() -> None:
+    store, hv = _store(), _hypervisor()
+    hv.fail_next("start", RetryableError("libvirtd went away"))
+    _reconciler(store, hv).reconcile(KEY)
+    assert hv.domains == {}
+    assert _owned_volumes(hv) == []
+    ready = {c["type"]: c for c in store.machines["web"]["status"]["conditions"]}
+    assert ready["InfrastructureReady"]["status"] == "False"
+    assert "libvirtd went away" in ready["InfrastructureReady"]["message"]
+
+
+def test_an_unlinked_machine_touches_nothing() -> None:
+    store, hv = _store(), _hypervisor()
+    store.vms["web"]["spec"]["infrastructureRef"]["name"] = "other"
+    _reconciler(store, hv).reconcile(KEY)
+    assert not {"define", "create_overlay", "create_blank"} & set(hv.calls)
+    conditions = {c["type"]: c for c in store.machines["web"]["status"]["conditions"]}
+    assert conditions["InfrastructureReady"]["reason"] == "LinkMismatch"
+    # A VM that does not link back is not told about this machine's problems.
+    assert {kind for kind, _, _ in store.events} == {"LibvirtMachine"}
+
+
+def test_unsupported_configuration_builds_nothing_and_warns_both_objects() -> None:
+    store, hv = _store(scheduling={"spot": True}), _hypervisor()
+    _reconciler(store, hv).reconcile(KEY)
+    assert hv.domains == {}
+    assert _owned_volumes(hv) == []
+    assert {(kind, reason) for kind, reason, _ in store.events} == {
+        ("LibvirtMachine", "UnsupportedByProvider"),
+        ("VirtualMachine", "UnsupportedByProvider"),
+    }
+
+
+def test_the_same_problem_is_not_announced_twice() -> None:
+    store, hv = _store(scheduling={"spot": True}), _hypervisor()
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    reconciler.reconcile(KEY)
+    assert len(store.events) == 2
+
+
+def test_another_hosts_machine_is_left_to_its_daemon() -> None:
+    store, hv = _store(), _hypervisor()
+    store.machines["web"]["metadata"]["labels"][HOST_LABEL] = "elsewhere"
+    assert _reconciler(store, hv).reconcile(KEY) is None
+    assert hv.calls == []
+
+
+def test_the_finalizer_is_added_before_anything_is_built() -> None:
+    store, hv = _store(), _hypervisor()
+    store.machines["web"]["metadata"]["finalizers"] = []
+    assert _reconciler(store, hv).reconcile(KEY) == 0.0
+    assert store.machines["web"]["metadata"]["finalizers"] == [FINALIZER]
+    assert hv.calls == []
+
+
+def test_deletion_removes_domain_and_volumes_then_the_finalizer() -> None:
+    store, hv = _store(), _hypervisor()
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert reconciler.reconcile(KEY) is None
+    assert hv.domains == {}
+    assert _owned_volumes(hv) == []
+    assert ("vmapi-lab", "guest.qcow2") in hv.volumes  # the shared base image stays
+    assert "web" not in store.machines
+
+
+def test_a_failed_cleanup_keeps_the_finalizer_and_says_why() -> None:
+    store, hv = _store(), _hypervisor()
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    hv.fail_next("undefine", PermanentError("nvram is locked"))
+    assert reconciler.reconcile(KEY) is not None
+    assert store.machines["web"]["metadata"]["finalizers"] == [FINALIZER]
+    assert any(r == "CleanupFailed" and "nvram" in m for _, r, m in store.events)
+    assert reconciler.reconcile(KEY) is None
+    assert "web" not in store.machines
+
+
+@pytest.mark.parametrize("desired", ["PoweredOff", "Suspended"])
+def test_a_machine_created_off_or_suspended_is_defined_but_not_started(desired: str) -> None:
+    store, hv = _store(powerState=desired), _hypervisor()
+    _reconciler(store, hv).reconcile(KEY)
+    assert hv.domains[UID].state is DomainState.SHUTOFF
+    assert "start" not in hv.calls
