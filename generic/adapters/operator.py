@@ -24,7 +24,7 @@ import fnmatch
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -88,6 +88,20 @@ def namespace_filter(patterns: Sequence[str]) -> Callable[[str], bool]:
     return in_scope
 
 
+def vm_fingerprint(meta: Mapping[str, Any]) -> Hashable:
+    """What of a VM's metadata the reconcile depends on; spec changes move `generation`.
+
+    A VM event whose fingerprint is unchanged only changed the status (or labels) and needs no
+    reconcile; skipping it halves the work after each status write this controller makes.
+    """
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        meta.get("deletionTimestamp"),
+        tuple(meta.get("finalizers") or ()),
+    )
+
+
 class GenericController:
     """The running parts: work queue, worker threads, provider watches and the reconciler.
 
@@ -111,7 +125,7 @@ class GenericController:
         self._pool = WorkerPool(self.queue, self._process, workers=workers)
         self._workers = workers
         self._lock = threading.Lock()
-        self._known_vms: set[VmKey] = set()
+        self._known_vms: dict[VmKey, Hashable] = {}
         self._crds: dict[str, dict[str, Any]] = {}
         self._hub: ProviderWatchHub | None = None
         self._reconciler: Reconciler | None = None
@@ -158,17 +172,21 @@ class GenericController:
         self.stop()
         self.queue.shutdown()
 
-    def on_vm_event(self, namespace: str | None, name: str | None, *, deleted: bool) -> None:
+    def on_vm_event(self, meta: Mapping[str, Any], *, deleted: bool) -> None:
+        """A VM changed: reconcile it, unless only its status did (this controller wrote that)."""
+        namespace, name = meta.get("namespace"), meta.get("name")
         if not namespace or not name or not self.in_scope(namespace):
             return
         key = (namespace, name)
+        fingerprint = vm_fingerprint(meta)
         with self._lock:
             if deleted:
-                self._known_vms.discard(key)
-            else:
-                self._known_vms.add(key)
+                self._known_vms.pop(key, None)
+                return
+            unchanged = self._known_vms.get(key) == fingerprint
+            self._known_vms[key] = fingerprint
             running = self._hub is not None
-        if running:
+        if running and not unchanged:
             self.queue.add(key)
 
     def on_crd_event(self, body: Mapping[str, Any], *, deleted: bool) -> None:
@@ -233,9 +251,8 @@ def register(
         controller.shutdown()
 
     @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, registry=registry, id="vm-api-generic/vm")
-    async def _vm_event(event: kopf.RawEvent, meta: kopf.Meta, **_: Any) -> None:
-        deleted = event.get("type") == "DELETED"
-        controller.on_vm_event(meta.namespace, meta.name, deleted=deleted)
+    async def _vm_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        controller.on_vm_event(body.get("metadata", {}), deleted=event.get("type") == "DELETED")
 
     @kopf.on.event(
         "apiextensions.k8s.io",
