@@ -50,7 +50,7 @@ class Outcome:
     """Look again now (an optimistic-concurrency conflict)."""
 
 
-_EVENT_KEYS = ("status", "reason", "message")
+_OWN_REASONS = frozenset({c.REASON_NOT_ADOPTED, c.REASON_INVALID_PROVIDER_STATUS})
 DONE = Outcome()
 RETRY = Outcome(retry=True)
 
@@ -62,6 +62,15 @@ def utc_now() -> str:
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def _worth_an_event(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """A new status or reason is news; a new message only when this controller wrote it (a
+    provider may put changing detail in its message, which must not turn into a stream of
+    Events)."""
+    if (before.get("status"), before.get("reason")) != (after.get("status"), after.get("reason")):
+        return True
+    return after.get("reason") in _OWN_REASONS and before.get("message") != after.get("message")
 
 
 def _provider_ref(vm: Mapping[str, Any]) -> str:
@@ -154,7 +163,7 @@ class Reconciler:
         after = find_condition(desired.get("conditions"), c.CONDITION_READY)
         if after is None or observation.deleting:
             return
-        if before is not None and all(before.get(k) == after.get(k) for k in _EVENT_KEYS):
+        if before is not None and not _worth_an_event(before, after):
             return
         self._event_for_ready(vm, observation.assessment.link, after)
 
@@ -195,7 +204,9 @@ class Reconciler:
                 c.EVENT_DELETING_INFRASTRUCTURE,
                 f"deleting {_provider_ref(vm)}; the VM goes once it is gone",
             )
-        return Outcome(requeue_after=None if kind.watched else self._deletion_poll)
+        # Even a watched kind gets a slow re-check: the VM must not wait forever if the DELETED
+        # event fell into a gap between two watch streams.
+        return Outcome(requeue_after=self._poll if kind.watched else self._deletion_poll)
 
     def _let_go_if_unlinked(
         self,

@@ -11,7 +11,9 @@ How a provider's status change reaches the generic VM without a periodic poll:
    watch existed are looked at again), then watches from that resourceVersion. Every event on a
    provider object enqueues the VM it names in its `vm-api.io/virtual-machine` annotation and the
    VM that holds its controller owner reference (they differ when a link was edited); the work
-   queue deduplicates, and the reconcile reads the object afresh.
+   queue deduplicates, and the reconcile reads the object afresh. A `ProviderIndex` remembers
+   which VMs each object concerned, so a relist also wakes the VMs of objects deleted while no
+   stream was open.
 3. Streams end on purpose every `server_timeout` seconds and are resumed from the last
    resourceVersion (bookmarks keep it fresh); a client read timeout slightly above that detects a
    silently dead connection. A 410 Gone resumes with a fresh list. Errors back off.
@@ -36,34 +38,13 @@ from urllib3.exceptions import HTTPError
 from generic import constants as c
 from generic.errors import ApiError
 from generic.gateway import ProviderKind
+from generic.provider_index import ProviderIndex
 
-__all__ = ["ProviderWatchHub", "vm_keys_of_provider"]
+__all__ = ["ProviderWatchHub", "is_provider_crd"]
 
 log = logging.getLogger(__name__)
 
 VmKey = tuple[str, str]
-
-
-def vm_keys_of_provider(obj: Mapping[str, Any]) -> set[VmKey]:
-    """The VMs (namespace, name) a provider object concerns: its backlink and its controller."""
-    meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace")
-    if not isinstance(namespace, str):
-        return set()
-    keys: set[VmKey] = set()
-    annotations = meta.get("annotations") or {}
-    backlink = annotations.get(c.LINK_ANNOTATION) if isinstance(annotations, dict) else None
-    if isinstance(backlink, str) and backlink:
-        keys.add((namespace, backlink))
-    for ref in meta.get("ownerReferences") or []:
-        if (
-            isinstance(ref, dict)
-            and ref.get("kind") == c.KIND
-            and str(ref.get("apiVersion", "")).startswith(f"{c.GROUP}/")
-            and isinstance(ref.get("name"), str)
-        ):
-            keys.add((namespace, ref["name"]))
-    return keys
 
 
 def is_provider_crd(crd: Mapping[str, Any]) -> bool:
@@ -86,6 +67,7 @@ class _KindWatch:
         self._hub = hub
         self._stopped = threading.Event()
         self._watch: watch.Watch | None = None
+        self._index = ProviderIndex()
         self._thread = threading.Thread(
             target=self._run, name=f"generic-watch-{kind}.{group}", daemon=True
         )
@@ -122,7 +104,7 @@ class _KindWatch:
         )
         if not isinstance(listing, dict):
             raise ApiError(f"listing {kind.plural}.{kind.group} returned {type(listing)}")
-        self._hub.notify(listing.get("items") or [])
+        self._hub.notify(self._index.replace(listing.get("items") or []))
         return str(listing["metadata"]["resourceVersion"])
 
     def _follow(self, kind: ProviderKind, resource_version: str) -> None:
@@ -154,7 +136,8 @@ class _KindWatch:
                     if version:
                         resource_version = str(version)
                     if event.get("type") != "BOOKMARK":
-                        self._hub.notify([obj])
+                        deleted = event.get("type") == "DELETED"
+                        self._hub.notify(self._index.update(obj, deleted=deleted))
                 # The client library tracks bookmarks' resourceVersion for resumption too.
                 resource_version = self._watch.resource_version or resource_version
             except ApiException as exc:
@@ -191,11 +174,10 @@ class ProviderWatchHub:
     def resolve(self, group: str, kind: str) -> ProviderKind:
         return self._resolve(group, kind)
 
-    def notify(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        for obj in objects:
-            for key in vm_keys_of_provider(obj):
-                if self._in_scope(key[0]):
-                    self._enqueue(key)
+    def notify(self, keys: Iterable[VmKey]) -> None:
+        for key in keys:
+            if self._in_scope(key[0]):
+                self._enqueue(key)
 
     def is_watched(self, group: str, kind: str) -> bool:
         with self._lock:

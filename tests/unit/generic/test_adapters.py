@@ -9,8 +9,9 @@ from urllib3.exceptions import ProtocolError
 from generic import constants as c
 from generic.adapters.kube import translate_errors
 from generic.adapters.operator import namespace_filter
-from generic.adapters.watches import is_provider_crd, vm_keys_of_provider
+from generic.adapters.watches import is_provider_crd
 from generic.errors import ApiError, ConflictError, GoneError
+from generic.provider_index import ProviderIndex, vm_keys_of_provider
 
 
 def test_provider_events_wake_the_linked_vm_and_the_controlling_vm() -> None:
@@ -67,3 +68,28 @@ def test_client_errors_become_project_errors(raised: Exception, expected: type[E
         raise raised
     assert "reading things" in str(caught.value)
     assert type(caught.value) is expected
+
+
+def _provider(name: str, backlink: str | None) -> dict[str, object]:
+    meta: dict[str, object] = {"namespace": "ns", "name": name}
+    if backlink:
+        meta["annotations"] = {c.LINK_ANNOTATION: backlink}
+    return {"metadata": meta}
+
+
+def test_index_reports_objects_that_vanished_between_listings() -> None:
+    index = ProviderIndex()
+    assert index.replace([_provider("a", "vm-a"), _provider("b", "vm-b")]) == {
+        ("ns", "vm-a"),
+        ("ns", "vm-b"),
+    }
+    assert index.replace([_provider("a", "vm-a")]) == {("ns", "vm-a"), ("ns", "vm-b")}
+    assert index.replace([_provider("a", "vm-a")]) == {("ns", "vm-a")}
+
+
+def test_index_reports_old_and_new_links_on_events() -> None:
+    index = ProviderIndex()
+    index.update(_provider("a", "old"), deleted=False)
+    assert index.update(_provider("a", "new"), deleted=False) == {("ns", "old"), ("ns", "new")}
+    assert index.update(_provider("a", None), deleted=True) == {("ns", "new")}
+    assert index.replace([]) == set()

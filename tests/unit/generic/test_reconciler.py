@@ -145,6 +145,15 @@ class TestNotAdopted:
         assert _run(cluster) == Outcome()
         assert len(_owners(cluster)) == 1
 
+    def test_a_different_not_adopted_message_is_news(self, cluster: FakeCluster) -> None:
+        cluster.add_vm("web")
+        reconciler = _reconciler(cluster)
+        reconciler.run("ns", "web")
+        cluster.add_provider("web")
+        reconciler.run("ns", "web")
+        assert cluster.event_reasons() == ["NotAdopted", "NotAdopted"]
+        assert "does not link back" in cluster.events[-1][2]
+
     def test_repeated_failures_do_not_repeat_events_or_writes(self, cluster: FakeCluster) -> None:
         cluster.add_vm("web")
         reconciler = _reconciler(cluster)
@@ -230,6 +239,21 @@ class TestMirroring:
         assert status["powerState"] == "PoweredOff"
         assert status["addresses"] == [{"type": "InternalIP", "address": "10.0.0.9"}]
         assert cluster.condition("web", "Ready") == since
+
+    def test_changing_provider_messages_do_not_stream_events(self, cluster: FakeCluster) -> None:
+        cluster.add_vm("web")
+        cluster.add_provider("web", backlink="web", status=READY_STATUS)
+        reconciler = _reconciler(cluster)
+        reconciler.run("ns", "web")
+        events = len(cluster.events)
+        for uptime in range(3):
+            condition = {**READY_STATUS["conditions"][0], "message": f"up {uptime} min"}
+            cluster.provider("web")["status"] = {**READY_STATUS, "conditions": [condition]}
+            reconciler.run("ns", "web")
+        assert len(cluster.events) == events
+        ready = cluster.condition("web", "Ready")
+        assert ready is not None
+        assert ready["message"] == "up 2 min"
 
     def test_missing_reason_falls_back_to_reported(self, cluster: FakeCluster) -> None:
         cluster.add_vm("web")
@@ -318,7 +342,7 @@ class TestDeletion:
 
     def test_provider_deleted_first_then_finalizer_released(self, cluster: FakeCluster) -> None:
         reconciler = self._adopted(cluster)
-        assert reconciler.run("ns", "web") == Outcome()
+        assert reconciler.run("ns", "web") == Outcome(requeue_after=30)
         assert cluster.provider("web")["metadata"]["deletionTimestamp"]
         assert cluster.vm("web")["metadata"]["finalizers"] == [c.FINALIZER]
         ready = cluster.condition("web", "Ready")
