@@ -228,40 +228,44 @@ def stub_kind(api_client: client.ApiClient) -> Iterator[StubKind]:
         )
 
 
-@pytest.fixture(scope="session")
-def controller(
-    lab: LabInfo, vm_crd: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Path]:
-    """`python -m generic` serving this session's namespaces; yields its log file."""
-    log = tmp_path_factory.mktemp("generic") / "controller.log"
-    with log.open("w") as out:
+def start_controller(kubeconfig: str, pattern: str, log: Path) -> subprocess.Popen[bytes]:
+    """`python -m generic` serving namespaces that match `pattern`, appending to `log`."""
+    marker = "generic controller started"
+    started_before = log.read_text().count(marker) if log.exists() else 0
+    with log.open("a") as out:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "generic",
-                "--kubeconfig",
-                lab.kubeconfig,
-                "--namespace",
-                f"{NAMESPACE_PREFIX}*",
-            ],
+            [sys.executable, "-m", "generic", "--kubeconfig", kubeconfig, "--namespace", pattern],
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     eventually(
-        lambda: "generic controller started" in log.read_text(),
+        lambda: log.read_text().count(marker) > started_before,
         timeout=30,
         what="controller started",
     )
-    yield log
+    return process
+
+
+def stop_controller(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     try:
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+@pytest.fixture(scope="session")
+def controller(
+    lab: LabInfo, vm_crd: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """The controller serving this session's namespaces; yields its log file."""
+    log = tmp_path_factory.mktemp("generic") / "controller.log"
+    process = start_controller(lab.kubeconfig, f"{NAMESPACE_PREFIX}*", log)
+    yield log
+    stop_controller(process)
     tail = log.read_text()
     assert "Traceback" not in tail, f"the controller logged a traceback:\n{tail[-4000:]}"
 
