@@ -117,10 +117,17 @@ Quantity = Annotated[
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": c.QUANTITY_PATTERN,
             "x-kubernetes-int-or-string": True,
+            **_validations(
+                _cel(
+                    "type(self) == int ? self > 0 : "
+                    "quantity(string(self)).isGreaterThan(quantity('0'))",
+                    "must be greater than zero",
+                )
+            ),
         }
     ),
 ]
-"""A Kubernetes resource quantity: an integer or a string such as `4Gi`."""
+"""A positive Kubernetes resource quantity: an integer or a string such as `4Gi`."""
 
 
 def _check_ip(value: str) -> str:

@@ -366,6 +366,16 @@ class TestAdmission:
         assert got is not None
         assert got["spec"]["bootDisk"]["sizeGiB"] == 20
 
+    @pytest.mark.parametrize("memory", ["0", 0, "-1Gi"])
+    def test_memory_must_be_positive(self, cluster: Cluster, memory: object) -> None:
+        body = cluster.vm_body("bad", instanceType={"resources": {"cpus": 1, "memory": memory}})
+        self._rejected(
+            lambda: cluster.custom.create_namespaced_custom_object(
+                c.GROUP, c.VERSION, cluster.namespace, c.PLURAL, body
+            ),
+            "must be greater than zero",
+        )
+
     def test_exactly_one_of(self, cluster: Cluster) -> None:
         body = cluster.vm_body(
             "bad", instanceType={"name": "small", "resources": {"cpus": 1, "memory": "1Gi"}}
