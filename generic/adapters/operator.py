@@ -134,6 +134,11 @@ class GenericController:
     def running(self) -> bool:
         return self._hub is not None
 
+    def knows(self, namespace: str, name: str) -> bool:
+        """Whether kopf has reported this VM (started or not)."""
+        with self._lock:
+            return (namespace, name) in self._known_vms
+
     def start(self) -> None:
         with self._lock:
             if self._hub is not None:
