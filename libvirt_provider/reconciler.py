@@ -73,6 +73,9 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 CONVERGING_DELAY = 2.0
+# No libvirt event announces a DHCP lease, so a running machine without an address is polled;
+# often enough that Ready follows the lease closely, cheap enough for many machines.
+ADDRESS_POLL_DELAY = 0.5
 RETRY_DELAY = 10.0
 
 # Condition reasons of the provider's own (the contract copies them verbatim to the VM).
@@ -387,8 +390,10 @@ class MachineReconciler:
             timeout=dt.timedelta(seconds=plan.shutdown_timeout_seconds),
         ).settled
         p.readiness = self._readiness(p, desired, settled, decision.problem)
-        if not settled or (desired == vmapi.POWERED_ON and not p.addresses):
+        if not settled:
             return CONVERGING_DELAY
+        if desired == vmapi.POWERED_ON and not p.addresses:
+            return ADDRESS_POLL_DELAY
         return None
 
     def _act(self, p: _Pass, uuid: str, action: PowerAction) -> None:
