@@ -42,9 +42,10 @@ class WorkQueue(Generic[K]):
         self._ready: deque[K] = deque()
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
-        self._delayed: list[tuple[float, int, K]] = []
+        self._delayed: list[tuple[float, int, K, int | None]] = []
         self._seq = itertools.count()
         self._failures: dict[K, int] = {}
+        self._retry_epoch: dict[K, int] = {}
         self._closed = False
 
     def add(self, key: K) -> None:
@@ -60,11 +61,16 @@ class WorkQueue(Generic[K]):
             self._lock.notify()
 
     def add_after(self, key: K, delay: float) -> None:
+        """Add `key` once `delay` seconds have passed."""
+        self._add_after(key, delay, epoch=None)
+
+    def _add_after(self, key: K, delay: float, *, epoch: int | None) -> None:
         if delay <= 0:
             self.add(key)
             return
         with self._lock:
-            heapq.heappush(self._delayed, (self._clock() + delay, next(self._seq), key))
+            entry = (self._clock() + delay, next(self._seq), key, epoch)
+            heapq.heappush(self._delayed, entry)
             self._lock.notify()
 
     def add_rate_limited(self, key: K) -> float:
@@ -72,14 +78,20 @@ class WorkQueue(Generic[K]):
         with self._lock:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
+            epoch = self._retry_epoch.get(key, 0)
         delay: float = min(self._base * 2.0**failures, self._max)
-        self.add_after(key, delay)
+        self._add_after(key, delay, epoch=epoch)
         return delay
 
     def forget(self, key: K) -> None:
-        """Reset the backoff of `key` (it succeeded)."""
+        """Reset the backoff of `key` (it succeeded) and drop the retries still pending for it.
+
+        Without the latter, every success after a failure would be followed by one pointless
+        pass when the old retry comes due.
+        """
         with self._lock:
-            self._failures.pop(key, None)
+            if self._failures.pop(key, None) is not None:
+                self._retry_epoch[key] = self._retry_epoch.get(key, 0) + 1
 
     def get(self, timeout: float | None = None) -> K | None:
         """The next key to process, or None on shutdown or when `timeout` passes."""
@@ -105,8 +117,9 @@ class WorkQueue(Generic[K]):
     def _promote_due_locked(self) -> None:
         now = self._clock()
         while self._delayed and self._delayed[0][0] <= now:
-            _, _, key = heapq.heappop(self._delayed)
-            self._add_locked(key)
+            _, _, key, epoch = heapq.heappop(self._delayed)
+            if epoch is None or epoch == self._retry_epoch.get(key, 0):
+                self._add_locked(key)
 
     def done(self, key: K) -> None:
         """Processing of `key` finished; if it was added meanwhile, it becomes ready again."""

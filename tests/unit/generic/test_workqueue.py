@@ -93,3 +93,19 @@ def test_pool_can_stop_and_start_again_without_losing_keys() -> None:
     pool.start()
     eventually(lambda: seen == ["a", "b"], timeout=5)
     pool.stop()
+
+
+def test_success_cancels_pending_retries_but_not_timed_rechecks() -> None:
+    clock = Clock()
+    queue: WorkQueue[str] = WorkQueue(base_delay=1, clock=clock)
+    queue.add_rate_limited("a")
+    queue.add_after("a", 2)
+    queue.forget("a")
+    clock.now = 1
+    assert queue.get(timeout=0) is None  # the retry was cancelled
+    clock.now = 2
+    assert queue.get(timeout=0) == "a"  # the timed re-check was not
+    queue.done("a")
+    queue.add_rate_limited("a")
+    clock.now = 3
+    assert queue.get(timeout=0) == "a"  # a new failure retries again, from the base delay
