@@ -20,21 +20,16 @@ What the embedding process must do:
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
-import threading
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import kopf
 from kubernetes import client, config
 
 from generic import constants as c
-from generic.adapters.kube import KubeGateway
-from generic.adapters.watches import ProviderWatchHub
-from generic.reconciler import Reconciler
-from generic.workqueue import WorkerPool, WorkQueue
+from generic.adapters.controller import GenericController, default_api_client
 
 __all__ = [
     "GenericController",
@@ -46,8 +41,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-VmKey = tuple[str, str]
 
 
 def configure_settings(settings: kopf.OperatorSettings, *, prefix: str = c.KOPF_PREFIX) -> None:
@@ -63,163 +56,6 @@ def configure_settings(settings: kopf.OperatorSettings, *, prefix: str = c.KOPF_
     settings.watching.client_timeout = 270
     settings.watching.connect_timeout = 10
     settings.posting.level = logging.WARNING
-
-
-def _default_api_client() -> client.ApiClient:
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
-
-
-def namespace_filter(patterns: Sequence[str]) -> Callable[[str], bool]:
-    """A predicate for kopf-style namespace patterns (globs; `!pattern` excludes)."""
-    if not patterns:
-        return lambda _namespace: True
-    include = [p for p in patterns if not p.startswith("!")]
-    exclude = [p[1:] for p in patterns if p.startswith("!")]
-
-    def in_scope(namespace: str) -> bool:
-        if any(fnmatch.fnmatchcase(namespace, p) for p in exclude):
-            return False
-        return not include or any(fnmatch.fnmatchcase(namespace, p) for p in include)
-
-    return in_scope
-
-
-def vm_fingerprint(meta: Mapping[str, Any]) -> Hashable:
-    """What of a VM's metadata the reconcile depends on; spec changes move `generation`.
-
-    A VM event whose fingerprint is unchanged only changed the status (or labels) and needs no
-    reconcile; skipping it halves the work after each status write this controller makes.
-    """
-    return (
-        meta.get("uid"),
-        meta.get("generation"),
-        meta.get("deletionTimestamp"),
-        tuple(meta.get("finalizers") or ()),
-    )
-
-
-class GenericController:
-    """The running parts: work queue, worker threads, provider watches and the reconciler.
-
-    `start` and `stop` may be called repeatedly (an embedding process that runs the generic
-    controller only while it holds a leader Lease): while stopped, VM and CRD events are only
-    remembered; `start` replays the remembered CRDs and enqueues every known VM.
-    """
-
-    def __init__(
-        self,
-        *,
-        api_client: client.ApiClient | None,
-        namespaces: Sequence[str],
-        workers: int,
-        poll_interval: float,
-    ) -> None:
-        self._api_client = api_client
-        self._poll_interval = poll_interval
-        self.in_scope = namespace_filter(namespaces)
-        self.queue: WorkQueue[VmKey] = WorkQueue()
-        self._pool = WorkerPool(self.queue, self._process, workers=workers)
-        self._workers = workers
-        self._lock = threading.Lock()
-        self._known_vms: dict[VmKey, Hashable] = {}
-        self._crds: dict[str, dict[str, Any]] = {}
-        self._hub: ProviderWatchHub | None = None
-        self._reconciler: Reconciler | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._hub is not None
-
-    def knows(self, namespace: str, name: str) -> bool:
-        """Whether kopf has reported this VM (started or not)."""
-        with self._lock:
-            return (namespace, name) in self._known_vms
-
-    def start(self) -> None:
-        with self._lock:
-            if self._hub is not None:
-                return
-            api = self._api_client or _default_api_client()
-            self._api_client = api
-            gateway = KubeGateway(api)
-            hub = ProviderWatchHub(
-                api,
-                enqueue=self.queue.add,
-                in_scope=self.in_scope,
-                resolve=gateway.resolve_kind,
-                invalidate=gateway.invalidate_discovery,
-            )
-            gateway.use_watch_status(hub.is_watched)
-            self._reconciler = Reconciler(gateway, poll_interval=self._poll_interval)
-            self._hub = hub
-            crds = list(self._crds.values())
-            known = list(self._known_vms)
-        for crd in crds:
-            hub.on_crd(crd, deleted=False)
-        self._pool.start()
-        for key in known:
-            self.queue.add(key)
-        log.info("generic controller started with %d workers", self._workers)
-
-    def stop(self) -> None:
-        with self._lock:
-            hub, self._hub = self._hub, None
-        if hub is not None:
-            hub.stop()
-        self._pool.stop()
-        log.info("generic controller stopped")
-
-    def shutdown(self) -> None:
-        self.stop()
-        self.queue.shutdown()
-
-    def on_vm_event(self, meta: Mapping[str, Any], *, deleted: bool) -> None:
-        """A VM changed: reconcile it, unless only its status did (this controller wrote that)."""
-        namespace, name = meta.get("namespace"), meta.get("name")
-        if not namespace or not name or not self.in_scope(namespace):
-            return
-        key = (namespace, name)
-        fingerprint = vm_fingerprint(meta)
-        with self._lock:
-            if deleted:
-                self._known_vms.pop(key, None)
-                return
-            unchanged = self._known_vms.get(key) == fingerprint
-            self._known_vms[key] = fingerprint
-            running = self._hub is not None
-        if running and not unchanged:
-            self.queue.add(key)
-
-    def on_crd_event(self, body: Mapping[str, Any], *, deleted: bool) -> None:
-        crd = dict(body)
-        name = str((crd.get("metadata") or {}).get("name"))
-        with self._lock:
-            if deleted:
-                self._crds.pop(name, None)
-            else:
-                self._crds[name] = crd
-            hub = self._hub
-        if hub is not None:
-            hub.on_crd(crd, deleted=deleted)
-
-    def _process(self, key: VmKey) -> None:
-        reconciler = self._reconciler
-        if reconciler is None:
-            return
-        outcome = reconciler.run(*key)
-        if outcome.immediately:
-            self.queue.add(key)
-            return
-        if outcome.retry:
-            self.queue.add_rate_limited(key)
-            return
-        self.queue.forget(key)
-        if outcome.requeue_after is not None:
-            self.queue.add_after(key, outcome.requeue_after)
 
 
 def register(
@@ -288,7 +124,7 @@ def register_login(registry: kopf.OperatorRegistry, *, kubeconfig: str | None) -
 def api_client_for(kubeconfig: str | None) -> client.ApiClient:
     """A Kubernetes client for `kubeconfig`, or in-cluster/default config when None."""
     if not kubeconfig:
-        return _default_api_client()
+        return default_api_client()
     api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
         config_file=kubeconfig
     )

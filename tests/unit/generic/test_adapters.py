@@ -7,8 +7,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
 from generic import constants as c
+from generic.adapters.controller import namespace_filter
 from generic.adapters.kube import translate_errors
-from generic.adapters.operator import namespace_filter
 from generic.adapters.watches import is_provider_crd
 from generic.errors import ApiError, ConflictError, GoneError
 from generic.provider_index import ProviderIndex, vm_keys_of_provider
