@@ -10,6 +10,8 @@ import argparse
 import logging
 import sys
 
+import prometheus_client
+
 from generic.adapters.operator import run_standalone
 
 
@@ -24,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=4, help="reconcile threads (default 4)")
     parser.add_argument("--poll-interval", type=float, default=30.0)
+    parser.add_argument(
+        "--metrics-port", type=int, default=0, help="serve Prometheus metrics (default: off)"
+    )
+    parser.add_argument("--metrics-address", default="127.0.0.1")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -33,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         # kopf reports every handled event at INFO; the controller's own log says what matters.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    if args.metrics_port:
+        prometheus_client.start_http_server(args.metrics_port, addr=args.metrics_address)
     run_standalone(
         kubeconfig=args.kubeconfig,
         namespaces=args.namespace,

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes import client, config
 
+from generic import metrics
 from generic.adapters.kube import KubeGateway
 from generic.adapters.watches import ProviderWatchHub
 from generic.reconciler import Reconciler
@@ -122,6 +123,8 @@ class GenericController:
             known = list(self._known_vms)
         for crd in crds:
             hub.on_crd(crd, deleted=False)
+        metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
+        metrics.WATCHED_PROVIDER_KINDS.set_function(hub.watched_count)
         self._pool.start()
         for key in known:
             self.queue.add(key)
@@ -172,13 +175,19 @@ class GenericController:
         reconciler = self._reconciler
         if reconciler is None:
             return
-        outcome = reconciler.run(*key)
+        with metrics.RECONCILE_SECONDS.time():
+            outcome = reconciler.run(*key)
         if outcome.immediately:
+            metrics.RECONCILES.labels("conflict").inc()
             self.queue.add(key)
             return
         if outcome.retry:
+            metrics.RECONCILES.labels("retry").inc()
             self.queue.add_rate_limited(key)
             return
         self.queue.forget(key)
         if outcome.requeue_after is not None:
+            metrics.RECONCILES.labels("requeue").inc()
             self.queue.add_after(key, outcome.requeue_after)
+        else:
+            metrics.RECONCILES.labels("done").inc()

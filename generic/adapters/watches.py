@@ -184,6 +184,12 @@ class ProviderWatchHub:
             found = self._watches.get((group, kind))
         return found is not None and found.established.is_set()
 
+    def watched_count(self) -> int:
+        """How many provider kinds are watched right now (for metrics)."""
+        with self._lock:
+            watches = list(self._watches.values())
+        return sum(1 for each in watches if each.established.is_set())
+
     def on_crd(self, crd: Mapping[str, Any], *, deleted: bool) -> None:
         """Start or stop the watch of the kind a CRD defines, to match its label."""
         self._invalidate()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -228,13 +229,25 @@ def stub_kind(api_client: client.ApiClient) -> Iterator[StubKind]:
         )
 
 
-def start_controller(kubeconfig: str, pattern: str, log: Path) -> subprocess.Popen[bytes]:
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def start_controller(
+    kubeconfig: str, pattern: str, log: Path, *, metrics_port: int = 0
+) -> subprocess.Popen[bytes]:
     """`python -m generic` serving namespaces that match `pattern`, appending to `log`."""
     marker = "generic controller started"
     started_before = log.read_text().count(marker) if log.exists() else 0
+    command = [sys.executable, "-m", "generic", "--kubeconfig", kubeconfig, "--namespace", pattern]
+    if metrics_port:
+        command += ["--metrics-port", str(metrics_port)]
     with log.open("a") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "generic", "--kubeconfig", kubeconfig, "--namespace", pattern],
+            command,
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -257,14 +270,21 @@ def stop_controller(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+@dataclass(frozen=True)
+class RunningController:
+    log: Path
+    metrics_url: str
+
+
 @pytest.fixture(scope="session")
 def controller(
     lab: LabInfo, vm_crd: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Path]:
-    """The controller serving this session's namespaces; yields its log file."""
+) -> Iterator[RunningController]:
+    """The controller serving this session's namespaces."""
     log = tmp_path_factory.mktemp("generic") / "controller.log"
-    process = start_controller(lab.kubeconfig, f"{NAMESPACE_PREFIX}*", log)
-    yield log
+    port = free_port()
+    process = start_controller(lab.kubeconfig, f"{NAMESPACE_PREFIX}*", log, metrics_port=port)
+    yield RunningController(log=log, metrics_url=f"http://127.0.0.1:{port}/metrics")
     stop_controller(process)
     tail = log.read_text()
     assert "Traceback" not in tail, f"the controller logged a traceback:\n{tail[-4000:]}"
@@ -273,9 +293,8 @@ def controller(
 @pytest.fixture
 def cluster(
     api_client: client.ApiClient,
-    controller: Path,
+    controller: RunningController,
     stub_kind: StubKind,
-    request: pytest.FixtureRequest,
 ) -> Iterator[Cluster]:
     core = client.CoreV1Api(api_client)
     name = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:6]}"

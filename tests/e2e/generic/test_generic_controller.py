@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.request
 import uuid
 from typing import Any, ClassVar
 
@@ -9,7 +10,14 @@ import pytest
 from kubernetes import client
 
 from generic import constants as c
-from tests.e2e.generic.conftest import Cluster, StubKind, install_crd, remove_vms, stub_crd
+from tests.e2e.generic.conftest import (
+    Cluster,
+    RunningController,
+    StubKind,
+    install_crd,
+    remove_vms,
+    stub_crd,
+)
 from tests.eventually import eventually
 
 TIMEOUT = 30
@@ -386,3 +394,25 @@ class TestAdmission:
             ),
             "exactly one of name or resources",
         )
+
+
+def test_metrics_count_reconciles(cluster: Cluster, controller: RunningController) -> None:
+    cluster.create_vm("web")
+    cluster.create_provider("web", backlink="web")
+    eventually(lambda: _controller_owner(cluster.provider("web")), timeout=TIMEOUT)
+
+    def scraped() -> dict[str, float]:
+        with urllib.request.urlopen(controller.metrics_url, timeout=5) as response:
+            text = response.read().decode()
+        values: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("vmapi_generic_") and " " in line:
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return values
+
+    values = eventually(scraped, timeout=TIMEOUT, what="metrics served")
+    assert values['vmapi_generic_reconciles_total{result="done"}'] >= 1
+    assert values["vmapi_generic_watched_provider_kinds"] >= 1
+    assert "vmapi_generic_queue_depth" in values
+    assert values["vmapi_generic_reconcile_duration_seconds_count"] >= 1
