@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import aiohttp
 import kopf
 import yaml
 from kubernetes import client, config, watch
@@ -80,6 +81,20 @@ class CountingClient:
             return sum(self.counts.values())
 
 
+class CountingKopf:
+    """Counts the requests kopf sends with its own aiohttp client (VM, CRD, namespace watches)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        original = aiohttp.ClientSession._request
+
+        async def counted(session: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return await original(session, *args, **kwargs)
+
+        aiohttp.ClientSession._request = counted  # type: ignore[method-assign]
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
@@ -101,6 +116,7 @@ class Bench:
         self.namespace = f"bench-generic-{tag}"
         self.controller_api = config.new_client_from_config(config_file=kubeconfig)
         self.counter = CountingClient(self.controller_api)
+        self.kopf_counter = CountingKopf()
         self.stop = threading.Event()
         self.seen: dict[tuple[str, str], float] = {}
         self.seen_lock = threading.Lock()
@@ -179,10 +195,14 @@ class Bench:
             if cond["type"] == c.CONDITION_READY and cond["reason"] == c.REASON_WAITING
         )
 
-    def idle_rate(self) -> float:
-        before = self.counter.total()
+    def idle_rate(self) -> tuple[float, float]:
+        """Requests/s of the controller's client and of kopf's, over one idle window."""
+        before, kopf_before = self.counter.total(), self.kopf_counter.count
         time.sleep(self.idle)  # the measurement window itself, not a wait for an effect
-        return (self.counter.total() - before) / self.idle
+        return (
+            (self.counter.total() - before) / self.idle,
+            (self.kopf_counter.count - kopf_before) / self.idle,
+        )
 
     def latencies(self, names: list[str], round_: str, pace: float | None) -> list[float]:
         started: dict[tuple[str, str], float] = {}
@@ -255,21 +275,28 @@ def main() -> int:
         bench.set_up()
         bench.create_pairs(tenth)
         eventually(lambda: bench.adopted_count() == len(tenth), timeout=120, what="adopted")
-        small = bench.idle_rate()
-        print(f"idle controller API requests/s with {len(tenth)} pairs: {small:.3f}")
+        small, small_kopf = bench.idle_rate()
+        print(
+            f"idle API requests/s with {len(tenth)} pairs: controller {small:.3f}, "
+            f"kopf {small_kopf:.3f}"
+        )
         started = time.monotonic()
         bench.create_pairs(names[len(tenth) :])
         eventually(lambda: bench.adopted_count() == len(names), timeout=300, what="adopted")
         took = time.monotonic() - started
         print(f"{len(names) - len(tenth)} more pairs created and adopted in {took:.1f} s")
-        large = bench.idle_rate()
-        print(f"idle controller API requests/s with {len(names)} pairs: {large:.3f}")
+        large, large_kopf = bench.idle_rate()
+        print(
+            f"idle API requests/s with {len(names)} pairs: controller {large:.3f}, "
+            f"kopf {large_kopf:.3f}"
+        )
         report(
             "status write -> VM shows it, paced (50 writes/s)",
             bench.latencies(names, "paced", 0.02),
         )
         report("status write -> VM shows it, burst", bench.latencies(names, "burst", None))
         print(f"controller requests by method over the run: {dict(bench.counter.counts)}")
+        print(f"kopf requests over the run: {bench.kopf_counter.count}")
     finally:
         bench.tear_down()
     return 0
