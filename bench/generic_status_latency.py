@@ -246,6 +246,10 @@ class Bench:
                     vm["metadata"]["name"],
                     {"metadata": {"finalizers": None}},
                 )
+        # Delete the objects themselves rather than rely on namespace deletion to do it.
+        self.custom.delete_collection_namespaced_custom_object(
+            c.GROUP, c.VERSION, self.namespace, c.PLURAL
+        )
         client.CoreV1Api(self.api).delete_namespace(self.namespace)
         client.ApiextensionsV1Api(self.api).delete_custom_resource_definition(
             f"stubmachines.{self.group}"
