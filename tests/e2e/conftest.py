@@ -100,5 +100,6 @@ def virt(lab: LabInfo) -> Iterator[libvirt.virConnect]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Tests that take the lab down run after everything that needs it.
+    # Tests that take the lab down run after everything that needs it (`make e2e` also runs them
+    # in a session of their own, so that other sessions' fixtures are torn down first).
     items.sort(key=lambda item: item.get_closest_marker("lab_teardown") is not None)

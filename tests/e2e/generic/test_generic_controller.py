@@ -374,6 +374,35 @@ class TestAdmission:
         assert got is not None
         assert got["spec"]["bootDisk"]["sizeGiB"] == 20
 
+    @pytest.mark.parametrize(
+        ("spec", "fragment"),
+        [
+            (
+                {"bootDisk": {"source": {}, "sizeGiB": 5}},
+                "set exactly one of image or snapshot",
+            ),
+            (
+                {"bootDisk": {"source": {"image": IMAGE, "snapshot": IMAGE}, "sizeGiB": 5}},
+                "set exactly one of image or snapshot",
+            ),
+            (
+                {"disks": [{"name": "d", "source": {"blank": True, "image": IMAGE}, "sizeGiB": 1}]},
+                "set exactly one of image, snapshot or blank",
+            ),
+            ({"disks": [{"name": "d", "source": {}, "sizeGiB": 1}]}, "set exactly one of"),
+        ],
+    )
+    def test_disk_sources_are_exactly_one_of(
+        self, cluster: Cluster, spec: dict[str, Any], fragment: str
+    ) -> None:
+        body = cluster.vm_body("bad", **spec)
+        self._rejected(
+            lambda: cluster.custom.create_namespaced_custom_object(
+                c.GROUP, c.VERSION, cluster.namespace, c.PLURAL, body
+            ),
+            fragment,
+        )
+
     @pytest.mark.parametrize("memory", ["0", 0, "-1Gi"])
     def test_memory_must_be_positive(self, cluster: Cluster, memory: object) -> None:
         body = cluster.vm_body("bad", instanceType={"resources": {"cpus": 1, "memory": memory}})

@@ -74,7 +74,30 @@ def test_soft_never_forces_a_stubborn_guest_and_try_soft_does(
         what="TrySoft forcing the power-off after the timeout",
     )
     assert dom.state()[0] == libvirt.VIR_DOMAIN_SHUTOFF
+
+    # Hard does not ask at all: on again, then off without a single power-button press.
+    patch_vm(api_client, ns, "stubborn", {"powerState": "PoweredOn"})
+    eventually(
+        lambda: vm_status().get("ready") and vm_status().get("addresses"),
+        timeout=240,
+        interval=1,
+        what="Ready again",
+    )
+    presses_before = _presses(api_client, ns)
+    patch_vm(api_client, ns, "stubborn", {"powerState": "PoweredOff", "powerOffMode": "Hard"})
+    eventually(
+        lambda: vm_status().get("powerState") == "PoweredOff",
+        timeout=30,
+        interval=0.5,
+        what="Hard power-off",
+    )
+    assert _presses(api_client, ns) == presses_before
     events = client.CoreV1Api(api_client).list_namespaced_event(ns).items
     reasons = [e.reason for e in events if e.involved_object.kind == "LibvirtMachine"]
     assert "ShutdownRequested" in reasons
     assert "PoweredOff" in reasons
+
+
+def _presses(api_client: client.ApiClient, ns: str) -> int:
+    events = client.CoreV1Api(api_client).list_namespaced_event(ns).items
+    return sum(e.count or 1 for e in events if e.reason == "ShutdownRequested")

@@ -172,3 +172,33 @@ def test_a_foreign_domain_with_our_name_is_refused_and_left_intact(
         assert machine_volumes(virt, lab, f"{domain}--") == []
     finally:
         foreign.undefine()
+
+
+def test_two_vms_claiming_one_machine_build_one_domain(
+    api_client: client.ApiClient, virt: libvirt.virConnect, lab: LabInfo, ns: str
+) -> None:
+    first, machine = pair(ns, "shared")
+    second = pair(ns, "intruder")[0]
+    second["spec"]["infrastructureRef"]["name"] = "shared"
+    create(api_client, [first, machine])
+    eventually(
+        lambda: ((get(api_client, ns, "shared", vm=True) or {}).get("status") or {}).get("ready"),
+        timeout=240,
+        interval=1,
+        what="the linked VM Ready",
+    )
+    create(api_client, [second])
+    cond = eventually(
+        lambda: condition(get(api_client, ns, "intruder", vm=True), "InfrastructureReady") or None,
+        timeout=60,
+        what="a condition on the second VM",
+    )
+    assert cond["status"] == "False"
+    assert cond["reason"] == "NotAdopted"
+    lm = get(api_client, ns, "shared", vm=False)
+    assert lm is not None
+    owners = [o["name"] for o in lm["metadata"].get("ownerReferences") or [] if o.get("controller")]
+    assert owners == ["shared"]
+    domain = naming.domain_name(ns, "shared")
+    assert [d for d in domain_names(virt) if d == domain] == [domain]
+    assert machine_volumes(virt, lab, f"{domain}--") == [f"{domain}--boot.qcow2"]
