@@ -81,20 +81,31 @@ def _resolve(node: Schema, defs: Mapping[str, Schema], path: str) -> Schema:
     if "$ref" in node:
         name = node.pop("$ref").rsplit("/", 1)[-1]
         target = _resolve(copy.deepcopy(defs[name]), defs, path)
-        return {**target, **node}
+        return _merge(target, node)
     if "allOf" in node:
         parts = node.pop("allOf")
         if len(parts) != 1:
             raise SchemaError(f"{path}: allOf with {len(parts)} members has no structural form")
-        return {**_resolve(parts[0], defs, path), **node}
+        return _merge(_resolve(parts[0], defs, path), node)
     if "anyOf" in node and not node.get(_INT_OR_STRING):
         options = [o for o in node.pop("anyOf") if o != {"type": "null"}]
         if len(options) != 1:
             raise SchemaError(f"{path}: a union of {len(options)} types has no structural form")
         if node.get("default", ...) is None:
             del node["default"]
-        return {**_resolve(options[0], defs, path), **node}
+        return _merge(_resolve(options[0], defs, path), node)
     return node
+
+
+_VALIDATIONS = "x-kubernetes-validations"
+
+
+def _merge(target: Schema, field: Schema) -> Schema:
+    """A referenced type's schema with the field's own keywords on top; CEL rules of both apply."""
+    merged = {**target, **field}
+    if _VALIDATIONS in target and _VALIDATIONS in field:
+        merged[_VALIDATIONS] = [*target[_VALIDATIONS], *field[_VALIDATIONS]]
+    return merged
 
 
 def _convert(node: Schema, defs: Mapping[str, Schema], path: str) -> Schema:

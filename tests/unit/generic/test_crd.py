@@ -108,3 +108,14 @@ def test_unions_without_structural_form_are_refused() -> None:
 
     with pytest.raises(SchemaError, match="union"):
         structural_schema(Ambiguous)
+
+
+def test_rules_of_a_type_and_of_the_field_using_it_both_apply() -> None:
+    spec = _schema()["properties"]["spec"]["properties"]
+    for source in (
+        spec["bootDisk"]["properties"]["source"],
+        spec["disks"]["items"]["properties"]["source"],
+    ):
+        messages = [rule["message"] for rule in source["x-kubernetes-validations"]]
+        assert "source is immutable" in messages
+        assert any(m.startswith("set exactly one of") for m in messages)
