@@ -219,6 +219,7 @@ class MachineReconciler:
             return CONVERGING_DELAY
         p.domain_uuid = existing.uuid
         self._update_definition(p, plan)
+        self._hv.set_autostart(existing.uuid, plan.autostart)
         return self._power_and_observe(p, plan, desired_power, power_off_mode)
 
     def _resolve(self, p: _Pass, vm_obj: Obj) -> Resolution:
@@ -272,6 +273,7 @@ class MachineReconciler:
             ref = self._hv.define(render_domain_xml(plan.domain))
             defined = True
             crash_point("create:after-define")
+            self._hv.set_autostart(ref.uuid, plan.autostart)
             p.domain_uuid = ref.uuid
             self._store.event(p.obj, reason="Defined", message=f"defined domain {ref.name}")
             if desired_power == vmapi.POWERED_ON:

@@ -124,6 +124,10 @@ class Hypervisor(Protocol):
 
     def start(self, uuid: str) -> None: ...
 
+    def set_autostart(self, uuid: str, autostart: bool) -> None:
+        """Whether libvirtd starts the domain when it starts (a host reboot)."""
+        ...
+
     def shutdown(self, uuid: str) -> None:
         """Ask the guest to power off (ACPI power button)."""
         ...
@@ -153,7 +157,7 @@ class Hypervisor(Protocol):
     def domain_xml(self, uuid: str, *, inactive: bool = False) -> str: ...
 
     def disk_sources(self, uuid: str) -> list[str]:
-        """Paths of the file-backed disks and CD-ROMs of the persistent definition."""
+        """Paths of the disks and CD-ROMs of the persistent definition (pool volumes resolved)."""
         ...
 
     def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]: ...

@@ -45,6 +45,7 @@ class FakeDomain:
     state: DomainState = DomainState.SHUTOFF
     has_managed_save: bool = False
     honours_power_button: bool = True
+    autostart: bool = False
     addresses: list[InterfaceAddress] = field(default_factory=list)
 
 
@@ -121,6 +122,10 @@ class FakeHypervisor:
         dom.has_managed_save = False
         self._notify(uuid)
 
+    def set_autostart(self, uuid: str, autostart: bool) -> None:
+        self._enter("set_autostart")
+        self._dom(uuid).autostart = autostart
+
     def shutdown(self, uuid: str) -> None:
         self._enter("shutdown")
         dom = self._dom(uuid)
@@ -181,11 +186,14 @@ class FakeHypervisor:
     def disk_sources(self, uuid: str) -> list[str]:
         self._enter("disk_sources")
         root = etree.fromstring(self._dom(uuid).xml.encode())
-        return [
-            str(src.get("file") or src.get("dev"))
-            for src in root.iterfind("devices/disk/source")
-            if src.get("file") or src.get("dev")
-        ]
+        found = []
+        for src in root.iterfind("devices/disk/source"):
+            path = src.get("file") or src.get("dev")
+            if path is None and src.get("pool") and src.get("volume"):
+                path = f"/fake/{src.get('pool')}/{src.get('volume')}"
+            if path:
+                found.append(str(path))
+        return found
 
     def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]:
         self._enter("addresses")

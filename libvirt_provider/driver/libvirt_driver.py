@@ -264,6 +264,14 @@ class LibvirtHypervisor:
     def start(self, uuid: str) -> None:
         self._call(lambda c: self._domain(c, uuid).create())
 
+    def set_autostart(self, uuid: str, autostart: bool) -> None:
+        def apply(conn: libvirt.virConnect) -> None:
+            dom = self._domain(conn, uuid)
+            if bool(dom.autostart()) != autostart:
+                dom.setAutostart(1 if autostart else 0)
+
+        self._call(apply)
+
     def shutdown(self, uuid: str) -> None:
         self._call(
             lambda c: self._domain(c, uuid).shutdownFlags(
@@ -329,17 +337,19 @@ class LibvirtHypervisor:
         return self._call(lambda c: str(self._domain(c, uuid).XMLDesc(flags)))
 
     def disk_sources(self, uuid: str) -> list[str]:
-        xml = self.domain_xml(uuid, inactive=True)
-        root = etree.fromstring(xml.encode())
-        sources: list[str] = []
-        for disk in root.iterfind("devices/disk"):
-            src = disk.find("source")
-            if src is None:
-                continue
-            path = src.get("file") or src.get("dev")
-            if path:
-                sources.append(path)
-        return sources
+        def sources(conn: libvirt.virConnect) -> list[str]:
+            xml = self._domain(conn, uuid).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+            found: list[str] = []
+            for src in etree.fromstring(xml.encode()).iterfind("devices/disk/source"):
+                path = src.get("file") or src.get("dev")
+                if path is None and src.get("pool") and src.get("volume"):
+                    pool = conn.storagePoolLookupByName(src.get("pool"))
+                    path = pool.storageVolLookupByName(src.get("volume")).path()
+                if path:
+                    found.append(str(path))
+            return found
+
+        return self._call(sources)
 
     def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]:
         def addresses(conn: libvirt.virConnect) -> list[InterfaceAddress]:

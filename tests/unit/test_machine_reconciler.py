@@ -256,3 +256,14 @@ def test_a_machine_created_off_or_suspended_is_defined_but_not_started(desired: 
     _reconciler(store, hv).reconcile(KEY)
     assert hv.domains[UID].state is DomainState.SHUTOFF
     assert "start" not in hv.calls
+
+
+def test_autostart_follows_the_machine_spec() -> None:
+    store, hv = _store(), _hypervisor()
+    store.machines["web"]["spec"]["autostart"] = True
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    assert hv.domains[UID].autostart
+    store.machines["web"]["spec"]["autostart"] = False
+    reconciler.reconcile(KEY)
+    assert not hv.domains[UID].autostart

@@ -8,6 +8,7 @@ no volume behind.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import libvirt
@@ -16,6 +17,7 @@ from lxml import etree
 from lxml.builder import E
 
 from libvirt_provider import naming
+from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (
     HOST,
@@ -54,6 +56,13 @@ def test_a_linked_pair_boots_powers_and_deletes_cleanly(
     assert condition(vm, "Ready")["status"] == "True"
     dom = virt.lookupByName(domain)
     assert dom.UUIDString() == lm["metadata"]["uid"]
+    driver = LibvirtHypervisor(lab.libvirt_uri)
+    try:
+        sources = driver.disk_sources(dom.UUIDString())
+    finally:
+        driver.close()
+    assert [Path(s).name for s in sources] == [f"{domain}--boot.qcow2"]
+    assert not dom.autostart()
 
     # The test guest honours the ACPI power button: TrySoft needs no force.
     patch_vm(api_client, ns, name, {"powerState": "PoweredOff"})
