@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not run the embedded generic VirtualMachine controller",
     )
     parser.add_argument(
+        "--generic-namespace",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="namespace (glob; repeatable) the embedded generic controller serves; default: all",
+    )
+    parser.add_argument(
         "--lease-namespace",
         default=os.environ.get("POD_NAMESPACE", "kube-system"),
         help="namespace of the Lease that elects the daemon running the generic controller",
@@ -80,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             generic=not args.no_generic,
             lease_namespace=args.lease_namespace,
             workers=args.workers,
+            generic_namespaces=tuple(args.generic_namespace),
         )
     )
 

@@ -10,7 +10,7 @@ Threads, and why:
   one with two sets of handlers, because kopf cancels every task of its event loop when an operator
   stops, and because its finalizer and storage settings are per operator.
 - A small HTTP server answers `/healthz` (200 while the controller's operator runs and libvirt
-  answers) for the DaemonSet's liveness probe.
+  answers) for the DaemonSet's liveness probe, and `/metrics` (Prometheus).
 
 SIGTERM or SIGINT stops both operators, waits for in-flight reconciles, closes the libvirt
 connection and exits 0.
@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import kopf
+import prometheus_client
 from kubernetes import client, config
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
@@ -61,15 +62,25 @@ class DaemonConfig:
     generic: bool
     lease_namespace: str
     workers: int
+    # Namespace patterns the embedded generic controller serves; empty: the whole cluster.
+    generic_namespaces: tuple[str, ...] = ()
 
 
 class _Operator:
     """A kopf operator on a thread of its own, stoppable from outside."""
 
-    def __init__(self, name: str, registry: kopf.OperatorRegistry, settings: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        registry: kopf.OperatorRegistry,
+        settings: Any,
+        *,
+        namespaces: tuple[str, ...] = (),
+    ) -> None:
         self.name = name
         self._registry = registry
         self._settings = settings
+        self._namespaces = namespaces
         self._stop = threading.Event()
         self.ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -84,7 +95,8 @@ class _Operator:
                     registry=self._registry,
                     settings=self._settings,
                     standalone=True,
-                    clusterwide=True,
+                    clusterwide=not self._namespaces,
+                    namespaces=self._namespaces,
                     stop_flag=self._stop,
                     ready_flag=self.ready,
                 )
@@ -166,10 +178,17 @@ class _GenericLeader:
         log.info("%s leads: starting the generic controller", self.identity)
         registry = kopf.OperatorRegistry()
         _login(registry, "vm-api-generic")
-        register_generic(registry, api_client=self._api, workers=self._cfg.workers)
+        register_generic(
+            registry,
+            api_client=self._api,
+            workers=self._cfg.workers,
+            namespaces=self._cfg.generic_namespaces,
+        )
         settings = kopf.OperatorSettings()
         configure_generic_settings(settings)
-        self._operator = _Operator("generic-operator", registry, settings)
+        self._operator = _Operator(
+            "generic-operator", registry, settings, namespaces=self._cfg.generic_namespaces
+        )
         self._operator.start()
 
     def _follow(self) -> None:
@@ -189,6 +208,14 @@ class _GenericLeader:
 def _health_server(cfg: DaemonConfig, healthy: Callable[[], bool]) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path == "/metrics":
+                body = prometheus_client.generate_latest()
+                self.send_response(200)
+                self.send_header("Content-Type", prometheus_client.CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             if self.path not in ("/healthz", "/readyz"):
                 self.send_error(404)
                 return

@@ -72,6 +72,7 @@ class MachineController:
 
     def stop(self) -> None:
         self._stop.set()
+        self.queue.shutdown()
         self._pool.stop()
 
     def on_machine(self, namespace: str, name: str, uid: str | None, *, deleted: bool) -> None:

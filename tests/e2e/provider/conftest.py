@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,8 @@ from tests.e2e.conftest import REPO, LabInfo
 from tests.eventually import eventually
 
 HOST = "e2e-host"
+# The daemon's embedded generic controller serves only these test namespaces.
+NS_PREFIX = "lm-"
 GROUP = "infrastructure.vm-api.io"
 VM_GROUP = "vm-api.io"
 V = "v1alpha1"
@@ -34,7 +38,8 @@ def apply(lab: LabInfo, *paths: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def daemon(lab: LabInfo, api_client: client.ApiClient, tmp_path_factory: Any) -> Iterator[Path]:
+def daemon(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
+    """A running daemon for the module; yields the base URL of its health endpoint."""
     apply(lab, REPO / "crds")
     ext = client.ApiextensionsV1Api(api_client)
     for crd in ("libvirtmachines", "libvirtimages", "virtualmachines"):
@@ -51,6 +56,7 @@ def daemon(lab: LabInfo, api_client: client.ApiClient, tmp_path_factory: Any) ->
     apply(lab, REPO / "deploy" / "samples" / "catalog.yaml")
     log = Path(os.environ.get("VMAPI_LAB_LOGS") or REPO / ".logs") / "e2e-daemon.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [
@@ -71,12 +77,23 @@ def daemon(lab: LabInfo, api_client: client.ApiClient, tmp_path_factory: Any) ->
                 "0",
                 "--lease-namespace",
                 "kube-system",
+                "--generic-namespace",
+                f"{NS_PREFIX}*",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
     try:
-        yield log
+        found = eventually(
+            lambda: (
+                proc.poll() is None and re.search(r"health on 127\.0\.0\.1:(\d+)", log.read_text())
+            ),
+            timeout=60,
+            what=f"the daemon announcing its health endpoint (log: {log})",
+        )
+        base = f"http://127.0.0.1:{found.group(1)}"
+        eventually(lambda: _answers(f"{base}/healthz"), timeout=60, what="the daemon healthy")
+        yield base
     finally:
         proc.terminate()
         try:
@@ -86,9 +103,17 @@ def daemon(lab: LabInfo, api_client: client.ApiClient, tmp_path_factory: Any) ->
                 proc.kill()
 
 
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
 @pytest.fixture
-def ns(api_client: client.ApiClient, daemon: Path) -> Iterator[str]:
-    name = "lm-" + uuid.uuid4().hex[:8]
+def ns(api_client: client.ApiClient, daemon: str) -> Iterator[str]:
+    name = NS_PREFIX + uuid.uuid4().hex[:8]
     core = client.CoreV1Api(api_client)
     core.create_namespace({"metadata": {"name": name}})
     yield name

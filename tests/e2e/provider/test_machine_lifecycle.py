@@ -7,6 +7,7 @@ no volume behind.
 
 from __future__ import annotations
 
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -211,3 +212,13 @@ def test_two_vms_claiming_one_machine_build_one_domain(
     domain = naming.domain_name(ns, "shared")
     assert [d for d in domain_names(virt) if d == domain] == [domain]
     assert machine_volumes(virt, lab, f"{domain}--") == [f"{domain}--boot.qcow2"]
+
+
+def test_the_daemon_serves_health_and_metrics(daemon: str) -> None:
+    base = daemon
+    with urllib.request.urlopen(f"{base}/healthz", timeout=5) as resp:
+        assert (resp.status, resp.read()) == (200, b"ok\n")
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    assert "python_info" in text
+    assert "vmapi_generic" in text

@@ -101,6 +101,8 @@ def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
                 "0",
                 "--lease-namespace",
                 "vm-api-system",
+                "--generic-namespace",
+                "rbac-*",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
