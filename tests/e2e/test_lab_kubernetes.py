@@ -118,3 +118,38 @@ def test_rbac_is_enforced(api_client: client.ApiClient) -> None:
         }
     )
     assert review.status.allowed is False
+
+
+def test_namespace_deletion_removes_custom_objects(api_client: client.ApiClient) -> None:
+    """The lab's controller manager may act on custom resources, as a real cluster's does."""
+    plural = "probes" + uuid.uuid4().hex[:6]
+    ext = client.ApiextensionsV1Api(api_client)
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    crd = _crd(plural)
+    ext.create_custom_resource_definition(crd)
+    ns = "gc-" + uuid.uuid4().hex[:6]
+    core.create_namespace({"metadata": {"name": ns}})
+    try:
+        body = {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": crd["spec"]["names"]["kind"],
+            "metadata": {"name": "one"},
+        }
+        eventually(
+            lambda: custom.create_namespaced_custom_object(GROUP, "v1", ns, plural, body),
+            timeout=30,
+            what="object created once the new API is served",
+        )
+        core.delete_namespace(ns)
+
+        def gone() -> bool:
+            try:
+                core.read_namespace(ns)
+            except client.exceptions.ApiException as err:
+                return err.status == 404
+            return False
+
+        eventually(gone, timeout=60, what=f"namespace {ns} and its custom object gone")
+    finally:
+        ext.delete_custom_resource_definition(crd["metadata"]["name"])

@@ -319,7 +319,10 @@ def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> N
             "serviceaccount-controller,serviceaccount-token-controller",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
-            "--use-service-account-credentials=false",
+            # Each controller acts as its own ServiceAccount with its upstream role, as in a real
+            # cluster; the controller-manager user alone may not touch custom resources, which
+            # left namespaces holding them Terminating forever.
+            "--use-service-account-credentials=true",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             "--secure-port=0",
