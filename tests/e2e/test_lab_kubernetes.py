@@ -47,22 +47,42 @@ def _crd(plural: str) -> dict[str, Any]:
     }
 
 
+def _install(ext: client.ApiextensionsV1Api, crd: dict[str, Any]) -> None:
+    ext.create_custom_resource_definition(crd)
+
+    def established() -> bool:
+        got = ext.read_custom_resource_definition(crd["metadata"]["name"])
+        return any(
+            c.type == "Established" and c.status == "True" for c in (got.status.conditions or [])
+        )
+
+    eventually(established, timeout=30, what="CRD Established")
+
+
+def _create_once_served(
+    custom: client.CustomObjectsApi, ns: str, plural: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    def create() -> dict[str, Any] | None:
+        try:
+            created: dict[str, Any] = custom.create_namespaced_custom_object(
+                GROUP, "v1", ns, plural, body
+            )
+            return created
+        except client.exceptions.ApiException as err:
+            if err.status == 404:  # Established, but not yet in every discovery cache
+                return None
+            raise
+
+    return eventually(create, timeout=30, what="object created once the new API is served")
+
+
 def test_crd_object_and_watch_event(api_client: client.ApiClient) -> None:
     plural = "probes" + uuid.uuid4().hex[:6]
     ext = client.ApiextensionsV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
     crd = _crd(plural)
-    ext.create_custom_resource_definition(crd)
+    _install(ext, crd)
     try:
-
-        def established() -> bool:
-            got = ext.read_custom_resource_definition(crd["metadata"]["name"])
-            return any(
-                c.type == "Established" and c.status == "True"
-                for c in (got.status.conditions or [])
-            )
-
-        eventually(established, timeout=30, what="CRD Established")
         kind = crd["spec"]["names"]["kind"]
         body = {
             "apiVersion": f"{GROUP}/v1",
@@ -70,11 +90,7 @@ def test_crd_object_and_watch_event(api_client: client.ApiClient) -> None:
             "metadata": {"name": "one"},
             "spec": {"colour": "red"},
         }
-        created = eventually(
-            lambda: custom.create_namespaced_custom_object(GROUP, "v1", "default", plural, body),
-            timeout=30,
-            what="object created once the new API is served",
-        )
+        created = _create_once_served(custom, "default", plural, body)
         events: queue.Queue[dict[str, Any]] = queue.Queue()
         w = watch.Watch()
 
@@ -127,7 +143,7 @@ def test_namespace_deletion_removes_custom_objects(api_client: client.ApiClient)
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
     crd = _crd(plural)
-    ext.create_custom_resource_definition(crd)
+    _install(ext, crd)
     ns = "gc-" + uuid.uuid4().hex[:6]
     core.create_namespace({"metadata": {"name": ns}})
     try:
@@ -136,11 +152,7 @@ def test_namespace_deletion_removes_custom_objects(api_client: client.ApiClient)
             "kind": crd["spec"]["names"]["kind"],
             "metadata": {"name": "one"},
         }
-        eventually(
-            lambda: custom.create_namespaced_custom_object(GROUP, "v1", ns, plural, body),
-            timeout=30,
-            what="object created once the new API is served",
-        )
+        _create_once_served(custom, ns, plural, body)
         core.delete_namespace(ns)
 
         def gone() -> bool:

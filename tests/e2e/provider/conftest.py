@@ -37,6 +37,41 @@ def apply(lab: LabInfo, *paths: Path) -> None:
     subprocess.run(args, check=True, capture_output=True)
 
 
+def start_daemon(
+    lab: LabInfo,
+    *,
+    host: str,
+    log_name: str,
+    kubeconfig: str | None = None,
+    generic_namespace: str | None = None,
+    lease_namespace: str = "kube-system",
+    crash_point: str | None = None,
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """`libvirt-provider` against the lab, its output in a fresh log; without `generic_namespace`
+    the embedded generic controller is off."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "VMAPI_CRASH_POINT")}
+    if crash_point:
+        env["VMAPI_CRASH_POINT"] = crash_point
+    args = [
+        sys.executable,
+        "-m",
+        "libvirt_provider",
+        f"--kubeconfig={kubeconfig or lab.kubeconfig}",
+        f"--libvirt-uri={lab.libvirt_uri}",
+        f"--host={host}",
+        f"--domain-types={lab.domain_type}",
+        "--health-address=127.0.0.1",
+        "--health-port=0",
+        f"--lease-namespace={lease_namespace}",
+    ]
+    args += [f"--generic-namespace={generic_namespace}"] if generic_namespace else ["--no-generic"]
+    log = Path(os.environ.get("VMAPI_LAB_LOGS") or REPO / ".logs") / log_name
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+    return proc, log
+
+
 @pytest.fixture(scope="module")
 def daemon(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
     """A running daemon for the module; yields the base URL of its health endpoint."""
@@ -54,35 +89,9 @@ def daemon(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
             what=f"CRD {crd} established",
         )
     apply(lab, REPO / "deploy" / "samples" / "catalog.yaml")
-    log = Path(os.environ.get("VMAPI_LAB_LOGS") or REPO / ".logs") / "e2e-daemon.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("")
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "libvirt_provider",
-                "--kubeconfig",
-                lab.kubeconfig,
-                "--libvirt-uri",
-                lab.libvirt_uri,
-                "--host",
-                HOST,
-                "--domain-types",
-                lab.domain_type,
-                "--health-address",
-                "127.0.0.1",
-                "--health-port",
-                "0",
-                "--lease-namespace",
-                "kube-system",
-                "--generic-namespace",
-                f"{NS_PREFIX}*",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc, log = start_daemon(
+        lab, host=HOST, log_name="e2e-daemon.log", generic_namespace=f"{NS_PREFIX}*"
+    )
     try:
         found = eventually(
             lambda: (

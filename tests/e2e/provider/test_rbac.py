@@ -6,10 +6,7 @@ instead of the lab's admin credential, and takes a pair through its whole life.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +28,7 @@ from tests.e2e.provider.conftest import (
     get,
     machine_volumes,
     pair,
+    start_daemon,
 )
 from tests.eventually import eventually
 
@@ -78,36 +76,14 @@ def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
     apply(lab, REPO / "deploy" / "namespace.yaml", REPO / "deploy" / "rbac.yaml")
     kubeconfig = tmp_path / "provider.kubeconfig"
     _service_account_kubeconfig(lab, api_client, kubeconfig)
-    log = Path(os.environ.get("VMAPI_LAB_LOGS") or REPO / ".logs") / "e2e-rbac-daemon.log"
-    log.write_text("")
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    with log.open("ab") as out:
-        daemon = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "libvirt_provider",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--libvirt-uri",
-                lab.libvirt_uri,
-                "--host",
-                HOST,
-                "--domain-types",
-                lab.domain_type,
-                "--health-address",
-                "127.0.0.1",
-                "--health-port",
-                "0",
-                "--lease-namespace",
-                "vm-api-system",
-                "--generic-namespace",
-                "rbac-*",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    daemon, log = start_daemon(
+        lab,
+        host=HOST,
+        log_name="e2e-rbac-daemon.log",
+        kubeconfig=str(kubeconfig),
+        generic_namespace="rbac-*",
+        lease_namespace="vm-api-system",
+    )
     try:
         docs = pair(ns, "least")
         docs[1]["metadata"]["labels"]["infrastructure.vm-api.io/host"] = HOST

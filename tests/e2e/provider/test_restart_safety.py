@@ -6,14 +6,12 @@ and read the outcome from the LibvirtMachine's status and from libvirt itself.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import libvirt
@@ -32,6 +30,7 @@ from tests.e2e.provider.conftest import (
     machine_volumes,
     pair,
     patch_vm,
+    start_daemon,
 )
 from tests.eventually import eventually
 
@@ -42,35 +41,9 @@ HOST = "restart-host"
 def running_daemon(
     lab: LabInfo, *, crash_point: str | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    env = dict(os.environ)
-    env.pop("VMAPI_CRASH_POINT", None)
-    if crash_point:
-        env["VMAPI_CRASH_POINT"] = crash_point
-    log = Path(os.environ.get("VMAPI_LAB_LOGS") or REPO / ".logs") / "e2e-restart-daemon.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "libvirt_provider",
-                "--kubeconfig",
-                lab.kubeconfig,
-                "--libvirt-uri",
-                lab.libvirt_uri,
-                "--host",
-                HOST,
-                "--domain-types",
-                lab.domain_type,
-                "--health-address",
-                "127.0.0.1",
-                "--health-port",
-                "0",
-                "--no-generic",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    proc, _ = start_daemon(
+        lab, host=HOST, log_name="e2e-restart-daemon.log", crash_point=crash_point
+    )
     try:
         yield proc
     finally:
