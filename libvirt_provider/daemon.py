@@ -38,11 +38,13 @@ from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.adapters.operator import register as register_generic
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from libvirt_provider.images import ImageImporter
 from libvirt_provider.kube import KubeAdapter
 from libvirt_provider.operator import MachineController
 from libvirt_provider.operator import configure_settings as configure_provider_settings
 from libvirt_provider.operator import register as register_provider
 from libvirt_provider.reconciler import MachineReconciler
+from libvirt_provider.resolved import BaseImage
 
 __all__ = ["DaemonConfig", "run"]
 
@@ -238,11 +240,18 @@ def _health_server(cfg: DaemonConfig, healthy: Callable[[], bool]) -> ThreadingH
 def run(cfg: DaemonConfig) -> int:
     api = _load_kube_config(cfg.kubeconfig)
     hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
+
+    def wake_waiting(_base: BaseImage) -> None:
+        # Machines waiting for an image are woken when its import progresses, ends or fails.
+        controller.wake_all()
+
+    images = ImageImporter(hypervisor, on_change=wake_waiting)
     reconciler = MachineReconciler(
         store=KubeAdapter(api, host=cfg.host),
         hypervisor=hypervisor,
         host=cfg.host,
         domain_types=cfg.domain_types,
+        images=images,
     )
     controller = MachineController(reconciler, workers=cfg.workers)
     hypervisor.add_lifecycle_listener(controller.on_domain_event)

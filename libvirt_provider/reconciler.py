@@ -53,6 +53,7 @@ from libvirt_provider.errors import (
     RetryableError,
 )
 from libvirt_provider.faults import crash_point
+from libvirt_provider.images import ImageImporter
 from libvirt_provider.linkage import check_link
 from libvirt_provider.power import PowerAction, decide_power, observed_power_state
 from libvirt_provider.render import render_domain_xml
@@ -88,6 +89,8 @@ REASON_STOPPING = "Stopping"
 REASON_FOREIGN_DOMAIN = "ForeignDomain"
 REASON_UP_TO_DATE = "UpToDate"
 REASON_GUEST_NOT_COMPLYING = "GuestNotComplying"
+REASON_IMPORTING_IMAGE = "ImportingImage"
+REASON_IMAGE_IMPORT_FAILED = "ImageImportFailed"
 
 
 @dataclass(frozen=True, order=True)
@@ -140,9 +143,11 @@ class MachineReconciler:
         hypervisor: Hypervisor,
         host: str,
         domain_types: frozenset[str] | None = None,
+        images: ImageImporter | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self._store = store
+        self._images = images or ImageImporter(hypervisor)
         # Restricts the domain types offered to the resolver (e.g. a host whose /dev/kvm exists
         # but cannot run guests is told to offer only "qemu").
         self._domain_types = domain_types
@@ -215,6 +220,9 @@ class MachineReconciler:
             return None
         plan = resolution.machine
         if existing is None:
+            waiting = self._wait_for_images(p, plan)
+            if waiting is not None:
+                return waiting
             self._create(p, plan, desired_power)
             return CONVERGING_DELAY
         p.domain_uuid = existing.uuid
@@ -292,6 +300,34 @@ class MachineReconciler:
             up_to_date_reason=REASON_UP_TO_DATE,
             up_to_date_message="the domain matches the spec",
         )
+
+    def _wait_for_images(self, p: _Pass, plan: ResolvedMachine) -> float | None:
+        """None when every base image is in the pool; else report the import and come back."""
+        for volume in plan.volumes:
+            if volume.base is None:
+                continue
+            state = self._images.ensure(volume.base)
+            if state.ready:
+                continue
+            name = volume.base.image
+            if state.failed:
+                self._fail(p, REASON_IMAGE_IMPORT_FAILED, f"image {name!r}: {state.message}")
+                return RETRY_DELAY
+            progress = (
+                f"{state.bytes_done} of {state.bytes_total} bytes"
+                if state.bytes_total
+                else "starting"
+            )
+            p.readiness = Readiness(
+                ready=False,
+                reason=REASON_IMPORTING_IMAGE,
+                message=f"importing image {name!r} into pool {volume.base.pool!r}: {progress}",
+                up_to_date=False,
+                up_to_date_reason=REASON_IMPORTING_IMAGE,
+                up_to_date_message="the machine is created once its image is imported",
+            )
+            return CONVERGING_DELAY
+        return None
 
     def _ensure_volume(self, volume: VolumePlan) -> bool:
         """Create the volume if missing; True if this call created it."""

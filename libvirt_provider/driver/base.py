@@ -11,7 +11,7 @@ Methods raise the classes of `libvirt_provider.errors`; they never return libvir
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -176,6 +176,14 @@ class Hypervisor(Protocol):
 
     def upload_volume(self, *, pool: str, name: str, data: bytes) -> VolumeInfo:
         """A raw volume holding exactly `data` (small payloads such as a cloud-init ISO)."""
+        ...
+
+    def upload_stream(
+        self, *, pool: str, name: str, size: int, chunks: Iterable[bytes]
+    ) -> VolumeInfo:
+        """A volume holding exactly the `size` bytes that `chunks` yields, streamed (never held in
+        memory whole); libvirt re-reads its format and capacity afterwards. On any failure the
+        half-written volume is removed."""
         ...
 
     def grow_volume(self, *, pool: str, name: str, capacity_bytes: int) -> VolumeInfo:

@@ -9,6 +9,7 @@ gets a lease) and inject failures per operation. It reads no domain XML beyond n
 from __future__ import annotations
 
 import uuid as uuidlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -264,6 +265,21 @@ class FakeHypervisor:
         self._enter("upload_volume")
         self.uploads[(pool, name)] = data
         return self._new_volume(pool, name, len(data), "raw")
+
+    def upload_stream(
+        self, *, pool: str, name: str, size: int, chunks: Iterable[bytes]
+    ) -> VolumeInfo:
+        self._enter("upload_stream")
+        vol = self._new_volume(pool, name, size, "raw")
+        try:
+            data = b"".join(chunks)
+            if len(data) != size:
+                raise PermanentError(f"{len(data)} bytes arrived, {size} were announced")
+        except BaseException:
+            del self.volumes[(pool, name)]
+            raise
+        self.uploads[(pool, name)] = data
+        return vol
 
     def grow_volume(self, *, pool: str, name: str, capacity_bytes: int) -> VolumeInfo:
         self._enter("grow_volume")

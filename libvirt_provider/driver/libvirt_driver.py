@@ -14,7 +14,7 @@ import contextlib
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import libvirt
@@ -451,6 +451,43 @@ class LibvirtHypervisor:
                     vol.delete(0)
                 raise
             return _volume_info(pool, vol)
+
+        with self._pool_lock(pool):
+            return self._call(upload)
+
+    def upload_stream(
+        self, *, pool: str, name: str, size: int, chunks: Iterable[bytes]
+    ) -> VolumeInfo:
+        xml = render_blank_volume(name=name, capacity_bytes=size, format="raw")
+
+        def upload(conn: libvirt.virConnect) -> VolumeInfo:
+            p = conn.storagePoolLookupByName(pool)
+            vol = p.createXML(xml, 0)
+            try:
+                stream = conn.newStream(0)
+                vol.upload(stream, 0, size, 0)
+                sent = 0
+                try:
+                    for chunk in chunks:
+                        view = memoryview(chunk)
+                        while view:
+                            n = stream.send(bytes(view))
+                            sent += n
+                            view = view[n:]
+                    if sent != size:
+                        raise PermanentError(f"{sent} bytes arrived, {size} were announced")
+                    stream.finish()
+                except BaseException:
+                    with contextlib.suppress(libvirt.libvirtError):
+                        stream.abort()
+                    raise
+                # The bytes may be a qcow2 image: let libvirt re-read format and virtual size.
+                p.refresh(0)
+                return _volume_info(pool, p.storageVolLookupByName(name))
+            except BaseException:
+                with contextlib.suppress(libvirt.libvirtError):
+                    vol.delete(0)
+                raise
 
         with self._pool_lock(pool):
             return self._call(upload)

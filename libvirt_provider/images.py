@@ -1,0 +1,181 @@
+"""Importing catalog images into a host's pool: one download per content checksum, verified.
+
+A `LibvirtImage` with an http(s) source resolves to a base volume named after its sha256
+(`image-<sha256>.<format>`), so every machine on the host that uses the same bytes shares one cached
+base. `ImageImporter.ensure()` answers whether that base is ready; if not, it starts (at most) one
+background download for it and reports progress on every later call:
+
+- the bytes are streamed from the server straight into a pool volume through libvirt (never held
+  in memory whole), and hashed on the way;
+- a mismatching checksum, a short read or any error deletes the half-written volume, and the
+  failure is reported (and retried only after `retry_after`);
+- a verified base is marked by a small companion volume `<base>.verified` holding the digest. A base
+  volume without its marker (a daemon killed mid-download) is never used: it is deleted and
+  downloaded again.
+
+Only one thread per base downloads; machines waiting for it are requeued by the reconciler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from email.message import Message
+from typing import Protocol
+
+from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.errors import NotFoundError, ProviderError
+from libvirt_provider.resolved import BaseImage
+
+__all__ = ["ImageImporter", "ImportState", "marker_name"]
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1024 * 1024
+
+
+def marker_name(volume: str) -> str:
+    return f"{volume}.verified"
+
+
+@dataclass(frozen=True)
+class ImportState:
+    ready: bool
+    failed: bool = False
+    bytes_done: int = 0
+    bytes_total: int | None = None
+    message: str = ""
+
+
+@dataclass
+class _Job:
+    done: int = 0
+    total: int | None = None
+    error: str | None = None
+    finished_at: float | None = None
+    running: bool = True
+
+
+class Download(Protocol):
+    """What the importer needs of an HTTP response (urllib's, or a test's)."""
+
+    headers: Mapping[str, str] | Message
+
+    def read(self, amt: int) -> bytes: ...
+    def __enter__(self) -> Download: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def _open_url(url: str) -> Download:
+    response: Download = urllib.request.urlopen(url, timeout=30)
+    return response
+
+
+class ImageImporter:
+    def __init__(
+        self,
+        hypervisor: Hypervisor,
+        *,
+        on_change: Callable[[BaseImage], None] = lambda _base: None,
+        retry_after: float = 60.0,
+        opener: Callable[[str], Download] = _open_url,
+    ) -> None:
+        self._hv = hypervisor
+        self._on_change = on_change
+        self._retry_after = retry_after
+        self._open = opener
+        self._lock = threading.Lock()
+        self._jobs: dict[tuple[str, str], _Job] = {}
+
+    def ensure(self, base: BaseImage) -> ImportState:
+        """Ready, in progress or failed; starts the download when nothing is under way."""
+        if base.url is None or base.sha256 is None:
+            return ImportState(ready=self._hv.find_volume(base.pool, base.volume) is not None)
+        key = (base.pool, base.volume)
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is not None and job.running:
+                return ImportState(False, bytes_done=job.done, bytes_total=job.total)
+            if (
+                job is not None
+                and job.error is not None
+                and job.finished_at is not None
+                and time.monotonic() - job.finished_at < self._retry_after
+            ):
+                return ImportState(False, failed=True, message=job.error)
+        if self._verified(base):
+            return ImportState(ready=True)
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is not None and job.running:
+                return ImportState(False, bytes_done=job.done, bytes_total=job.total)
+            job = self._jobs[key] = _Job()
+        threading.Thread(
+            target=self._download, args=(base, job), name=f"import-{base.volume}", daemon=True
+        ).start()
+        return ImportState(False)
+
+    def _verified(self, base: BaseImage) -> bool:
+        volume = self._hv.find_volume(base.pool, base.volume)
+        marker = self._hv.find_volume(base.pool, marker_name(base.volume))
+        return volume is not None and marker is not None
+
+    def _download(self, base: BaseImage, job: _Job) -> None:
+        assert base.url is not None
+        assert base.sha256 is not None
+        try:
+            self._discard_unverified(base)
+            digest = hashlib.sha256()
+            with self._open(base.url) as response:
+                length = response.headers.get("Content-Length")
+                if length is None:
+                    raise ProviderError(f"{base.url} sent no Content-Length; cannot stream it")
+                job.total = int(length)
+                log.info("importing image %s from %s: %d bytes", base.image, base.url, job.total)
+
+                def chunks() -> Iterator[bytes]:
+                    reported = time.monotonic()
+                    while chunk := response.read(CHUNK):
+                        digest.update(chunk)
+                        job.done += len(chunk)
+                        if time.monotonic() - reported > 5:
+                            reported = time.monotonic()
+                            log.info(
+                                "importing %s: %d of %d bytes", base.image, job.done, job.total
+                            )
+                            self._on_change(base)
+                        yield chunk
+
+                self._hv.upload_stream(
+                    pool=base.pool, name=base.volume, size=job.total, chunks=chunks()
+                )
+            if digest.hexdigest() != base.sha256:
+                self._hv.delete_volume(base.pool, base.volume)
+                raise ProviderError(
+                    f"image {base.image!r} from {base.url}: sha256 {digest.hexdigest()} does not "
+                    f"match the expected {base.sha256}; the download was discarded"
+                )
+            self._hv.upload_volume(
+                pool=base.pool, name=marker_name(base.volume), data=base.sha256.encode()
+            )
+            log.info("imported image %s (%d bytes, sha256 verified)", base.image, job.done)
+        except (OSError, ProviderError, ValueError) as err:
+            job.error = str(err) if isinstance(err, ProviderError) else f"{base.url}: {err}"
+            log.warning("import of image %s failed: %s", base.image, job.error)
+        finally:
+            job.finished_at = time.monotonic()
+            job.running = False
+            self._on_change(base)
+
+    def _discard_unverified(self, base: BaseImage) -> None:
+        """A base without its marker is the remains of an interrupted import."""
+        if self._hv.find_volume(base.pool, base.volume) is not None:
+            log.warning("discarding unverified image volume %s/%s", base.pool, base.volume)
+            with contextlib.suppress(NotFoundError):
+                self._hv.delete_volume(base.pool, base.volume)

@@ -1,0 +1,94 @@
+"""The image importer: one download per base, verified, nothing unverified ever used."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import threading
+from typing import Any
+
+from libvirt_provider.driver.fake import FakeHypervisor
+from libvirt_provider.images import ImageImporter, marker_name
+from libvirt_provider.resolved import BaseImage
+from tests.eventually import eventually
+
+DATA = b"qcow2-bytes" * 1000
+SHA = hashlib.sha256(DATA).hexdigest()
+
+
+class _Response(io.BytesIO):
+    def __init__(self, data: bytes, *, length: bool = True, gate: threading.Event | None = None):
+        super().__init__(data)
+        self.headers: dict[str, str] = {"Content-Length": str(len(data))} if length else {}
+        self._gate = gate
+
+    def read(self, amt: int | None = -1) -> bytes:
+        if self._gate is not None:
+            self._gate.wait(5)
+        return super().read(amt)
+
+
+def _base(sha: str = SHA) -> BaseImage:
+    return BaseImage(
+        image="tiny",
+        pool="default",
+        volume=f"image-{sha[:32]}.qcow2",
+        format="qcow2",
+        url="http://127.0.0.1:1/tiny.qcow2",
+        sha256=sha,
+    )
+
+
+def _importer(hv: FakeHypervisor, opened: list[str], **kw: Any) -> ImageImporter:
+    def opener(url: str) -> _Response:
+        opened.append(url)
+        return _Response(DATA, **kw)
+
+    return ImageImporter(hv, opener=opener, retry_after=3600)
+
+
+def test_many_callers_one_download_then_ready() -> None:
+    hv, opened = FakeHypervisor(), []
+    gate = threading.Event()
+    importer = _importer(hv, opened, gate=gate)
+    states = [importer.ensure(_base()) for _ in range(5)]
+    assert not any(s.ready for s in states)
+    gate.set()
+    eventually(lambda: importer.ensure(_base()).ready, timeout=10, what="import done")
+    assert len(opened) == 1
+    assert hv.uploads[("default", _base().volume)] == DATA
+    assert hv.uploads[("default", marker_name(_base().volume))] == SHA.encode()
+
+
+def test_a_wrong_checksum_fails_and_keeps_no_volume() -> None:
+    hv, opened = FakeHypervisor(), []
+    importer = _importer(hv, opened)
+    base = _base("f" * 64)
+    importer.ensure(base)
+    state = eventually(
+        lambda: (s := importer.ensure(base)).failed and s, timeout=10, what="failure reported"
+    )
+    assert "does not match" in state.message
+    assert hv.volumes == {}
+    importer.ensure(base)
+    assert len(opened) == 1  # not retried before retry_after
+
+
+def test_an_unverified_leftover_is_discarded_and_downloaded_again() -> None:
+    hv, opened = FakeHypervisor(), []
+    hv.add_volume("default", _base().volume)  # a daemon died mid-download: no marker
+    importer = _importer(hv, opened)
+    assert not importer.ensure(_base()).ready
+    eventually(lambda: importer.ensure(_base()).ready, timeout=10, what="re-imported")
+    assert hv.uploads[("default", _base().volume)] == DATA
+
+
+def test_a_server_without_content_length_is_reported() -> None:
+    hv, opened = FakeHypervisor(), []
+    importer = _importer(hv, opened, length=False)
+    importer.ensure(_base())
+    state = eventually(
+        lambda: (s := importer.ensure(_base())).failed and s, timeout=10, what="failure"
+    )
+    assert "Content-Length" in state.message
+    assert hv.volumes == {}
