@@ -226,6 +226,7 @@ class MachineReconciler:
             self._create(p, plan, desired_power)
             return CONVERGING_DELAY
         p.domain_uuid = existing.uuid
+        self._grow_disks(p, plan)
         self._update_definition(p, plan)
         self._hv.set_autostart(existing.uuid, plan.autostart)
         return self._power_and_observe(p, plan, desired_power, power_off_mode)
@@ -370,6 +371,33 @@ class MachineReconciler:
         except ProviderError as err:
             log.warning("cleaning up a failed create of %s left something: %s", p.domain_name, err)
         p.domain_uuid = None
+
+    def _grow_disks(self, p: _Pass, plan: ResolvedMachine) -> None:
+        """sizeGiB only grows: online through qemu when the domain runs, else on the volume."""
+        assert p.domain_uuid is not None
+        running: bool | None = None
+        targets = {(d.pool, d.volume): d.target for d in plan.domain.disks}
+        for volume in plan.volumes:
+            info = self._hv.find_volume(volume.pool, volume.volume)
+            if info is None or volume.capacity_bytes <= info.capacity_bytes:
+                continue
+            if running is None:
+                running = self._hv.status(p.domain_uuid).state is not DomainState.SHUTOFF
+            target = targets.get((volume.pool, volume.volume))
+            if running and target is not None:
+                self._hv.grow_attached_disk(
+                    p.domain_uuid, target=target, capacity_bytes=volume.capacity_bytes
+                )
+            else:
+                self._hv.grow_volume(
+                    pool=volume.pool, name=volume.volume, capacity_bytes=volume.capacity_bytes
+                )
+            self._store.event(
+                p.obj,
+                reason="DiskGrown",
+                message=f"grew {volume.volume} from {info.capacity_bytes} to "
+                f"{volume.capacity_bytes} bytes" + (" while running" if running else ""),
+            )
 
     def _update_definition(self, p: _Pass, plan: ResolvedMachine) -> None:
         """Apply spec changes to an existing domain: at once when it is off, else pending."""

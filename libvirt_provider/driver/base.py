@@ -186,6 +186,10 @@ class Hypervisor(Protocol):
         half-written volume is removed."""
         ...
 
+    def grow_attached_disk(self, uuid: str, *, target: str, capacity_bytes: int) -> None:
+        """Grow the disk `target` (e.g. vda) of a running domain; qemu resizes its volume."""
+        ...
+
     def grow_volume(self, *, pool: str, name: str, capacity_bytes: int) -> VolumeInfo:
         """Grow a volume that is not in use by a running domain; shrinking is refused."""
         ...

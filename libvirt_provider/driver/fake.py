@@ -68,6 +68,7 @@ class FakeHypervisor:
     calls: list[str] = field(default_factory=list)
     listeners: list[LifecycleListener] = field(default_factory=list)
     uploads: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    resized: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def _enter(self, op: str) -> None:
         self.calls.append(op)
@@ -280,6 +281,17 @@ class FakeHypervisor:
             raise
         self.uploads[(pool, name)] = data
         return vol
+
+    def grow_attached_disk(self, uuid: str, *, target: str, capacity_bytes: int) -> None:
+        self._enter("grow_attached_disk")
+        root = etree.fromstring(self._dom(uuid).xml.encode())
+        self.resized[(uuid, target)] = capacity_bytes
+        for disk in root.iterfind("devices/disk"):
+            dev, src = disk.find("target"), disk.find("source")
+            if dev is not None and src is not None and dev.get("dev") == target:
+                key = (str(src.get("pool")), str(src.get("volume")))
+                if key in self.volumes:
+                    self.volumes[key] = replace(self.volumes[key], capacity_bytes=capacity_bytes)
 
     def grow_volume(self, *, pool: str, name: str, capacity_bytes: int) -> VolumeInfo:
         self._enter("grow_volume")

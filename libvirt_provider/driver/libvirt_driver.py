@@ -492,6 +492,13 @@ class LibvirtHypervisor:
         with self._pool_lock(pool):
             return self._call(upload)
 
+    def grow_attached_disk(self, uuid: str, *, target: str, capacity_bytes: int) -> None:
+        self._call(
+            lambda c: self._domain(c, uuid).blockResize(
+                target, capacity_bytes, libvirt.VIR_DOMAIN_BLOCK_RESIZE_BYTES
+            )
+        )
+
     def grow_volume(self, *, pool: str, name: str, capacity_bytes: int) -> VolumeInfo:
         def grow(conn: libvirt.virConnect) -> VolumeInfo:
             vol = conn.storagePoolLookupByName(pool).storageVolLookupByName(name)

@@ -267,3 +267,21 @@ def test_autostart_follows_the_machine_spec() -> None:
     store.machines["web"]["spec"]["autostart"] = False
     reconciler.reconcile(KEY)
     assert not hv.domains[UID].autostart
+
+
+def test_a_grown_disk_is_resized_online_while_running_and_offline_when_off() -> None:
+    store, hv = _store(), _hypervisor()
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    store.vms["web"]["spec"]["bootDisk"]["sizeGiB"] = 2
+    reconciler.reconcile(KEY)
+    reconciler.reconcile(KEY)
+    assert list(hv.resized.values()) == [2 << 30]
+    assert hv.calls.count("grow_attached_disk") == 1
+    assert any(r == "DiskGrown" and "while running" in m for _, r, m in store.events)
+
+    hv.domains[UID].state = DomainState.SHUTOFF
+    store.vms["web"]["spec"]["powerState"] = "PoweredOff"
+    store.vms["web"]["spec"]["bootDisk"]["sizeGiB"] = 3
+    reconciler.reconcile(KEY)
+    assert hv.volumes[("vmapi-lab", f"{DOMAIN}--boot.qcow2")].capacity_bytes == 3 << 30

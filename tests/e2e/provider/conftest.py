@@ -73,7 +73,9 @@ def start_daemon(
 
 
 @pytest.fixture(scope="module")
-def daemon(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
+def daemon(
+    lab: LabInfo, api_client: client.ApiClient, request: pytest.FixtureRequest
+) -> Iterator[str]:
     """A running daemon for the module; yields the base URL of its health endpoint."""
     apply(lab, REPO / "crds")
     ext = client.ApiextensionsV1Api(api_client)
@@ -90,7 +92,10 @@ def daemon(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
         )
     apply(lab, REPO / "deploy" / "samples" / "catalog.yaml")
     proc, log = start_daemon(
-        lab, host=HOST, log_name="e2e-daemon.log", generic_namespace=f"{NS_PREFIX}*"
+        lab,
+        host=HOST,
+        log_name=f"e2e-daemon-{request.module.__name__.rsplit('.', 1)[-1]}.log",
+        generic_namespace=f"{NS_PREFIX}*",
     )
     try:
         found = eventually(

@@ -1,0 +1,81 @@
+"""Data disks: blank volumes made with the machine, attached, and removed with it unless kept."""
+
+from __future__ import annotations
+
+import libvirt
+from kubernetes import client
+from lxml import etree
+
+from libvirt_provider import naming
+from tests.e2e.conftest import LabInfo
+from tests.e2e.provider.conftest import (
+    VM_GROUP,
+    V,
+    create,
+    get,
+    machine_volumes,
+    pair,
+    patch_vm,
+)
+from tests.eventually import eventually
+
+GIB = 1024**3
+
+
+def test_blank_data_disks_follow_the_machine_and_delete_on_termination(
+    api_client: client.ApiClient, virt: libvirt.virConnect, lab: LabInfo, ns: str
+) -> None:
+    disks = [
+        {"name": "scratch", "source": {"blank": True}, "sizeGiB": 2},
+        {"name": "keep", "source": {"blank": True}, "sizeGiB": 1, "deleteOnTermination": False},
+    ]
+    create(api_client, pair(ns, "disky", vm_spec={"disks": disks}))
+    eventually(
+        lambda: ((get(api_client, ns, "disky", vm=True) or {}).get("status") or {}).get("ready"),
+        timeout=240,
+        interval=1,
+        what="the VM Ready with its data disks",
+    )
+    domain = naming.domain_name(ns, "disky")
+    owned = machine_volumes(virt, lab, f"{domain}--")
+    assert len(owned) == 3, owned
+    scratch = next(v for v in owned if "scratch" in v)
+    keep = next(v for v in owned if "keep" in v)
+    pool = virt.storagePoolLookupByName(lab.pool)
+    assert pool.storageVolLookupByName(scratch).info()[1] == 2 * GIB
+    xml = etree.fromstring(virt.lookupByName(domain).XMLDesc(0).encode())
+    attached = {s.get("volume") for s in xml.iterfind("devices/disk/source")}
+    assert {scratch, keep} <= attached
+
+    # Disks only grow; a running machine's disks grow online.
+    boot = f"{domain}--boot.qcow2"
+    patch_vm(api_client, ns, "disky", {"bootDisk": {"sizeGiB": 2}, "disks": [
+        {**disks[0], "sizeGiB": 3}, disks[1]
+    ]})  # fmt: skip
+    eventually(
+        lambda: (
+            pool.storageVolLookupByName(boot).info()[1] == 2 * GIB
+            and pool.storageVolLookupByName(scratch).info()[1] == 3 * GIB
+        ),
+        timeout=60,
+        interval=0.5,
+        what="the boot and scratch disks grown",
+    )
+    assert virt.lookupByName(domain).isActive()
+    events = client.CoreV1Api(api_client).list_namespaced_event(ns).items
+    grown = [e.message for e in events if e.reason == "DiskGrown"]
+    assert len(grown) == 2
+    assert all("while running" in m for m in grown)
+
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        VM_GROUP, V, ns, "virtualmachines", "disky"
+    )
+    eventually(
+        lambda: get(api_client, ns, "disky", vm=False) is None,
+        timeout=120,
+        what="the machine deleted",
+    )
+    try:
+        assert machine_volumes(virt, lab, f"{domain}--") == [keep]
+    finally:
+        pool.storageVolLookupByName(keep).delete(0)
