@@ -107,6 +107,13 @@ def daemon(
         )
         base = f"http://127.0.0.1:{found.group(1)}"
         eventually(lambda: _answers(f"{base}/healthz"), timeout=60, what="the daemon healthy")
+        # Tests create their namespaces only once the embedded generic controller runs (it may
+        # wait out a Lease left by an earlier daemon), so no test races its start-up.
+        eventually(
+            lambda: "leads: starting the generic controller" in log.read_text(),
+            timeout=60,
+            what=f"the daemon leading the generic controller (log: {log})",
+        )
         yield base
     finally:
         proc.terminate()
