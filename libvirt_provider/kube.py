@@ -80,20 +80,6 @@ class KubeAdapter:
             listing = cast(Obj, self._custom.list_cluster_custom_object(c.GROUP, c.VERSION, plural))
         return list(listing.get("items") or [])
 
-    def list_host_machines(self) -> list[Obj]:
-        """The LibvirtMachines placed on this daemon's host (the slow resync's input)."""
-        with _translated():
-            listing = cast(
-                Obj,
-                self._custom.list_cluster_custom_object(
-                    c.GROUP,
-                    c.VERSION,
-                    c.MACHINE_PLURAL,
-                    label_selector=f"{c.HOST_LABEL}={self._host}",
-                ),
-            )
-        return list(listing.get("items") or [])
-
     def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
         """The Secret's base64-encoded data; None when the Secret does not exist."""
         try:

@@ -205,10 +205,6 @@ class FakeHypervisor:
         self._enter("find_volume")
         return self.volumes.get((pool, name))
 
-    def volume_by_path(self, path: str) -> VolumeInfo | None:
-        self._enter("volume_by_path")
-        return next((v for v in self.volumes.values() if v.path == path), None)
-
     def list_volumes(self, pool: str) -> list[VolumeInfo]:
         self._enter("list_volumes")
         return [v for (p, _), v in self.volumes.items() if p == pool]

@@ -391,18 +391,6 @@ class LibvirtHypervisor:
 
         return self._call(find)
 
-    def volume_by_path(self, path: str) -> VolumeInfo | None:
-        def find(conn: libvirt.virConnect) -> VolumeInfo | None:
-            try:
-                vol = conn.storageVolLookupByPath(path)
-            except libvirt.libvirtError as err:
-                if err.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL:
-                    return None
-                raise
-            return _volume_info(vol.storagePoolLookupByVolume().name(), vol)
-
-        return self._call(find)
-
     def list_volumes(self, pool: str) -> list[VolumeInfo]:
         def volumes(conn: libvirt.virConnect) -> list[VolumeInfo]:
             # No refresh: every volume of ours is made through libvirt, so the pool knows it, and a
