@@ -22,7 +22,6 @@ from tests.e2e.conftest import REPO, LabInfo
 from tests.eventually import eventually
 
 HOST = "e2e-host"
-# The daemon's embedded generic controller serves only these test namespaces.
 NS_PREFIX = "lm-"
 GROUP = "infrastructure.vm-api.io"
 VM_GROUP = "vm-api.io"
@@ -43,12 +42,16 @@ def start_daemon(
     host: str,
     log_name: str,
     kubeconfig: str | None = None,
-    generic_namespace: str | None = None,
+    generic: bool = True,
     lease_namespace: str = "kube-system",
     crash_point: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    """`libvirt-provider` against the lab, its output in a fresh log; without `generic_namespace`
-    the embedded generic controller is off."""
+    """`libvirt-provider` against the lab, its output in a fresh log.
+
+    The embedded generic controller runs cluster-wide: with --generic-namespace patterns kopf's
+    watches twice failed to start in clean-clone runs (an open problem, see docs/operations.md),
+    and other test sessions leave no VMs behind for it to adopt.
+    """
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "VMAPI_CRASH_POINT")}
     if crash_point:
         env["VMAPI_CRASH_POINT"] = crash_point
@@ -64,7 +67,8 @@ def start_daemon(
         "--health-port=0",
         f"--lease-namespace={lease_namespace}",
     ]
-    args += [f"--generic-namespace={generic_namespace}"] if generic_namespace else ["--no-generic"]
+    if not generic:
+        args.append("--no-generic")
     log = Path(os.environ.get("VMAPI_LAB_LOGS") or REPO / ".logs") / log_name
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
@@ -95,7 +99,6 @@ def daemon(
         lab,
         host=HOST,
         log_name=f"e2e-daemon-{request.module.__name__.rsplit('.', 1)[-1]}.log",
-        generic_namespace=f"{NS_PREFIX}*",
     )
     try:
         found = eventually(

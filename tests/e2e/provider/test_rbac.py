@@ -81,7 +81,6 @@ def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
         host=HOST,
         log_name="e2e-rbac-daemon.log",
         kubeconfig=str(kubeconfig),
-        generic_namespace="rbac-*",
         lease_namespace="vm-api-system",
     )
     try:

@@ -42,7 +42,7 @@ def running_daemon(
     lab: LabInfo, *, crash_point: str | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
     proc, _ = start_daemon(
-        lab, host=HOST, log_name="e2e-restart-daemon.log", crash_point=crash_point
+        lab, host=HOST, log_name="e2e-restart-daemon.log", crash_point=crash_point, generic=False
     )
     try:
         yield proc
