@@ -46,7 +46,7 @@ lab-env:
 run: lab-up
 	@$(LAB) describe
 	@echo
-	@$(VPY) tests/lab/devrun.py
+	@$(VPY) -m tests.lab.devrun
 
 lint: venv
 	$(VENV)/bin/ruff check .

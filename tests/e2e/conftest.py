@@ -17,6 +17,8 @@ from pathlib import Path
 import libvirt
 import pytest
 from kubernetes import client, config
+from lxml import etree
+from lxml.builder import E
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_SCRIPT = REPO / "tests" / "lab" / "lab.py"
@@ -57,6 +59,35 @@ class LabInfo:
     @property
     def dir(self) -> Path:
         return Path(self.env["VMAPI_LAB_DIR"])
+
+
+def guest_domain_xml(
+    lab: LabInfo, *, name: str, dom_uuid: str, disk: str, serial: Path | None = None
+) -> str:
+    """A minimal domain for the lab's test guest on `disk`, on the lab network."""
+    devices = [
+        E.disk(
+            E.driver(name="qemu", type="qcow2"),
+            E.source(file=disk),
+            E.target(dev="vda", bus="virtio"),
+            type="file",
+            device="disk",
+        ),
+        E.interface(E.source(network=lab.network), E.model(type="virtio"), type="network"),
+    ]
+    if serial is not None:
+        devices.append(E.serial(E.source(path=str(serial)), type="file"))
+    dom = E.domain(
+        E.name(name),
+        E.uuid(dom_uuid),
+        E.memory("256", unit="MiB"),
+        E.vcpu("1"),
+        E.os(E.type("hvm", arch="x86_64"), E.boot(dev="hd")),
+        E.features(E.acpi()),
+        E.devices(*devices),
+        type=lab.domain_type,
+    )
+    return str(etree.tostring(dom, encoding="unicode"))
 
 
 def _parse_exports(text: str) -> dict[str, str]:

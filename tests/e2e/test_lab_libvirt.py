@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 
 import libvirt
 from lxml import etree
 from lxml.builder import E
 
-from tests.e2e.conftest import LabInfo
+from tests.e2e.conftest import LabInfo, guest_domain_xml
 from tests.eventually import eventually
 
 
@@ -24,37 +23,15 @@ def _overlay_xml(name: str, base_path: str) -> str:
     return etree.tostring(vol, encoding="unicode")
 
 
-def _domain_xml(lab: LabInfo, name: str, disk: str, serial: Path) -> str:
-    dom = E.domain(
-        E.name(name),
-        E.uuid(str(uuid.uuid4())),
-        E.memory("256", unit="MiB"),
-        E.vcpu("1"),
-        E.os(E.type("hvm", arch="x86_64"), E.boot(dev="hd")),
-        E.features(E.acpi()),
-        E.devices(
-            E.disk(
-                E.driver(name="qemu", type="qcow2"),
-                E.source(file=disk),
-                E.target(dev="vda", bus="virtio"),
-                type="file",
-                device="disk",
-            ),
-            E.interface(E.source(network=lab.network), E.model(type="virtio"), type="network"),
-            E.serial(E.source(path=str(serial)), type="file"),
-        ),
-        type=lab.domain_type,
-    )
-    return etree.tostring(dom, encoding="unicode")
-
-
 def test_guest_boots_and_takes_a_lease(lab: LabInfo, virt: libvirt.virConnect) -> None:
     name = "smoke-" + uuid.uuid4().hex[:8]
     pool = virt.storagePoolLookupByName(lab.pool)
     base = pool.storageVolLookupByName(lab.guest_volume)
     vol = pool.createXML(_overlay_xml(f"{name}.qcow2", base.path()), 0)
     serial = lab.dir / f"{name}.serial"
-    dom = virt.defineXML(_domain_xml(lab, name, vol.path(), serial))
+    dom = virt.defineXML(
+        guest_domain_xml(lab, name=name, dom_uuid=str(uuid.uuid4()), disk=vol.path(), serial=serial)
+    )
     try:
         started = time.monotonic()
         dom.create()

@@ -1,4 +1,4 @@
-"""`make run`: the provider daemon in the foreground against the lab, with the sample VM.
+"""`make run` (`python -m tests.lab.devrun`): the daemon against the lab, with the sample VM.
 
 Installs the CRDs and the sample catalog and VM (deploy/samples/), starts `libvirt-provider` as
 host `lab-host` with the domain type the lab detected, and once the sample VM is Ready prints
@@ -14,8 +14,9 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
+
+from tests.eventually import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "tests" / "lab" / "lab.py"
@@ -44,33 +45,35 @@ def kubectl(env: dict[str, str], *args: str, capture: bool = True) -> str:
 
 
 def announce_when_ready(env: dict[str, str], daemon: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline and daemon.poll() is None:
-        ready = subprocess.run(
-            ["kubectl", "get", "vm", "sample", "-o", "jsonpath={.status.ready}"],
+    def sample(field: str) -> str:
+        return subprocess.run(
+            ["kubectl", "get", "vm", "sample", "-o", f"jsonpath={{.status.{field}}}"],
             env=env,
             capture_output=True,
             text=True,
             check=False,
         ).stdout
-        addresses = subprocess.run(
-            ["kubectl", "get", "vm", "sample", "-o", "jsonpath={.status.addresses}"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout
-        if ready == "true" and addresses:
-            print("\nThe sample VM is Ready:\n", flush=True)
-            print(kubectl(env, "get", "vm", "-o", "wide", "-n", "default"), flush=True)
-            print('In another shell: eval "$(make -s lab-env)"; kubectl describe vm sample\n')
-            return
-        time.sleep(1)
-    if daemon.poll() is None:
+
+    try:
+        eventually(
+            lambda: (
+                daemon.poll() is not None
+                or (sample("ready") == "true" and bool(sample("addresses")))
+            ),
+            timeout=READY_TIMEOUT,
+            interval=1,
+            what="the sample VM Ready",
+        )
+    except AssertionError:
         print(
             f"run: the sample VM was not Ready within {READY_TIMEOUT:.0f} s; "
             "see `kubectl describe vm sample` and `kubectl describe libvirtmachine sample`"
         )
+        return
+    if daemon.poll() is None:
+        print("\nThe sample VM is Ready:\n", flush=True)
+        print(kubectl(env, "get", "vm", "-o", "wide", "-n", "default"), flush=True)
+        print('In another shell: eval "$(make -s lab-env)"; kubectl describe vm sample\n')
 
 
 def main() -> int:

@@ -7,8 +7,6 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from lxml import etree
-from lxml.builder import E
 
 from libvirt_provider.driver.base import AddressSource, DomainState, OverlaySpec
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
@@ -18,7 +16,7 @@ from libvirt_provider.errors import (
     NotFoundError,
     PermanentError,
 )
-from tests.e2e.conftest import LabInfo
+from tests.e2e.conftest import LabInfo, guest_domain_xml
 from tests.eventually import eventually
 
 MIB = 1024 * 1024
@@ -29,29 +27,6 @@ def hv(lab: LabInfo) -> Iterator[LibvirtHypervisor]:
     driver = LibvirtHypervisor(lab.libvirt_uri)
     yield driver
     driver.close()
-
-
-def _domain_xml(lab: LabInfo, *, name: str, dom_uuid: str, disk: str) -> str:
-    dom = E.domain(
-        E.name(name),
-        E.uuid(dom_uuid),
-        E.memory("256", unit="MiB"),
-        E.vcpu("1"),
-        E.os(E.type("hvm", arch="x86_64"), E.boot(dev="hd")),
-        E.features(E.acpi()),
-        E.devices(
-            E.disk(
-                E.driver(name="qemu", type="qcow2"),
-                E.source(file=disk),
-                E.target(dev="vda", bus="virtio"),
-                type="file",
-                device="disk",
-            ),
-            E.interface(E.source(network=lab.network), E.model(type="virtio"), type="network"),
-        ),
-        type=lab.domain_type,
-    )
-    return str(etree.tostring(dom, encoding="unicode"))
 
 
 def test_host_facts_describe_the_lab(hv: LibvirtHypervisor, lab: LabInfo) -> None:
@@ -77,7 +52,7 @@ def test_a_foreign_domain_holding_our_name_is_refused_and_left_alone(
 ) -> None:
     name = "foreign-" + uuid.uuid4().hex[:8]
     theirs = str(uuid.uuid4())
-    hv.define(_domain_xml(lab, name=name, dom_uuid=theirs, disk="/nonexistent.qcow2"))
+    hv.define(guest_domain_xml(lab, name=name, dom_uuid=theirs, disk="/nonexistent.qcow2"))
     try:
         with pytest.raises(ForeignDomainError) as caught:
             hv.lookup(uuid=str(uuid.uuid4()), name=name)
@@ -115,7 +90,7 @@ def test_guest_lifecycle_through_the_driver(hv: LibvirtHypervisor, lab: LabInfo)
 
     hv.add_lifecycle_listener(on_event)
     try:
-        ref = hv.define(_domain_xml(lab, name=name, dom_uuid=dom_uuid, disk=overlay.path))
+        ref = hv.define(guest_domain_xml(lab, name=name, dom_uuid=dom_uuid, disk=overlay.path))
         assert ref.uuid == dom_uuid
         assert hv.lookup(uuid=dom_uuid, name=name) == ref
         assert hv.disk_sources(dom_uuid) == [overlay.path]
