@@ -58,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("POD_NAMESPACE", "kube-system"),
         help="namespace of the Lease that elects the daemon running the generic controller",
     )
+    parser.add_argument(
+        "--console-log-dir",
+        default=None,
+        metavar="DIR",
+        help="host directory where each machine's serial console is logged "
+        "(<domain>.serial.log, removed with the machine); default: no console logs",
+    )
     parser.add_argument("--workers", type=int, default=4, help="reconcile threads per controller")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return parser
@@ -88,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lease_namespace=args.lease_namespace,
             workers=args.workers,
             generic_namespaces=tuple(args.generic_namespace),
+            console_log_dir=args.console_log_dir,
         )
     )
 

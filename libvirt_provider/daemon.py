@@ -66,6 +66,8 @@ class DaemonConfig:
     workers: int
     # Namespace patterns the embedded generic controller serves; empty: the whole cluster.
     generic_namespaces: tuple[str, ...] = ()
+    # Host directory where serial consoles are logged (None: no console logs).
+    console_log_dir: str | None = None
 
 
 class _Operator:
@@ -252,6 +254,7 @@ def run(cfg: DaemonConfig) -> int:
         host=cfg.host,
         domain_types=cfg.domain_types,
         images=images,
+        console_log_dir=cfg.console_log_dir,
     )
     controller = MachineController(reconciler, workers=cfg.workers)
     hypervisor.add_lifecycle_listener(controller.on_domain_event)

@@ -100,6 +100,7 @@ class OwnedFields:
     cdrom: DiskFacts | None = None
     nics: Mapping[str, NicFacts] = field(default_factory=dict)
     serial_console: bool = False
+    serial_log: str | None = None
     graphics: tuple[str, ...] = ()
     guest_agent: bool = False
 
@@ -224,6 +225,7 @@ def owned_fields(xml: str | bytes | etree._Element) -> OwnedFields:
         elif element.get("device", "disk") == "disk":
             disks[facts.key] = facts
     nics = {n.mac: n for n in map(_nic, root.findall("devices/interface")) if n is not None}
+    serial_log = root.find("devices/serial/log")
     agent = any(
         t.get("name") == GUEST_AGENT_CHANNEL for t in root.findall("devices/channel/target")
     )
@@ -251,6 +253,7 @@ def owned_fields(xml: str | bytes | etree._Element) -> OwnedFields:
         cdrom=cdrom,
         nics=nics,
         serial_console=root.find("devices/serial") is not None,
+        serial_log=serial_log.get("file") if serial_log is not None else None,
         graphics=tuple(sorted(g.get("type") or "" for g in root.findall("devices/graphics"))),
         guest_agent=agent,
     )
@@ -324,6 +327,7 @@ _SCALARS: tuple[tuple[str, Callable[[OwnedFields], Any], bool], ...] = (
     ("secure boot", lambda f: f.secure_boot, False),
     ("system management mode", lambda f: f.smm, False),
     ("serial console", lambda f: f.serial_console, False),
+    ("serial console log", lambda f: f.serial_log, False),
     ("graphics", lambda f: f.graphics, False),
     ("guest agent channel", lambda f: f.guest_agent, False),
     ("cloud-init data", lambda f: f.cloud_init_digest, False),

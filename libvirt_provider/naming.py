@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-__all__ = ["MAX_DOMAIN_NAME", "domain_name", "mac_address", "volume_name"]
+__all__ = ["MAX_DOMAIN_NAME", "console_log_file", "domain_name", "mac_address", "volume_name"]
 
 MAX_DOMAIN_NAME = 63
 _HASH_LEN = 8
@@ -46,6 +46,14 @@ def volume_name(domain: str, role: str, *, extension: str) -> str:
     if readable != role:
         readable = f"{readable}-{_digest(role)[:_HASH_LEN]}"
     return f"{domain}--{readable}.{extension}"
+
+
+def console_log_file(directory: str | None, domain: str) -> str | None:
+    """`<directory>/<domain>.serial.log`, where the serial console of `domain` is logged; None
+    when the host keeps no console logs."""
+    if directory is None:
+        return None
+    return f"{directory.rstrip('/')}/{domain}.serial.log"
 
 
 def mac_address(uid: str, interface: str) -> str:

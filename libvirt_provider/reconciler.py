@@ -21,6 +21,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -144,6 +145,7 @@ class MachineReconciler:
         host: str,
         domain_types: frozenset[str] | None = None,
         images: ImageImporter | None = None,
+        console_log_dir: str | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self._store = store
@@ -151,6 +153,7 @@ class MachineReconciler:
         # Restricts the domain types offered to the resolver (e.g. a host whose /dev/kvm exists
         # but cannot run guests is told to offer only "qemu").
         self._domain_types = domain_types
+        self._console_log_dir = console_log_dir
         self._hv = hypervisor
         self._host = host
         self._clock = clock
@@ -261,7 +264,7 @@ class MachineReconciler:
         return found
 
     def _host_facts(self) -> HostFacts:
-        facts = self._hv.host_facts()
+        facts = replace(self._hv.host_facts(), console_log_dir=self._console_log_dir)
         if self._domain_types is None:
             return facts
         return replace(facts, domain_types=facts.domain_types & self._domain_types)
@@ -572,6 +575,7 @@ class MachineReconciler:
             self._hv.undefine(uuid)
             crash_point("delete:after-undefine")
             self._store.event(p.obj, reason="Undefined", message=f"removed domain {ref.name}")
+        self._remove_console_log(p)
         prefix = f"{p.domain_name}--"
         for pool in sorted(self._hv.host_facts().pools):
             for volume in self._hv.list_volumes(pool):
@@ -583,6 +587,16 @@ class MachineReconciler:
                     self._store.event(
                         p.obj, reason="VolumeDeleted", message=f"deleted {pool}/{volume.name}"
                     )
+
+    def _remove_console_log(self, p: _Pass) -> None:
+        # The log is a host file the domain wrote, not a volume: it goes with the machine.
+        path = naming.console_log_file(self._console_log_dir, p.domain_name)
+        if path is None:
+            return
+        try:
+            Path(path).unlink(missing_ok=True)
+        except OSError as err:
+            log.warning("could not remove the console log %s: %s", path, err)
 
     def _volumes_to_keep(self, p: _Pass) -> set[tuple[str, str]]:
         """Volumes whose disks say deleteOnTermination: false (needs the VM, still present while

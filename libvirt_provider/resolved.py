@@ -208,6 +208,8 @@ class Interface(ResolvedModel):
 
 class Console(ResolvedModel):
     serial: bool = True
+    # A host file the serial console's output is appended to, for reading a boot after the fact.
+    log_file: str | None = None
     graphics: Graphics = Graphics.NONE
 
 

@@ -104,6 +104,9 @@ class HostFacts:
     domain_types: frozenset[str]
     pools: frozenset[str]
     networks: frozenset[str]
+    # Where serial consoles are logged on this host (the daemon's setting, not libvirt's): None
+    # keeps no log. qemu (or virtlogd) must be able to write there.
+    console_log_dir: str | None = None
 
 
 LifecycleListener = Callable[[str], None]

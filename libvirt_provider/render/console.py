@@ -19,6 +19,9 @@ def render_console(devices: etree._Element, console: Console) -> None:
     if console.serial:
         serial = etree.SubElement(devices, "serial", type="pty")
         etree.SubElement(serial, "target", port="0")
+        if console.log_file is not None:
+            # Appended, so a reboot's output follows the previous boot's instead of replacing it.
+            etree.SubElement(serial, "log", file=console.log_file, append="on")
         element = etree.SubElement(devices, "console", type="pty")
         etree.SubElement(element, "target", type="serial", port="0")
     if console.graphics is not Graphics.NONE:

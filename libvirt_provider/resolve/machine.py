@@ -14,6 +14,7 @@ from generic.api import VirtualMachineSpec
 from libvirt_provider.api import GraphicsType, LibvirtMachine
 from libvirt_provider.cloudinit import cloud_init_digest
 from libvirt_provider.constants import REASON_INVALID_SPEC
+from libvirt_provider.naming import console_log_file
 from libvirt_provider.resolve.bootstrap import resolve_cloud_init
 from libvirt_provider.resolve.compute import (
     Size,
@@ -182,7 +183,13 @@ def _assemble(
             disks=tuple(disks),
             cloud_init=media,
             interfaces=tuple(nics),
-            console=Console(serial=console.serial, graphics=_GRAPHICS[console.graphics]),
+            console=Console(
+                serial=console.serial,
+                log_file=console_log_file(ctx.host.console_log_dir, ctx.domain)
+                if console.serial
+                else None,
+                graphics=_GRAPHICS[console.graphics],
+            ),
         )
         machine = ResolvedMachine(
             domain=spec,

@@ -96,6 +96,8 @@ def main() -> int:
             "127.0.0.1",
             "--lease-namespace",
             "kube-system",
+            "--console-log-dir",
+            str(Path(env["VMAPI_LAB_DIR"]) / "consoles"),
         ],
         env=env,
     )

@@ -36,6 +36,13 @@ def apply(lab: LabInfo, *paths: Path) -> None:
     subprocess.run(args, check=True, capture_output=True)
 
 
+def console_log_dir(lab: LabInfo) -> Path:
+    """Where the e2e daemons log serial consoles: inside the lab, so lab-down removes it."""
+    path = Path(lab.dir) / "consoles"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def start_daemon(
     lab: LabInfo,
     *,
@@ -66,6 +73,7 @@ def start_daemon(
         "--health-address=127.0.0.1",
         "--health-port=0",
         f"--lease-namespace={lease_namespace}",
+        f"--console-log-dir={console_log_dir(lab)}",
     ]
     if not generic:
         args.append("--no-generic")

@@ -151,3 +151,15 @@ def test_owner_identity_changes_are_reported() -> None:
     assert "ownership marker" in [
         c.what for c in diff(BASE.model_copy(update={"owner": other}), BASE).changes
     ]
+
+
+def test_a_console_log_change_waits_for_a_power_cycle() -> None:
+    without = "<domain type='qemu'><name>d</name><devices><serial type='pty'/></devices></domain>"
+    logged = (
+        "<domain type='qemu'><name>d</name><devices><serial type='pty'>"
+        "<log file='/logs/d.serial.log' append='on'/></serial></devices></domain>"
+    )
+    diff = diff_owned(owned_fields(logged), owned_fields(without))
+    assert [(c.what, c.desired, c.live) for c in diff.changes] == [
+        ("serial console log", "/logs/d.serial.log", False)
+    ]

@@ -181,7 +181,11 @@ def _cases() -> dict[str, DomainSpec]:
             digest="a" * 64,
         ),
         interfaces=(nic(_uid(name), 0, InterfaceKind.NETWORK, model=NicModel.E1000),),
-        console=Console(serial=True, graphics=Graphics.VNC),
+        console=Console(
+            serial=True,
+            log_file=f"/var/log/libvirt/qemu/{domain}.serial.log",
+            graphics=Graphics.VNC,
+        ),
     )
 
     name = "many-disks-spice-no-serial"
