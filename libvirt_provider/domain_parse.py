@@ -6,7 +6,7 @@ it chose. Comparing documents would report all of that as drift. So both sides g
 parser, which keeps only what the renderer owns, normalised; everything else is libvirt's and is
 ignored here on purpose, as are unknown elements (a round trip must not fight libvirt's defaults).
 
-Each difference says whether it can be applied to a running domain (a vCPU count within the slots,
+Each difference says whether it can be applied to a running domain (more vCPUs within the slots,
 a balloon target within the ceiling, a NIC or data disk added or removed, metadata) or needs the
 next power cycle (everything else, including cloud-init media, which the guest reads only at boot).
 """
@@ -24,6 +24,7 @@ from libvirt_provider.render.cloudinit import CLOUD_INIT_ALIAS
 from libvirt_provider.render.console import GUEST_AGENT_CHANNEL
 
 __all__ = [
+    "Change",
     "DiskFacts",
     "DomainDiff",
     "NicFacts",
@@ -267,8 +268,12 @@ class Change:
     desired: Any
     observed: Any
     live: bool
+    # Values derived from Secrets (the cloud-init digest) stay out of messages and status.
+    redacted: bool = False
 
     def __str__(self) -> str:
+        if self.redacted:
+            return f"{self.what} changed"
         return f"{self.what}: {self.observed!r} -> {self.desired!r}"
 
 
@@ -310,6 +315,8 @@ def _cpu_mode(value: OwnedFields) -> str | None:
     return value.cpu_mode
 
 
+_CLOUD_INIT = "cloud-init data"
+
 # Scalar owned fields: (label, getter, applies live). Live ones have a libvirt API that changes a
 # running domain (vCPU hotplug within the slots, balloon within the ceiling, setMetadata).
 _SCALARS: tuple[tuple[str, Callable[[OwnedFields], Any], bool], ...] = (
@@ -330,7 +337,7 @@ _SCALARS: tuple[tuple[str, Callable[[OwnedFields], Any], bool], ...] = (
     ("serial console log", lambda f: f.serial_log, False),
     ("graphics", lambda f: f.graphics, False),
     ("guest agent channel", lambda f: f.guest_agent, False),
-    ("cloud-init data", lambda f: f.cloud_init_digest, False),
+    (_CLOUD_INIT, lambda f: f.cloud_init_digest, False),
     ("ownership marker", lambda f: f.owner, True),
     ("tags", lambda f: dict(f.tags), True),
 )
@@ -357,11 +364,15 @@ def diff_owned(desired: OwnedFields, observed: OwnedFields) -> DomainDiff:
             continue
         want, have = get(desired), get(observed)
         if want != have:
-            changes.append(Change(label, want, have, live))
+            changes.append(Change(label, want, have, live, redacted=label == _CLOUD_INIT))
     if not _machine_types_match(desired.machine_type, observed.machine_type):
         changes.append(Change("machine type", desired.machine_type, observed.machine_type, False))
     if desired.vcpus != observed.vcpus:
-        fits = desired.max_vcpus == observed.max_vcpus
+        # Adding vCPUs within the slots is live; removing one needs the guest to let it go, which
+        # it may never do (libvirt then times out), so fewer vCPUs wait for the next power cycle.
+        fits = desired.max_vcpus == observed.max_vcpus and (desired.vcpus or 0) > (
+            observed.vcpus or 0
+        )
         changes.append(Change("vCPUs", desired.vcpus, observed.vcpus, fits))
     if desired.memory_current_kib != observed.memory_current_kib:
         fits = desired.memory_max_kib == observed.memory_max_kib

@@ -36,7 +36,7 @@ from libvirt_provider import constants as c
 from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.cloudinit import build_cidata_iso
-from libvirt_provider.domain_parse import differences
+from libvirt_provider.domain_parse import differences, owned_fields
 from libvirt_provider.driver.base import (
     AddressSource,
     DomainState,
@@ -56,6 +56,15 @@ from libvirt_provider.errors import (
 from libvirt_provider.faults import crash_point
 from libvirt_provider.images import ImageImporter
 from libvirt_provider.linkage import check_link
+from libvirt_provider.live_update import (
+    AttachDevice,
+    DetachDevice,
+    LiveStep,
+    SetMemory,
+    SetMetadata,
+    SetVcpus,
+    plan_live_update,
+)
 from libvirt_provider.power import PowerAction, decide_power, observed_power_state
 from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolve import Resolution, resolve_machine
@@ -79,6 +88,8 @@ CONVERGING_DELAY = 2.0
 # often enough that Ready follows the lease closely, cheap enough for many machines.
 ADDRESS_POLL_DELAY = 0.5
 RETRY_DELAY = 10.0
+# States in which libvirt changes a domain's devices and sizes live.
+_LIVE_STATES = frozenset({DomainState.RUNNING, DomainState.BLOCKED, DomainState.PAUSED})
 
 # Condition reasons of the provider's own (the contract copies them verbatim to the VM).
 REASON_RUNNING = "Running"
@@ -134,6 +145,8 @@ class _Pass:
     readiness: Readiness | None = None
     addresses: list[dict[str, str]] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
+    # Set when a volume the spec added cannot be made yet: the definition waits with it.
+    waiting_for_image: str | None = None
 
 
 class MachineReconciler:
@@ -229,8 +242,9 @@ class MachineReconciler:
             self._create(p, plan, desired_power)
             return CONVERGING_DELAY
         p.domain_uuid = existing.uuid
-        self._grow_disks(p, plan)
-        self._update_definition(p, plan)
+        if self._ensure_added_volumes(p, plan):
+            self._grow_disks(p, plan)
+            self._update_definition(p, plan)
         self._hv.set_autostart(existing.uuid, plan.autostart)
         return self._power_and_observe(p, plan, desired_power, power_off_mode)
 
@@ -402,20 +416,97 @@ class MachineReconciler:
                 f"{volume.capacity_bytes} bytes" + (" while running" if running else ""),
             )
 
+    def _ensure_added_volumes(self, p: _Pass, plan: ResolvedMachine) -> bool:
+        """Create the volumes a changed spec added (data disks, cloud-init media) before the
+        definition names them; False while one still waits for its image."""
+        for volume in plan.volumes:
+            if self._hv.find_volume(volume.pool, volume.volume) is not None:
+                continue
+            if volume.base is not None and not self._images.ensure(volume.base).ready:
+                p.waiting_for_image = f"disk {volume.volume} waits for image {volume.base.image!r}"
+                return False
+            self._ensure_volume(volume)
+            self._store.event(
+                p.obj, reason="VolumeCreated", message=f"created {volume.pool}/{volume.volume}"
+            )
+        ci = plan.cloud_init
+        if ci is not None and self._hv.find_volume(ci.pool, ci.volume) is None:
+            self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
+        return True
+
     def _update_definition(self, p: _Pass, plan: ResolvedMachine) -> None:
-        """Apply spec changes to an existing domain: at once when it is off, else pending."""
+        """Apply spec changes to an existing domain: all of them while it is off; while it runs,
+        those libvirt can apply live, the rest reported pending until the next power cycle."""
         assert p.domain_uuid is not None
         desired = render_domain_xml(plan.domain)
         current = self._hv.domain_xml(p.domain_uuid, inactive=True)
-        changes = differences(current, desired)
-        if not changes:
+        status = self._hv.status(p.domain_uuid)
+        if status.state is DomainState.SHUTOFF and not status.has_managed_save:
+            changes = differences(current, desired)
+            if changes:
+                self._refresh_cloud_init(plan, current)
+                self._hv.define(desired)
+                self._drop_unused_cloud_init(plan, current)
+                self._store.event(
+                    p.obj, reason="Redefined", message="applied: " + "; ".join(changes)
+                )
             return
-        state = self._hv.status(p.domain_uuid).state
-        if state is DomainState.SHUTOFF:
-            self._hv.define(desired)
-            self._store.event(p.obj, reason="Redefined", message="applied: " + "; ".join(changes))
-        else:
-            p.pending = changes
+        live = plan_live_update(current, desired)
+        if status.state not in _LIVE_STATES or status.has_managed_save:
+            # A saved (suspended) domain resumes with the hardware it was saved with.
+            p.pending = [str(c) for c, _ in live.steps] + [str(c) for c in live.deferred]
+            return
+        applied: list[str] = []
+        failed: list[str] = []
+        for change, step in live.steps:
+            try:
+                self._apply_live(p.domain_uuid, step)
+            except ProviderError as err:
+                failed.append(f"{change} (could not be applied live: {err})")
+            else:
+                applied.append(str(change))
+        if applied:
+            self._store.event(
+                p.obj, reason="UpdatedLive", message="applied while running: " + "; ".join(applied)
+            )
+        earlier = set((p.obj.get("status") or {}).get("pendingChanges") or [])
+        for message in failed:
+            if message not in earlier:
+                self._store.event(p.obj, reason="LiveUpdateFailed", message=message, warning=True)
+        p.pending = [*failed, *(str(c) for c in live.deferred)]
+
+    def _apply_live(self, uuid: str, step: LiveStep) -> None:
+        match step:
+            case SetVcpus(count=count):
+                self._hv.set_vcpus(uuid, count)
+            case SetMemory(kib=kib):
+                self._hv.set_memory(uuid, kib)
+            case AttachDevice(xml=xml):
+                self._hv.attach_device(uuid, xml)
+            case DetachDevice(xml=xml):
+                self._hv.detach_device(uuid, xml)
+            case SetMetadata(xml=xml):
+                self._hv.set_metadata(uuid, xml)
+
+    def _refresh_cloud_init(self, plan: ResolvedMachine, current: str) -> None:
+        """Rewrite the cloud-init volume when its data changed: the guest reads it at next boot."""
+        ci, media = plan.cloud_init, plan.domain.cloud_init
+        if ci is None or media is None:
+            return
+        if owned_fields(current).cloud_init_digest == media.digest:
+            return
+        with contextlib.suppress(NotFoundError):
+            self._hv.delete_volume(ci.pool, ci.volume)
+        self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
+
+    def _drop_unused_cloud_init(self, plan: ResolvedMachine, previous: str) -> None:
+        """A spec that no longer asks for cloud-init leaves its old volume unused: remove it."""
+        cdrom = owned_fields(previous).cdrom
+        if plan.cloud_init is not None or cdrom is None or not cdrom.pool or not cdrom.volume:
+            return
+        if cdrom.volume.startswith(f"{plan.domain.name}--"):
+            with contextlib.suppress(NotFoundError):
+                self._hv.delete_volume(cdrom.pool, cdrom.volume)
 
     def _power_and_observe(
         self, p: _Pass, plan: ResolvedMachine, desired: str, mode: str
@@ -516,8 +607,14 @@ class MachineReconciler:
         return select_addresses(nics, observed, previous, running=running)
 
     def _readiness(self, p: _Pass, desired: str, settled: bool, problem: str | None) -> Readiness:
-        if p.pending:
-            up = (False, vmapi.REASON_REQUIRES_POWER_OFF, "; ".join(p.pending))
+        if p.waiting_for_image is not None:
+            up = (False, REASON_IMPORTING_IMAGE, p.waiting_for_image)
+        elif p.pending:
+            up = (
+                False,
+                vmapi.REASON_REQUIRES_POWER_OFF,
+                "applied at the next power-off: " + "; ".join(p.pending),
+            )
         else:
             up = (True, REASON_UP_TO_DATE, "the domain matches the spec")
         if problem is not None and not settled:

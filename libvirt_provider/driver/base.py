@@ -197,4 +197,24 @@ class Hypervisor(Protocol):
 
     def delete_volume(self, pool: str, name: str) -> None: ...
 
+    # Live changes: each applies to the running domain and to its persistent definition at once.
+
+    def set_vcpus(self, uuid: str, count: int) -> None:
+        """Online vCPUs (hot-plug within the definition's slots)."""
+        ...
+
+    def set_memory(self, uuid: str, kib: int) -> None:
+        """The balloon target, within the boot-time ceiling."""
+        ...
+
+    def attach_device(self, uuid: str, xml: str) -> None: ...
+
+    def detach_device(self, uuid: str, xml: str) -> None:
+        """Ask the guest to release the device; the definition loses it at once."""
+        ...
+
+    def set_metadata(self, uuid: str, xml: str) -> None:
+        """Replace this provider's element in `<metadata>` (the ownership marker)."""
+        ...
+
     def add_lifecycle_listener(self, listener: LifecycleListener) -> None: ...

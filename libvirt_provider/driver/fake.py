@@ -9,7 +9,7 @@ gets a lease) and inject failures per operation. It reads no domain XML beyond n
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -304,6 +304,66 @@ class FakeHypervisor:
         self._enter("delete_volume")
         if self.volumes.pop((pool, name), None) is None:
             raise NotFoundError(f"volume {name!r} not found in pool {pool!r}")
+
+    # The fake keeps one definition, so live changes edit it like libvirt edits both.
+
+    def _edit(self, op: str, uuid: str, edit: Callable[[etree._Element], None]) -> None:
+        self._enter(op)
+        dom = self._dom(uuid)
+        if dom.state is DomainState.SHUTOFF:
+            raise ConflictError(f"{op}: domain is not running")
+        root = etree.fromstring(dom.xml.encode())
+        edit(root)
+        dom.xml = etree.tostring(root, encoding="unicode")
+
+    def set_vcpus(self, uuid: str, count: int) -> None:
+        def edit(root: etree._Element) -> None:
+            vcpu = root.find("vcpu")
+            assert vcpu is not None
+            if count > int(vcpu.text or 0):
+                raise PermanentError("more vCPUs than slots")
+            vcpu.set("current", str(count))
+
+        self._edit("set_vcpus", uuid, edit)
+
+    def set_memory(self, uuid: str, kib: int) -> None:
+        def edit(root: etree._Element) -> None:
+            current = root.find("currentMemory")
+            assert current is not None
+            current.text, current.attrib["unit"] = str(kib), "KiB"
+
+        self._edit("set_memory", uuid, edit)
+
+    def attach_device(self, uuid: str, xml: str) -> None:
+        def edit(root: etree._Element) -> None:
+            devices = root.find("devices")
+            assert devices is not None
+            devices.append(etree.fromstring(xml.encode()))
+
+        self._edit("attach_device", uuid, edit)
+
+    def detach_device(self, uuid: str, xml: str) -> None:
+        wanted = etree.tostring(etree.fromstring(xml.encode()), method="c14n", with_tail=False)
+
+        def edit(root: etree._Element) -> None:
+            for element in root.findall("devices/*"):
+                if etree.tostring(element, method="c14n", with_tail=False) == wanted:
+                    element.getparent().remove(element)  # type: ignore[union-attr]
+                    return
+            raise NotFoundError("no such device")
+
+        self._edit("detach_device", uuid, edit)
+
+    def set_metadata(self, uuid: str, xml: str) -> None:
+        def edit(root: etree._Element) -> None:
+            metadata = root.find("metadata")
+            if metadata is None:
+                metadata = etree.SubElement(root, "metadata")
+            for child in list(metadata):
+                metadata.remove(child)
+            metadata.append(etree.fromstring(xml.encode()))
+
+        self._edit("set_metadata", uuid, edit)
 
     def add_lifecycle_listener(self, listener: LifecycleListener) -> None:
         self.listeners.append(listener)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import libvirt
 from lxml import etree
 
+from libvirt_provider.constants import METADATA_NAMESPACE, METADATA_PREFIX
 from libvirt_provider.driver.base import (
     AddressSource,
     DomainRef,
@@ -57,6 +58,8 @@ _STATES = {
     libvirt.VIR_DOMAIN_CRASHED: DomainState.CRASHED,
     libvirt.VIR_DOMAIN_PMSUSPENDED: DomainState.PMSUSPENDED,
 }
+
+_LIVE_AND_CONFIG = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 
 _ADDRESS_SOURCES = {
     AddressSource.LEASE: libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
@@ -501,6 +504,29 @@ class LibvirtHypervisor:
 
         with self._pool_lock(pool):
             return self._call(grow)
+
+    def set_vcpus(self, uuid: str, count: int) -> None:
+        self._call(lambda c: self._domain(c, uuid).setVcpusFlags(count, _LIVE_AND_CONFIG))
+
+    def set_memory(self, uuid: str, kib: int) -> None:
+        self._call(lambda c: self._domain(c, uuid).setMemoryFlags(kib, _LIVE_AND_CONFIG))
+
+    def attach_device(self, uuid: str, xml: str) -> None:
+        self._call(lambda c: self._domain(c, uuid).attachDeviceFlags(xml, _LIVE_AND_CONFIG))
+
+    def detach_device(self, uuid: str, xml: str) -> None:
+        self._call(lambda c: self._domain(c, uuid).detachDeviceFlags(xml, _LIVE_AND_CONFIG))
+
+    def set_metadata(self, uuid: str, xml: str) -> None:
+        self._call(
+            lambda c: self._domain(c, uuid).setMetadata(
+                libvirt.VIR_DOMAIN_METADATA_ELEMENT,
+                xml,
+                METADATA_PREFIX,
+                METADATA_NAMESPACE,
+                _LIVE_AND_CONFIG,
+            )
+        )
 
     def delete_volume(self, pool: str, name: str) -> None:
         def delete(conn: libvirt.virConnect) -> None:

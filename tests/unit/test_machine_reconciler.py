@@ -6,6 +6,7 @@ left behind when a step fails, which the lab cannot provoke on demand.
 
 from __future__ import annotations
 
+import base64
 import copy
 from dataclasses import dataclass, field
 from typing import Any
@@ -285,3 +286,131 @@ def test_a_grown_disk_is_resized_online_while_running_and_offline_when_off() -> 
     store.vms["web"]["spec"]["bootDisk"]["sizeGiB"] = 3
     reconciler.reconcile(KEY)
     assert hv.volumes[("vmapi-lab", f"{DOMAIN}--boot.qcow2")].capacity_bytes == 3 << 30
+
+
+def _running(hotplug: Obj | None = None, **vm_spec: Any) -> tuple[MemoryStore, FakeHypervisor]:
+    store, hv = _store(**vm_spec), _hypervisor()
+    if hotplug is not None:
+        store.machines["web"]["spec"]["hotplug"] = hotplug
+    _reconciler(store, hv).reconcile(KEY)
+    assert hv.domains[UID].state is DomainState.RUNNING
+    hv.calls.clear()
+    return store, hv
+
+
+def _up_to_date(store: MemoryStore) -> Obj:
+    conditions = store.machines["web"]["status"]["conditions"]
+    return next(c for c in conditions if c["type"] == "UpToDate")
+
+
+def _resize(store: MemoryStore, cpus: int, memory: str) -> None:
+    store.vms["web"]["spec"]["instanceType"] = {"resources": {"cpus": cpus, "memory": memory}}
+
+
+def test_more_vcpus_and_memory_within_the_headroom_apply_while_running() -> None:
+    store, hv = _running(hotplug={"maxCPUs": 4, "maxMemory": "1Gi"})
+    _resize(store, 3, "512Mi")
+    _reconciler(store, hv).reconcile(KEY)
+    assert "define" not in hv.calls
+    assert {"set_vcpus", "set_memory"} <= set(hv.calls)
+    root = etree.fromstring(hv.domains[UID].xml.encode())
+    assert root.find("vcpu").get("current") == "3"  # type: ignore[union-attr]
+    assert _up_to_date(store)["status"] == "True"
+    assert any(r == "UpdatedLive" for _, r, _ in store.events)
+
+
+def test_a_size_beyond_the_headroom_waits_for_the_next_power_off() -> None:
+    store, hv = _running()
+    _resize(store, 2, "256Mi")
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    assert "define" not in hv.calls
+    assert "set_vcpus" not in hv.calls
+    up = _up_to_date(store)
+    assert (up["status"], up["reason"]) == ("False", "RequiresPowerOff")
+    assert "vCPU slots" in up["message"]
+    assert store.machines["web"]["status"]["pendingChanges"]
+
+    store.vms["web"]["spec"]["powerState"] = "PoweredOff"
+    hv.domains[UID].state = DomainState.SHUTOFF
+    reconciler.reconcile(KEY)
+    assert "define" in hv.calls
+    assert etree.fromstring(hv.domains[UID].xml.encode()).findtext("vcpu") == "2"
+    assert _up_to_date(store)["status"] == "True"
+    assert not store.machines["web"]["status"].get("pendingChanges")
+
+
+def test_fewer_vcpus_wait_for_a_power_cycle_as_the_guest_may_never_release_one() -> None:
+    store, hv = _running(hotplug={"maxCPUs": 4})
+    _resize(store, 2, "256Mi")
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    _resize(store, 1, "256Mi")
+    hv.calls.clear()
+    reconciler.reconcile(KEY)
+    assert "set_vcpus" not in hv.calls
+    assert _up_to_date(store)["reason"] == "RequiresPowerOff"
+
+
+def test_nics_and_data_disks_are_hot_plugged_and_unplugged() -> None:
+    store, hv = _running(network={"interfaces": [{"name": "eth0"}]})
+    store.vms["web"]["spec"]["network"] = {"interfaces": [{"name": "eth0"}, {"name": "eth1"}]}
+    store.vms["web"]["spec"]["disks"] = [{"name": "logs", "source": {"blank": True}, "sizeGiB": 1}]
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    assert "detach_device" not in hv.calls
+    assert hv.calls.count("attach_device") == 2
+    assert f"{DOMAIN}--data-logs.qcow2" in _owned_volumes(hv)
+    root = etree.fromstring(hv.domains[UID].xml.encode())
+    assert len(root.findall("devices/interface")) == 2
+    assert _up_to_date(store)["status"] == "True"
+
+    store.vms["web"]["spec"]["network"] = {"interfaces": [{"name": "eth0"}]}
+    del store.vms["web"]["spec"]["disks"]
+    hv.calls.clear()
+    reconciler.reconcile(KEY)
+    assert hv.calls.count("detach_device") == 2
+    root = etree.fromstring(hv.domains[UID].xml.encode())
+    assert len(root.findall("devices/interface")) == 1
+    assert [d.findtext("serial") for d in root.findall("devices/disk")] == ["boot"]
+    assert _up_to_date(store)["status"] == "True"
+
+
+def test_a_failed_live_change_is_pending_and_warned_once() -> None:
+    store, hv = _running(hotplug={"maxCPUs": 4})
+    _resize(store, 2, "256Mi")
+    reconciler = _reconciler(store, hv)
+    for _ in range(2):
+        hv.fail_next("set_vcpus", PermanentError("no hotplug here"))
+        reconciler.reconcile(KEY)
+    up = _up_to_date(store)
+    assert (up["status"], up["reason"]) == ("False", "RequiresPowerOff")
+    assert "no hotplug here" in up["message"]
+    warned = [m for _, r, m in store.events if r == "LiveUpdateFailed"]
+    assert len(warned) == 1
+
+
+def test_changed_cloud_init_data_is_written_and_given_at_the_next_power_cycle() -> None:
+    boot = {"cloudInit": {"userData": {"name": "boot", "key": "user-data"}}}
+    store = _store(bootstrap=boot)
+    store.secrets["boot"] = {"user-data": base64.b64encode(b"#cloud-config\n# v1\n").decode()}
+    hv = _hypervisor()
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    iso = ("vmapi-lab", f"{DOMAIN}--cidata.iso")
+    assert b"# v1" in hv.uploads[iso]
+
+    store.secrets["boot"] = {"user-data": base64.b64encode(b"#cloud-config\n# v2\n").decode()}
+    reconciler.reconcile(KEY)
+    up = _up_to_date(store)
+    assert (up["status"], up["reason"]) == ("False", "RequiresPowerOff")
+    assert "cloud-init data changed" in up["message"]
+    assert "v2" not in up["message"]
+    assert b"# v1" in hv.uploads[iso]
+
+    store.vms["web"]["spec"]["powerState"] = "PoweredOff"
+    hv.domains[UID].state = DomainState.SHUTOFF
+    reconciler.reconcile(KEY)
+    assert b"# v2" in hv.uploads[iso]
+    assert _up_to_date(store)["status"] == "True"
+    assert not any("v2" in m for _, _, m in store.events)
