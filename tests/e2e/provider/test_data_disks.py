@@ -9,6 +9,7 @@ from lxml import etree
 from libvirt_provider import naming
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (
+    GROUP,
     VM_GROUP,
     V,
     create,
@@ -79,3 +80,39 @@ def test_blank_data_disks_follow_the_machine_and_delete_on_termination(
         assert machine_volumes(virt, lab, f"{domain}--") == [keep]
     finally:
         pool.storageVolLookupByName(keep).delete(0)
+
+
+def test_a_data_disk_from_an_image_is_an_overlay_hot_plugged_into_a_running_machine(
+    api_client: client.ApiClient, virt: libvirt.virConnect, lab: LabInfo, ns: str
+) -> None:
+    create(api_client, pair(ns, "copier"))
+    eventually(
+        lambda: ((get(api_client, ns, "copier", vm=True) or {}).get("status") or {}).get("ready"),
+        timeout=240,
+        interval=1,
+        what="the VM Ready",
+    )
+    domain = naming.domain_name(ns, "copier")
+    dom = virt.lookupByName(domain)
+    run_id = dom.ID()
+    image = {"apiGroup": GROUP, "kind": "LibvirtImage", "name": "test-guest"}
+    patch_vm(
+        api_client,
+        ns,
+        "copier",
+        {"disks": [{"name": "copy", "source": {"image": image}, "sizeGiB": 2}]},
+    )
+    pool = virt.storagePoolLookupByName(lab.pool)
+
+    def attached() -> str | None:
+        xml = etree.fromstring(dom.XMLDesc(0).encode())
+        volumes = [s.get("volume") or "" for s in xml.iterfind("devices/disk/source")]
+        return next((v for v in volumes if "copy" in v), None)
+
+    volume = eventually(attached, timeout=60, interval=0.5, what="the image disk hot-plugged")
+    assert dom.ID() == run_id
+    vol_xml = etree.fromstring(pool.storageVolLookupByName(volume).XMLDesc(0).encode())
+    base = pool.storageVolLookupByName(lab.guest_volume)
+    assert vol_xml.findtext("backingStore/path") == base.path()
+    assert vol_xml.find("backingStore/format").get("type") == "qcow2"  # type: ignore[union-attr]
+    assert pool.storageVolLookupByName(volume).info()[1] == 2 * GIB
