@@ -1,0 +1,45 @@
+"""Names of the cached base images an http(s) LibvirtImage is imported into.
+
+Spelled once here because three parties must agree on them: the importer writes them, the resolver
+points overlays at them, and the garbage collector may delete only volumes that carry exactly this
+shape (`image-<32 hex>.<qcow2|raw>` and its marker `<that>.verified`). A name that merely resembles
+it is not ours.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["CachedName", "base_volume_name", "marker_name", "parse_cached_name"]
+
+_PREFIX = "image-"
+_MARKER_SUFFIX = ".verified"
+# The sha256 prefix keeps names short; 128 bits still never collide by accident.
+_DIGEST_CHARS = 32
+_CACHED = re.compile(r"^image-([0-9a-f]{32})\.(qcow2|raw)(\.verified)?$")
+
+
+def base_volume_name(sha256: str, fmt: str) -> str:
+    """The pool volume an image with this checksum and format is cached as."""
+    return f"{_PREFIX}{sha256.lower()[:_DIGEST_CHARS]}.{fmt}"
+
+
+def marker_name(volume: str) -> str:
+    """The companion volume whose presence says `volume` was fully downloaded and verified."""
+    return f"{volume}{_MARKER_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class CachedName:
+    base: str  # the base volume's name, also for a marker
+    marker: bool
+
+
+def parse_cached_name(name: str) -> CachedName | None:
+    """The base a volume name belongs to, or None when the importer never makes such a name."""
+    match = _CACHED.match(name)
+    if match is None:
+        return None
+    marker = match.group(3) is not None
+    return CachedName(base=name.removesuffix(_MARKER_SUFFIX) if marker else name, marker=marker)
