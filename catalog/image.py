@@ -187,7 +187,11 @@ class ImageHostStatus(KubeModel):
 class LibvirtImageStatus(KubeModel):
     """Import progress per host, written by the controllers that import the image."""
 
-    hosts: list[ImageHostStatus] = Field(default_factory=list, description="Per-host import state.")
+    hosts: list[ImageHostStatus] = Field(
+        default_factory=list,
+        description="Per-host import state; each host's daemon writes only its own entry.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["host"]},
+    )
 
 
 class LibvirtImage(KubeModel):
