@@ -14,6 +14,12 @@ background download for it and reports progress on every later call:
   downloaded again.
 
 Only one thread per base downloads; machines waiting for it are requeued by the reconciler.
+`on_change` is called when an import starts, at each progress tick and when it ends; the image
+cache (`image_cache.py`) turns that into the LibvirtImage's per-host status.
+
+The importer is also the garbage collector's partner: it knows which bases it is writing or has just
+handed to a machine, and `claim_for_collection` lets the collector take a base only when neither is
+the case, atomically with respect to `ensure()`.
 """
 
 from __future__ import annotations
@@ -24,24 +30,24 @@ import logging
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from email.message import Message
 from typing import Protocol
 
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import NotFoundError, ProviderError
+from libvirt_provider.image_names import marker_name
 from libvirt_provider.resolved import BaseImage
 
-__all__ = ["ImageImporter", "ImportState", "marker_name"]
+__all__ = ["ImageImporter", "ImportRecord", "ImportState", "marker_name"]
 
 log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
+PROGRESS_SECONDS = 5.0
 
-
-def marker_name(volume: str) -> str:
-    return f"{volume}.verified"
+Key = tuple[str, str]  # (pool, base volume)
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,16 @@ class ImportState:
     bytes_done: int = 0
     bytes_total: int | None = None
     message: str = ""
+
+
+@dataclass(frozen=True)
+class ImportRecord:
+    """The importer's last word on one base: running, failed, or done."""
+
+    running: bool
+    bytes_done: int
+    bytes_total: int | None
+    error: str | None
 
 
 @dataclass
@@ -91,7 +107,11 @@ class ImageImporter:
         self._retry_after = retry_after
         self._open = opener
         self._lock = threading.Lock()
-        self._jobs: dict[tuple[str, str], _Job] = {}
+        self._jobs: dict[Key, _Job] = {}
+        # When each base was last reported ready to a caller, who is about to layer on it.
+        self._handed_out: dict[Key, float] = {}
+        # Bases the garbage collector is deleting right now: not ready, not to be imported yet.
+        self._collecting: set[Key] = set()
 
     def ensure(self, base: BaseImage) -> ImportState:
         """Ready, in progress or failed; starts the download when nothing is under way."""
@@ -99,6 +119,8 @@ class ImageImporter:
             return ImportState(ready=self._hv.find_volume(base.pool, base.volume) is not None)
         key = (base.pool, base.volume)
         with self._lock:
+            if key in self._collecting:
+                return ImportState(False)  # gone in a moment; the next call imports it again
             job = self._jobs.get(key)
             if job is not None and job.running:
                 return ImportState(False, bytes_done=job.done, bytes_total=job.total)
@@ -110,16 +132,66 @@ class ImageImporter:
             ):
                 return ImportState(False, failed=True, message=job.error)
         if self._verified(base):
+            with self._lock:
+                # The collector may have claimed it between the lookup and here.
+                if key in self._collecting:
+                    return ImportState(False)
+                self._handed_out[key] = time.monotonic()
             return ImportState(ready=True)
         with self._lock:
             job = self._jobs.get(key)
             if job is not None and job.running:
                 return ImportState(False, bytes_done=job.done, bytes_total=job.total)
+            if key in self._collecting:
+                return ImportState(False)
             job = self._jobs[key] = _Job()
         threading.Thread(
             target=self._download, args=(base, job), name=f"import-{base.volume}", daemon=True
         ).start()
         return ImportState(False)
+
+    def records(self) -> dict[Key, ImportRecord]:
+        """What the importer knows of every base it has worked on since the daemon started."""
+        with self._lock:
+            return {
+                key: ImportRecord(
+                    running=job.running, bytes_done=job.done, bytes_total=job.total, error=job.error
+                )
+                for key, job in self._jobs.items()
+            }
+
+    def running(self, base: BaseImage) -> bool:
+        with self._lock:
+            job = self._jobs.get((base.pool, base.volume))
+            return job is not None and job.running
+
+    def busy(self, since: float) -> frozenset[Key]:
+        """Bases being imported, or handed to a caller at or after `since` (monotonic)."""
+        with self._lock:
+            return self._busy_locked(since)
+
+    def _busy_locked(self, since: float) -> frozenset[Key]:
+        running = {key for key, job in self._jobs.items() if job.running}
+        recent = {key for key, at in self._handed_out.items() if at >= since}
+        return frozenset(running | recent)
+
+    @contextlib.contextmanager
+    def claim_for_collection(self, keys: Collection[Key], since: float) -> Iterator[set[Key]]:
+        """The subset of `keys` the collector may delete now; `ensure()` waits on them meanwhile.
+
+        A base being imported, or handed out at or after `since`, is kept: a caller that got it
+        then may be making an overlay on it that the collector's listing of volumes did not see.
+        """
+        with self._lock:
+            claimed = set(keys) - self._busy_locked(since) - self._collecting
+            self._collecting |= claimed
+        try:
+            yield claimed
+        finally:
+            with self._lock:
+                self._collecting -= claimed
+                for key in claimed:
+                    self._handed_out.pop(key, None)
 
     def _verified(self, base: BaseImage) -> bool:
         volume = self._hv.find_volume(base.pool, base.volume)
@@ -137,17 +209,28 @@ class ImageImporter:
                 if length is None:
                     raise ProviderError(f"{base.url} sent no Content-Length; cannot stream it")
                 job.total = int(length)
-                log.info("importing image %s from %s: %d bytes", base.image, base.url, job.total)
+                log.info(
+                    "importing image %s from %s into %s/%s: %d bytes",
+                    base.image,
+                    base.url,
+                    base.pool,
+                    base.volume,
+                    job.total,
+                )
+                self._on_change(base)
 
                 def chunks() -> Iterator[bytes]:
                     reported = time.monotonic()
                     while chunk := response.read(CHUNK):
                         digest.update(chunk)
                         job.done += len(chunk)
-                        if time.monotonic() - reported > 5:
+                        if time.monotonic() - reported > PROGRESS_SECONDS:
                             reported = time.monotonic()
                             log.info(
-                                "importing %s: %d of %d bytes", base.image, job.done, job.total
+                                "importing image %s: %d of %d bytes",
+                                base.image,
+                                job.done,
+                                job.total,
                             )
                             self._on_change(base)
                         yield chunk
@@ -164,7 +247,14 @@ class ImageImporter:
             self._hv.upload_volume(
                 pool=base.pool, name=marker_name(base.volume), data=base.sha256.encode()
             )
-            log.info("imported image %s (%d bytes, sha256 verified)", base.image, job.done)
+            log.info(
+                "imported image %s into %s/%s: %d of %d bytes, sha256 verified",
+                base.image,
+                base.pool,
+                base.volume,
+                job.done,
+                job.total,
+            )
         except (OSError, ProviderError, ValueError) as err:
             job.error = str(err) if isinstance(err, ProviderError) else f"{base.url}: {err}"
             log.warning("import of image %s failed: %s", base.image, job.error)
@@ -174,8 +264,10 @@ class ImageImporter:
             self._on_change(base)
 
     def _discard_unverified(self, base: BaseImage) -> None:
-        """A base without its marker is the remains of an interrupted import."""
-        if self._hv.find_volume(base.pool, base.volume) is not None:
-            log.warning("discarding unverified image volume %s/%s", base.pool, base.volume)
-            with contextlib.suppress(NotFoundError):
-                self._hv.delete_volume(base.pool, base.volume)
+        """A base without its marker, or a marker without its base, is the remains of an
+        interrupted import or deletion; a stale marker would also block writing the new one."""
+        for name in (marker_name(base.volume), base.volume):
+            if self._hv.find_volume(base.pool, name) is not None:
+                log.warning("discarding unverified image volume %s/%s", base.pool, name)
+                with contextlib.suppress(NotFoundError):
+                    self._hv.delete_volume(base.pool, name)

@@ -92,3 +92,56 @@ def test_a_server_without_content_length_is_reported() -> None:
     )
     assert "Content-Length" in state.message
     assert hv.volumes == {}
+
+
+def test_a_stale_marker_is_discarded_before_importing_again() -> None:
+    hv, opened = FakeHypervisor(), []
+    hv.add_volume("default", marker_name(_base().volume))  # a collection interrupted midway
+    importer = _importer(hv, opened)
+    assert not importer.ensure(_base()).ready
+    eventually(lambda: importer.ensure(_base()).ready, timeout=10, what="re-imported")
+    assert hv.uploads[("default", marker_name(_base().volume))] == SHA.encode()
+
+
+def test_progress_is_announced_at_start_and_end() -> None:
+    hv, changes = FakeHypervisor(), []
+    importer = ImageImporter(
+        hv,
+        opener=lambda _url: _Response(DATA),
+        on_change=lambda base: changes.append(importer.running(base)),
+    )
+    importer.ensure(_base())
+    eventually(lambda: importer.ensure(_base()).ready, timeout=10, what="import done")
+    assert changes[0] is True
+    assert changes[-1] is False
+    record = importer.records()[("default", _base().volume)]
+    assert (record.running, record.bytes_done, record.bytes_total) == (False, len(DATA), len(DATA))
+
+
+def test_a_running_import_cannot_be_claimed_for_collection() -> None:
+    hv, opened = FakeHypervisor(), []
+    gate = threading.Event()
+    importer = _importer(hv, opened, gate=gate)
+    importer.ensure(_base())
+    key = ("default", _base().volume)
+    assert key in importer.busy(since=0.0)
+    with importer.claim_for_collection([key], since=0.0) as claimed:
+        assert claimed == set()
+    gate.set()
+    eventually(lambda: importer.ensure(_base()).ready, timeout=10, what="import done")
+
+
+def test_a_base_just_handed_out_is_spared_and_a_claimed_one_is_not_handed_out() -> None:
+    hv, opened = FakeHypervisor(), []
+    importer = _importer(hv, opened)
+    importer.ensure(_base())
+    eventually(lambda: importer.ensure(_base()).ready, timeout=10, what="import done")
+    key = ("default", _base().volume)
+    with importer.claim_for_collection([key], since=0.0) as claimed:
+        assert claimed == set()  # handed out after `since`
+    with importer.claim_for_collection([key], since=float("inf")) as claimed:
+        assert claimed == {key}
+        state = importer.ensure(_base())
+        assert not state.ready
+        assert not state.failed
+    assert len(opened) == 1  # nothing was imported while the collector held it
