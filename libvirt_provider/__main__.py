@@ -11,6 +11,13 @@ from collections.abc import Sequence
 from libvirt_provider.daemon import DaemonConfig, default_host, run
 
 
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be a number of seconds above 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="libvirt-provider",
@@ -65,6 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="host directory where each machine's serial console is logged "
         "(<domain>.serial.log, removed with the machine); default: no console logs",
     )
+    parser.add_argument(
+        "--image-gc-interval",
+        type=_positive_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="seconds between periodic passes over this host's cached images (status entries "
+        "and collection of unused bases); they also run on image and machine deletions",
+    )
+    parser.add_argument(
+        "--no-image-gc",
+        action="store_true",
+        help="never delete cached base images (e.g. when pools are shared between hosts)",
+    )
     parser.add_argument("--workers", type=int, default=4, help="reconcile threads per controller")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return parser
@@ -96,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             workers=args.workers,
             generic_namespaces=tuple(args.generic_namespace),
             console_log_dir=args.console_log_dir,
+            image_gc_interval=args.image_gc_interval,
+            image_gc=not args.no_image_gc,
         )
     )
 

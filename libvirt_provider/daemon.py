@@ -9,6 +9,8 @@ Threads, and why:
   second kopf operator, on another thread, and stops it if it loses the Lease. Two operators, not
   one with two sets of handlers, because kopf cancels every task of its event loop when an operator
   stops, and because its finalizer and storage settings are per operator.
+- The image cache (`image_cache.py`) has a thread of its own: it writes this host's entries into
+  LibvirtImage status and deletes cached base images nothing uses, off the reconcile workers.
 - A small HTTP server answers `/healthz` (200 while the controller's operator runs and libvirt
   answers) for the DaemonSet's liveness probe, and `/metrics` (Prometheus).
 
@@ -38,6 +40,7 @@ from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.adapters.operator import register as register_generic
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from libvirt_provider.image_cache import ImageCache
 from libvirt_provider.images import ImageImporter
 from libvirt_provider.kube import KubeAdapter
 from libvirt_provider.operator import MachineController
@@ -68,6 +71,10 @@ class DaemonConfig:
     generic_namespaces: tuple[str, ...] = ()
     # Host directory where serial consoles are logged (None: no console logs).
     console_log_dir: str | None = None
+    # Seconds between the image cache's periodic passes (status repair and collection).
+    image_gc_interval: float = 300.0
+    # False keeps every cached base image forever (status is still written).
+    image_gc: bool = True
 
 
 class _Operator:
@@ -243,13 +250,24 @@ def run(cfg: DaemonConfig) -> int:
     api = _load_kube_config(cfg.kubeconfig)
     hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
 
-    def wake_waiting(_base: BaseImage) -> None:
-        # Machines waiting for an image are woken when its import progresses, ends or fails.
+    def import_changed(base: BaseImage) -> None:
+        # Machines waiting for an image are woken when its import progresses, ends or fails, and
+        # the image's status follows.
         controller.wake_all()
+        cache.import_changed(base)
 
-    images = ImageImporter(hypervisor, on_change=wake_waiting)
+    images = ImageImporter(hypervisor, on_change=import_changed)
+    store = KubeAdapter(api, host=cfg.host)
+    cache = ImageCache(
+        store=store,
+        hypervisor=hypervisor,
+        importer=images,
+        host=cfg.host,
+        interval=cfg.image_gc_interval,
+        collect=cfg.image_gc,
+    )
     reconciler = MachineReconciler(
-        store=KubeAdapter(api, host=cfg.host),
+        store=store,
         hypervisor=hypervisor,
         host=cfg.host,
         domain_types=cfg.domain_types,
@@ -262,7 +280,7 @@ def run(cfg: DaemonConfig) -> int:
 
     registry = kopf.OperatorRegistry()
     _login(registry, "libvirt-machine")
-    register_provider(registry, controller=controller, host=cfg.host)
+    register_provider(registry, controller=controller, host=cfg.host, images=cache)
     settings = kopf.OperatorSettings()
     configure_provider_settings(settings)
     provider = _Operator("provider-operator", registry, settings)
@@ -282,6 +300,7 @@ def run(cfg: DaemonConfig) -> int:
 
     health = _health_server(cfg, healthy)
     provider.start()
+    cache.start()
     leader = _GenericLeader(cfg, api) if cfg.generic else None
     if leader is not None:
         leader.start()
@@ -301,6 +320,7 @@ def run(cfg: DaemonConfig) -> int:
     if leader is not None:
         leader.stop()
     provider.stop()
+    cache.stop()
     health.shutdown()
     hypervisor.close()
     return 0 if stop.is_set() else 1

@@ -2,16 +2,19 @@
 
 Reads return plain dicts (or None when the object does not exist); the reconciler parses them
 into models. Writes are narrow: the LibvirtMachine's status subresource, its finalizer (with the
-object's resourceVersion, so a concurrent change is a conflict, not a lost update) and Events.
-Kubernetes API errors become the provider's error classes here and nowhere else.
+object's resourceVersion, so a concurrent change is a conflict, not a lost update), this host's
+entry in a LibvirtImage's `status.hosts` (likewise, since every host writes into that one list)
+and Events. Kubernetes API errors become the provider's error classes here and nowhere else.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import random
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -28,6 +31,9 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 COMPONENT = "libvirt-provider"
+# Conflicts on an image's status mean other hosts wrote meanwhile; each retry reads afresh, so a
+# handful is plenty even with many hosts importing at once.
+STATUS_ATTEMPTS = 8
 
 
 @contextmanager
@@ -75,6 +81,18 @@ class KubeAdapter:
         except NotFoundError:
             return None
 
+    def get_image(self, name: str) -> Obj | None:
+        try:
+            with _translated():
+                return cast(
+                    Obj,
+                    self._custom.get_cluster_custom_object(
+                        c.GROUP, c.VERSION, c.IMAGE_PLURAL, name
+                    ),
+                )
+        except NotFoundError:
+            return None
+
     def list_cluster(self, plural: str) -> list[Obj]:
         with _translated():
             listing = cast(Obj, self._custom.list_cluster_custom_object(c.GROUP, c.VERSION, plural))
@@ -96,6 +114,45 @@ class KubeAdapter:
             self._custom.patch_namespaced_custom_object_status(
                 c.GROUP, c.VERSION, namespace, c.MACHINE_PLURAL, name, {"status": status}
             )
+
+    def update_image_hosts(
+        self,
+        name: str,
+        change: Callable[[Mapping[str, Any]], list[Any] | None],
+        *,
+        current: Obj | None = None,
+    ) -> bool:
+        """Read-modify-write of a LibvirtImage's `status.hosts`: `change` gets the object as read
+        and returns the whole new list, or None to leave it. The write carries the resourceVersion
+        it was computed from, so an entry another host wrote meanwhile is never lost: on a
+        conflict the object is read again and `change` asked again. True when written."""
+        obj = current
+        for attempt in range(STATUS_ATTEMPTS):
+            if attempt:
+                # Hosts that collided once would collide again if they retried in lockstep.
+                time.sleep(random.uniform(0, 0.05 * attempt))
+            if obj is None:
+                obj = self.get_image(name)
+                if obj is None:
+                    return False
+            hosts = change(obj)
+            if hosts is None:
+                return False
+            version = (obj.get("metadata") or {}).get("resourceVersion")
+            body = {"metadata": {"resourceVersion": version}, "status": {"hosts": hosts}}
+            try:
+                with _translated():
+                    self._custom.patch_cluster_custom_object_status(
+                        c.GROUP, c.VERSION, c.IMAGE_PLURAL, name, body
+                    )
+                return True
+            except ConflictError:
+                obj = None
+            except NotFoundError:
+                return False
+        raise ConflictError(
+            f"LibvirtImage {name}: status still conflicting after {STATUS_ATTEMPTS} attempts"
+        )
 
     def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str

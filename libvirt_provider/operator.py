@@ -7,10 +7,15 @@ What wakes a machine's reconcile, so changes arrive promptly rather than by poll
 - a watch event of a VirtualMachine whose `spec.infrastructureRef` names a LibvirtMachine (the
   generic VM carries the portable intent: power, size, image);
 - a watch event of any catalog object (images, classes, networks, storage classes), which wakes
-  every machine of this host;
+  every machine of this host; for images only when the spec changed or the image went, since every
+  host writes import progress into image status and that means nothing to a machine;
 - a libvirt lifecycle event of a domain (started, stopped, crashed, saved), mapped back to its
   machine by domain UUID (= the LibvirtMachine's uid);
 - a reconnect to libvirtd (events may have been missed) and a slow resync, only a safety net.
+
+The host's image cache (`image_cache.py`) is asked for a pass when an image's spec changes or the
+image is deleted, and when one of this host's machines is gone (its finalizer was removed, so its
+volumes are too): both can leave a cached base unused.
 
 kopf's own finalizer and progress annotations are not used: handlers are plain event handlers,
 and the provider's finalizer is managed by the reconciler.
@@ -28,9 +33,10 @@ from catalog.constants import GROUP, VERSION
 from generic import constants as vmapi
 from generic.workqueue import WorkerPool, WorkQueue
 from libvirt_provider import constants as c
+from libvirt_provider.image_cache import ImageCache
 from libvirt_provider.reconciler import MachineKey, MachineReconciler
 
-__all__ = ["MachineController", "configure_settings", "register"]
+__all__ = ["MachineController", "SpecChanges", "configure_settings", "register"]
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +122,37 @@ class MachineController:
             self.queue.add_after(key, delay)
 
 
-def register(registry: kopf.OperatorRegistry, *, controller: MachineController, host: str) -> None:
+class SpecChanges:
+    """Tells watch events that change an object's spec (or remove it) from status-only ones.
+
+    A custom resource with a status subresource bumps `metadata.generation` only for spec changes.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int | None] = {}
+        self._lock = threading.Lock()
+
+    def changed(self, name: str, generation: int | None, *, deleted: bool) -> bool:
+        with self._lock:
+            if deleted:
+                self._seen.pop(name, None)
+                return True
+            known = name in self._seen
+            before = self._seen.get(name)
+            self._seen[name] = generation
+        return not known or generation is None or generation != before
+
+
+def register(
+    registry: kopf.OperatorRegistry,
+    *,
+    controller: MachineController,
+    host: str,
+    images: ImageCache | None = None,
+) -> None:
     """Put the LibvirtMachine controller's watches on `registry`."""
     on_host = {c.HOST_LABEL: host}
+    image_specs = SpecChanges()
 
     @kopf.on.startup(registry=registry, id="libvirt-machine/startup")
     def _start(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -133,10 +167,11 @@ def register(registry: kopf.OperatorRegistry, *, controller: MachineController, 
         GROUP, VERSION, c.MACHINE_PLURAL, labels=on_host, registry=registry, id="libvirt-machine"
     )
     def _machine(event: kopf.RawEvent, meta: kopf.Meta, **_: Any) -> None:
+        deleted = event.get("type") == "DELETED"
         if meta.namespace and meta.name:
-            controller.on_machine(
-                meta.namespace, meta.name, meta.uid, deleted=event.get("type") == "DELETED"
-            )
+            controller.on_machine(meta.namespace, meta.name, meta.uid, deleted=deleted)
+        if deleted and images is not None:
+            images.request_pass()
 
     @kopf.on.event(
         vmapi.GROUP, vmapi.VERSION, vmapi.PLURAL, registry=registry, id="libvirt-machine/vm"
@@ -146,8 +181,22 @@ def register(registry: kopf.OperatorRegistry, *, controller: MachineController, 
         if ref.get("apiGroup") == GROUP and ref.get("kind") == c.MACHINE_KIND and meta.namespace:
             controller.on_linked_vm(MachineKey(meta.namespace, str(ref.get("name"))))
 
+    @kopf.on.event(
+        GROUP, VERSION, c.IMAGE_PLURAL, registry=registry, id=f"libvirt-machine/{c.IMAGE_PLURAL}"
+    )
+    def _image(event: kopf.RawEvent, meta: kopf.Meta, **_: Any) -> None:
+        generation = meta.get("generation")
+        changed = image_specs.changed(
+            str(meta.name),
+            generation if isinstance(generation, int) else None,
+            deleted=event.get("type") == "DELETED",
+        )
+        if changed:
+            controller.wake_all()
+            if images is not None:
+                images.request_pass()
+
     for plural in (
-        c.IMAGE_PLURAL,
         c.MACHINE_CLASS_PLURAL,
         c.NETWORK_PLURAL,
         c.STORAGE_CLASS_PLURAL,
