@@ -1,6 +1,7 @@
 """Images by URL: one verified download per checksum, shared; a wrong checksum builds nothing.
 
-The test serves the lab's guest image over HTTP on 127.0.0.1 and counts the requests.
+The test serves the lab's guest image over HTTP on 127.0.0.1 and counts the requests. Each import
+is also reported in the LibvirtImage's `status.hosts`, where every host keeps its own entry.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import hashlib
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -16,11 +18,16 @@ from typing import Any
 import libvirt
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import naming
+from libvirt_provider.image_status import merge_hosts
+from libvirt_provider.kube import KubeAdapter
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (
     GROUP,
+    HOST,
+    V,
     condition,
     create,
     domain_names,
@@ -31,7 +38,7 @@ from tests.e2e.provider.conftest import (
 from tests.eventually import eventually
 
 
-class _Server:
+class Server:
     def __init__(self, root: Path) -> None:
         self.requests: list[str] = []
         server = self
@@ -52,16 +59,21 @@ class _Server:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
 
-@pytest.fixture
-def served_guest(lab: LabInfo, tmp_path: Path) -> Iterator[tuple[_Server, str]]:
-    image = tmp_path / "guest.qcow2"
+def serve_guest(lab: LabInfo, root: Path) -> tuple[Server, str]:
+    """The lab's guest image over HTTP, and its sha256."""
+    image = root / "guest.qcow2"
     image.write_bytes((lab.dir / "pool" / lab.guest_volume).read_bytes())
-    server = _Server(tmp_path)
-    yield server, hashlib.sha256(image.read_bytes()).hexdigest()
+    return Server(root), hashlib.sha256(image.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def served_guest(lab: LabInfo, tmp_path: Path) -> Iterator[tuple[Server, str]]:
+    server, sha256 = serve_guest(lab, tmp_path)
+    yield server, sha256
     server.httpd.shutdown()
 
 
-def _image(api_client: client.ApiClient, name: str, url: str, sha256: str) -> None:
+def create_image(api_client: client.ApiClient, name: str, url: str, sha256: str) -> None:
     client.CustomObjectsApi(api_client).create_cluster_custom_object(
         GROUP,
         "v1alpha1",
@@ -75,11 +87,36 @@ def _image(api_client: client.ApiClient, name: str, url: str, sha256: str) -> No
     )
 
 
-def _drop_base(virt: libvirt.virConnect, lab: LabInfo, sha256: str) -> None:
+def delete_image(api_client: client.ApiClient, name: str) -> None:
+    try:
+        client.CustomObjectsApi(api_client).delete_cluster_custom_object(
+            GROUP, V, "libvirtimages", name
+        )
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def drop_base(virt: libvirt.virConnect, lab: LabInfo, sha256: str) -> None:
     pool = virt.storagePoolLookupByName(lab.pool)
     for vol in pool.listAllVolumes(0):
         if vol.name().startswith(f"image-{sha256[:32]}"):
             vol.delete(0)
+
+
+def base_volumes(virt: libvirt.virConnect, lab: LabInfo, sha256: str) -> list[str]:
+    return sorted(machine_volumes(virt, lab, f"image-{sha256[:32]}"))
+
+
+def host_entry(api_client: client.ApiClient, image: str, host: str = HOST) -> dict[str, Any]:
+    """This host's entry in the image's status.hosts ({} while there is none)."""
+    obj = client.CustomObjectsApi(api_client).get_cluster_custom_object(
+        GROUP, V, "libvirtimages", image
+    )
+    for entry in (obj.get("status") or {}).get("hosts") or []:
+        if entry.get("host") == host:
+            return dict(entry)
+    return {}
 
 
 def test_two_machines_share_one_verified_download(
@@ -87,12 +124,17 @@ def test_two_machines_share_one_verified_download(
     virt: libvirt.virConnect,
     lab: LabInfo,
     ns: str,
-    served_guest: tuple[_Server, str],
+    served_guest: tuple[Server, str],
 ) -> None:
     server, sha256 = served_guest
-    _drop_base(virt, lab, sha256)
+    drop_base(virt, lab, sha256)
     name = "url-guest-" + uuid.uuid4().hex[:6]
-    _image(api_client, name, f"{server.url}/guest.qcow2", sha256)
+    create_image(api_client, name, f"{server.url}/guest.qcow2", sha256)
+    # Another host's entry, which this host's writes must leave as it is.
+    elsewhere = {"host": "elsewhere", "phase": "Failed", "message": "not this host's business"}
+    client.CustomObjectsApi(api_client).patch_cluster_custom_object_status(
+        GROUP, V, "libvirtimages", name, {"status": {"hosts": [elsewhere]}}
+    )
     try:
         for vm in ("one", "two"):
             docs = pair(ns, vm)
@@ -116,10 +158,20 @@ def test_two_machines_share_one_verified_download(
         for vm in ("one", "two"):
             domain = naming.domain_name(ns, vm)
             assert machine_volumes(virt, lab, f"{domain}--") == [f"{domain}--boot.qcow2"]
-    finally:
-        client.CustomObjectsApi(api_client).delete_cluster_custom_object(
-            GROUP, "v1alpha1", "libvirtimages", name
+        entry = eventually(
+            lambda: (e := host_entry(api_client, name)).get("phase") == "Ready" and e,
+            timeout=60,
+            what="the image Ready on this host in its status",
         )
+        assert entry == {
+            "host": HOST,
+            "phase": "Ready",
+            "pool": lab.pool,
+            "volume": f"image-{sha256[:32]}.qcow2",
+        }
+        assert host_entry(api_client, name, "elsewhere") == elsewhere
+    finally:
+        delete_image(api_client, name)
 
 
 def test_a_wrong_checksum_is_reported_and_leaves_nothing(
@@ -127,12 +179,12 @@ def test_a_wrong_checksum_is_reported_and_leaves_nothing(
     virt: libvirt.virConnect,
     lab: LabInfo,
     ns: str,
-    served_guest: tuple[_Server, str],
+    served_guest: tuple[Server, str],
 ) -> None:
     server, _ = served_guest
     wrong = "0" * 64
     name = "bad-guest-" + uuid.uuid4().hex[:6]
-    _image(api_client, name, f"{server.url}/guest.qcow2", wrong)
+    create_image(api_client, name, f"{server.url}/guest.qcow2", wrong)
     try:
         docs = pair(ns, "tampered")
         docs[0]["spec"]["bootDisk"]["source"]["image"]["name"] = name
@@ -152,7 +204,41 @@ def test_a_wrong_checksum_is_reported_and_leaves_nothing(
         domain = naming.domain_name(ns, "tampered")
         assert domain not in domain_names(virt)
         assert machine_volumes(virt, lab, f"{domain}--") == []
-    finally:
-        client.CustomObjectsApi(api_client).delete_cluster_custom_object(
-            GROUP, "v1alpha1", "libvirtimages", name
+        entry = eventually(
+            lambda: (e := host_entry(api_client, name)).get("phase") == "Failed" and e,
+            timeout=60,
+            what="the failed import in the image's status",
         )
+        assert "does not match" in entry["message"]
+        assert (entry["pool"], entry["volume"]) == (lab.pool, f"image-{wrong[:32]}.qcow2")
+    finally:
+        delete_image(api_client, name)
+
+
+def test_hosts_writing_at_once_never_lose_each_others_entries(
+    api_client: client.ApiClient, daemon: str
+) -> None:
+    """Many daemons update one image's status.hosts together; every entry survives."""
+    name = "shared-status-" + uuid.uuid4().hex[:6]
+    create_image(api_client, name, "http://127.0.0.1:1/none.qcow2", "1" * 64)
+    hosts = [f"host-{i}" for i in range(6)]
+    rounds = 5
+
+    def write(host: str) -> None:
+        adapter = KubeAdapter(api_client, host=host)
+        for done in range(1, rounds + 1):
+            entry = {"host": host, "phase": "Importing", "bytesDone": done, "bytesTotal": rounds}
+
+            def change(obj: Any, entry: dict[str, Any] = entry, host: str = host) -> Any:
+                current = (obj.get("status") or {}).get("hosts") or []
+                return merge_hosts(current, host, entry)
+
+            adapter.update_image_hosts(name, change)
+
+    try:
+        with ThreadPoolExecutor(len(hosts)) as pool:
+            list(pool.map(write, hosts))
+        for host in hosts:
+            assert host_entry(api_client, name, host)["bytesDone"] == rounds
+    finally:
+        delete_image(api_client, name)
