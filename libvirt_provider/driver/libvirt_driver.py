@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import threading
+import uuid as uuidlib
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 import libvirt
 from lxml import etree
@@ -34,6 +38,7 @@ from libvirt_provider.driver.base import (
     VolumeInfo,
 )
 from libvirt_provider.driver.libvirt_errors import translated
+from libvirt_provider.driver.pool_files import write_into
 from libvirt_provider.driver.volume_xml import render_blank_volume, render_overlay_volume
 from libvirt_provider.errors import (
     ForeignDomainError,
@@ -128,6 +133,7 @@ class LibvirtHypervisor:
         self._conn_lock = threading.Lock()
         self._calls = threading.BoundedSemaphore(max_concurrent_calls)
         self._pool_locks: dict[str, threading.Lock] = {}
+        self._local_dirs: dict[str, Path | None] = {}
         self._listeners: list[LifecycleListener] = []
         self._reconnect_listeners: list[Callable[[], None]] = []
 
@@ -447,6 +453,80 @@ class LibvirtHypervisor:
             return self._call(upload)
 
     def upload_stream(
+        self, *, pool: str, name: str, size: int, chunks: Iterable[bytes]
+    ) -> VolumeInfo:
+        directory = self._local_directory(pool)
+        if directory is None:
+            return self._upload_through_libvirt(pool=pool, name=name, size=size, chunks=chunks)
+        # No pool lock while the bytes arrive: the file is not a volume until the rescan below.
+        write_into(directory, name, size, chunks)
+
+        def register(conn: libvirt.virConnect) -> VolumeInfo:
+            p = conn.storagePoolLookupByName(pool)
+            p.refresh(0)
+            return _volume_info(pool, p.storageVolLookupByName(name))
+
+        try:
+            with self._pool_lock(pool):
+                return self._call(register)
+        except BaseException:
+            self._local_dirs.pop(pool, None)
+            with contextlib.suppress(OSError):
+                (directory / name).unlink()
+            raise
+
+    def _local_directory(self, pool: str) -> Path | None:
+        """The folder of `pool` when it is a directory pool that this process shares with libvirtd
+        (proved once per pool by a probe file libvirt must find); else None."""
+        if pool not in self._local_dirs:
+            # libvirt errors propagate uncached: the upload could not go through libvirt either.
+            try:
+                self._local_dirs[pool] = self._probe_local_directory(pool)
+            except OSError as err:
+                log.info("pool %s: writing through libvirt streams (%s)", pool, err)
+                self._local_dirs[pool] = None
+        return self._local_dirs[pool]
+
+    def _probe_local_directory(self, pool: str) -> Path | None:
+        def describe(conn: libvirt.virConnect) -> tuple[str, str, str]:
+            p = conn.storagePoolLookupByName(pool)
+            root = etree.fromstring(p.XMLDesc(0).encode())
+            return conn.getURI(), root.get("type") or "", root.findtext("target/path") or ""
+
+        uri, kind, path = self._call(describe)
+        directory = Path(path)
+        if urlsplit(uri).hostname or kind != "dir" or not directory.is_absolute():
+            return None
+        if not directory.is_dir() or not os.access(directory, os.W_OK):
+            return None
+        probe = f"vmapi-probe-{uuidlib.uuid4().hex}.tmp"
+        (directory / probe).write_bytes(b"")
+
+        def seen(conn: libvirt.virConnect) -> bool:
+            p = conn.storagePoolLookupByName(pool)
+            p.refresh(0)
+            try:
+                p.storageVolLookupByName(probe).delete(0)
+            except libvirt.libvirtError:
+                return False
+            return True
+
+        try:
+            with self._pool_lock(pool):
+                shared = self._call(seen)
+        finally:
+            with contextlib.suppress(OSError):
+                (directory / probe).unlink()
+        log.info(
+            "pool %s: %s",
+            pool,
+            f"images are written into {directory}"
+            if shared
+            else f"{directory} here is not libvirtd's; writing through libvirt streams",
+        )
+        return directory if shared else None
+
+    def _upload_through_libvirt(
         self, *, pool: str, name: str, size: int, chunks: Iterable[bytes]
     ) -> VolumeInfo:
         xml = render_blank_volume(name=name, capacity_bytes=size, format="raw")

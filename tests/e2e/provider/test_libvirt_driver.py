@@ -166,3 +166,32 @@ def test_volume_operations(hv: LibvirtHypervisor, lab: LabInfo) -> None:
             if vol.name.startswith(prefix):
                 hv.delete_volume(lab.pool, vol.name)
     assert not [v for v in hv.list_volumes(lab.pool) if v.name.startswith(prefix)]
+
+
+def test_a_streamed_volume_lands_in_the_pool_by_either_path(
+    hv: LibvirtHypervisor, lab: LabInfo
+) -> None:
+    """The lab's pool folder is shared with libvirtd, so the driver writes files there; a pool it
+    may not write to goes through libvirt's upload stream. Both give the same volume."""
+    data = bytes(range(256)) * 4096 * 3  # 3 MiB in uneven chunks
+    chunks = [data[i : i + 700_000] for i in range(0, len(data), 700_000)]
+    for via_libvirt in (False, True):
+        name = f"stream-{uuid.uuid4().hex[:8]}.raw"
+        if via_libvirt:
+            hv._local_dirs[lab.pool] = None  # as for a pool libvirt keeps out of our reach
+        info = hv.upload_stream(pool=lab.pool, name=name, size=len(data), chunks=iter(chunks))
+        try:
+            assert hv._local_dirs[lab.pool] == (None if via_libvirt else lab.dir / "pool")
+            assert info.capacity_bytes == len(data)
+            with open(info.path, "rb") as stored:
+                assert stored.read() == data
+        finally:
+            hv.delete_volume(lab.pool, name)
+    assert not [v.name for v in hv.list_volumes(lab.pool) if "probe" in v.name]
+    assert not list((lab.dir / "pool").glob("*.partial"))
+
+    hv._local_dirs.pop(lab.pool)
+    with pytest.raises(PermanentError):
+        hv.upload_stream(pool=lab.pool, name="short.raw", size=len(data) + 1, chunks=iter(chunks))
+    assert hv.find_volume(lab.pool, "short.raw") is None
+    assert not list((lab.dir / "pool").glob("short.raw*"))
