@@ -25,7 +25,6 @@ the case, atomically with respect to `ensure()`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 import time
@@ -37,6 +36,7 @@ from typing import Protocol
 
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import NotFoundError, ProviderError
+from libvirt_provider.hashing import BackgroundDigest
 from libvirt_provider.image_names import marker_name
 from libvirt_provider.resolved import BaseImage
 
@@ -203,8 +203,8 @@ class ImageImporter:
         assert base.sha256 is not None
         try:
             self._discard_unverified(base)
-            digest = hashlib.sha256()
-            with self._open(base.url) as response:
+            digest = BackgroundDigest()
+            with contextlib.closing(digest), self._open(base.url) as response:
                 length = response.headers.get("Content-Length")
                 if length is None:
                     raise ProviderError(f"{base.url} sent no Content-Length; cannot stream it")
@@ -238,10 +238,11 @@ class ImageImporter:
                 self._hv.upload_stream(
                     pool=base.pool, name=base.volume, size=job.total, chunks=chunks()
                 )
-            if digest.hexdigest() != base.sha256:
+                actual = digest.hexdigest()
+            if actual != base.sha256:
                 self._hv.delete_volume(base.pool, base.volume)
                 raise ProviderError(
-                    f"image {base.image!r} from {base.url}: sha256 {digest.hexdigest()} does not "
+                    f"image {base.image!r} from {base.url}: sha256 {actual} does not "
                     f"match the expected {base.sha256}; the download was discarded"
                 )
             self._hv.upload_volume(
