@@ -38,7 +38,7 @@ from libvirt_provider.driver.base import (
     VolumeInfo,
 )
 from libvirt_provider.driver.libvirt_errors import translated
-from libvirt_provider.driver.pool_files import write_into
+from libvirt_provider.driver.pool_files import remove_stale_partials, write_into
 from libvirt_provider.driver.volume_xml import render_blank_volume, render_overlay_volume
 from libvirt_provider.errors import (
     ForeignDomainError,
@@ -499,6 +499,8 @@ class LibvirtHypervisor:
             return None
         if not directory.is_dir() or not os.access(directory, os.W_OK):
             return None
+        for leftover in remove_stale_partials(directory):
+            log.warning("pool %s: removed %s, left by an interrupted import", pool, leftover)
         probe = f"vmapi-probe-{uuidlib.uuid4().hex}.tmp"
         (directory / probe).write_bytes(b"")
 

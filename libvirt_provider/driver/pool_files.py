@@ -6,24 +6,30 @@ directory that this process sees at the same path as libvirtd (the daemon runs o
 DaemonSet mounts the pool folder), the bytes go to a file instead. The caller's read-and-hash loop
 and the disk writes then run on two threads, and libvirt only rescans the pool.
 
-The file is written as `<name>.partial`, flushed to disk, then renamed into place, so a crash never
-leaves a full-looking volume with missing data. The caller deletes what remains after a failure.
+The file is written under a temporary name, flushed to disk, then renamed into place, so a crash
+never leaves a full-looking volume with missing data. A failed write removes its temporary file; one
+left by a process that died mid-write carries this host's name and is removed by
+`remove_stale_partials` when a daemon next starts using the folder.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import queue
+import socket
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from libvirt_provider.errors import PermanentError
 
-__all__ = ["PARTIAL_SUFFIX", "write_into"]
+__all__ = ["partial_name", "remove_stale_partials", "write_into"]
 
-PARTIAL_SUFFIX = ".partial"
+# The host's name keeps daemons of several hosts sharing one pool folder off each other's files.
+_PARTIAL_PREFIX = f"vmapi-upload-{socket.gethostname()}--"
+_PARTIAL_SUFFIX = ".partial"
 # Chunks in flight between the reader and the writer: enough to ride out a slow write, bounded so
 # a stalled disk never lets the download pile up in memory.
 _QUEUE_DEPTH = 8
@@ -35,7 +41,7 @@ def write_into(directory: Path, name: str, size: int, chunks: Iterable[bytes]) -
     Raises what `chunks` raises, OSError from the disk, or PermanentError when the byte count is
     not `size`; in every failure the partial file is gone."""
     final = directory / name
-    partial = directory / f"{name}{PARTIAL_SUFFIX}"
+    partial = directory / partial_name(name)
     pending: queue.Queue[bytes | None] = queue.Queue(maxsize=_QUEUE_DEPTH)
     failure: list[BaseException] = []
     abandoned = threading.Event()
@@ -82,6 +88,21 @@ def write_into(directory: Path, name: str, size: int, chunks: Iterable[bytes]) -
             partial.unlink()
         raise
     return final
+
+
+def partial_name(name: str) -> str:
+    """The temporary file `name` is written as until it is complete."""
+    return f"{_PARTIAL_PREFIX}{name}{_PARTIAL_SUFFIX}"
+
+
+def remove_stale_partials(directory: Path) -> list[str]:
+    """Delete this host's temporary files in `directory`; only for use before any write starts."""
+    removed = []
+    for path in directory.glob(f"{glob.escape(_PARTIAL_PREFIX)}*{_PARTIAL_SUFFIX}"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path.name)
+    return removed
 
 
 def _sync_directory(directory: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from libvirt_provider.driver.pool_files import write_into
+from libvirt_provider.driver.pool_files import partial_name, remove_stale_partials, write_into
 from libvirt_provider.errors import PermanentError
 
 
@@ -50,8 +50,18 @@ def test_a_failing_disk_stops_the_reader_and_leaves_nothing(tmp_path: Path) -> N
             read += 1
             yield b"y" * 1024
 
-    (tmp_path / "base.qcow2.partial").mkdir()  # opening it for writing fails
+    (tmp_path / partial_name("base.qcow2")).mkdir()  # opening it for writing fails
     with pytest.raises(IsADirectoryError):
         write_into(tmp_path, "base.qcow2", 10**12, endless())
     assert read < 1000
     assert not (tmp_path / "base.qcow2").exists()
+
+
+def test_only_this_hosts_leftovers_are_removed(tmp_path: Path) -> None:
+    mine = tmp_path / partial_name("image-a.qcow2")
+    mine.write_bytes(b"half")
+    others = [tmp_path / "vmapi-upload-otherhost--image-a.qcow2.partial", tmp_path / "x.partial"]
+    for path in others:
+        path.write_bytes(b"theirs")
+    assert remove_stale_partials(tmp_path) == [mine.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in others)
