@@ -15,6 +15,7 @@ from libvirt_provider.constants import (
     REASON_NOT_AVAILABLE_ON_HOST,
     REASON_REFERENCE_NOT_FOUND,
 )
+from libvirt_provider.image_names import base_volume_name
 from libvirt_provider.naming import volume_name
 from libvirt_provider.resolve.context import VM, Context, check_reference
 from libvirt_provider.resolved import BaseImage, VolumePlan
@@ -98,7 +99,7 @@ def resolve_base_image(
     return BaseImage(
         image=image.metadata.name,
         pool=pool,
-        volume=f"image-{source.http.sha256[:32]}.{fmt.value}",
+        volume=base_volume_name(source.http.sha256, fmt.value),
         format=fmt,
         url=str(source.http.url),
         sha256=source.http.sha256,
