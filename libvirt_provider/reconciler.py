@@ -402,9 +402,16 @@ class MachineReconciler:
                 running = self._hv.status(p.domain_uuid).state is not DomainState.SHUTOFF
             target = targets.get((volume.pool, volume.volume))
             if running and target is not None:
-                self._hv.grow_attached_disk(
-                    p.domain_uuid, target=target, capacity_bytes=volume.capacity_bytes
-                )
+                try:
+                    self._hv.grow_attached_disk(
+                        p.domain_uuid, target=target, capacity_bytes=volume.capacity_bytes
+                    )
+                except (PermanentError, ConflictError, NotFoundError) as err:
+                    # The volume grows while the domain is off instead.
+                    self._pending_after_live_failure(
+                        p, f"disk {volume.volume} to {volume.capacity_bytes} bytes", err
+                    )
+                    continue
             else:
                 self._hv.grow_volume(
                     pool=volume.pool, name=volume.volume, capacity_bytes=volume.capacity_bytes
@@ -454,26 +461,28 @@ class MachineReconciler:
         live = plan_live_update(current, desired)
         if status.state not in _LIVE_STATES or status.has_managed_save:
             # A saved (suspended) domain resumes with the hardware it was saved with.
-            p.pending = [str(c) for c, _ in live.steps] + [str(c) for c in live.deferred]
+            p.pending.extend([str(c) for c, _ in live.steps] + [str(c) for c in live.deferred])
             return
         applied: list[str] = []
-        failed: list[str] = []
         for change, step in live.steps:
             try:
                 self._apply_live(p.domain_uuid, step)
-            except ProviderError as err:
-                failed.append(f"{change} (could not be applied live: {err})")
+            except (PermanentError, ConflictError, NotFoundError) as err:
+                self._pending_after_live_failure(p, str(change), err)
             else:
                 applied.append(str(change))
         if applied:
             self._store.event(
                 p.obj, reason="UpdatedLive", message="applied while running: " + "; ".join(applied)
             )
-        earlier = set((p.obj.get("status") or {}).get("pendingChanges") or [])
-        for message in failed:
-            if message not in earlier:
-                self._store.event(p.obj, reason="LiveUpdateFailed", message=message, warning=True)
-        p.pending = [*failed, *(str(c) for c in live.deferred)]
+        p.pending.extend(str(c) for c in live.deferred)
+
+    def _pending_after_live_failure(self, p: _Pass, change: str, err: ProviderError) -> None:
+        """A change libvirt refused to apply live waits for the power cycle; warned of once."""
+        message = f"{change} (could not be applied live: {err})"
+        p.pending.append(message)
+        if message not in ((p.obj.get("status") or {}).get("pendingChanges") or []):
+            self._store.event(p.obj, reason="LiveUpdateFailed", message=message, warning=True)
 
     def _apply_live(self, uuid: str, step: LiveStep) -> None:
         match step:

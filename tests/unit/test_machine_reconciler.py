@@ -414,3 +414,21 @@ def test_changed_cloud_init_data_is_written_and_given_at_the_next_power_cycle() 
     assert b"# v2" in hv.uploads[iso]
     assert _up_to_date(store)["status"] == "True"
     assert not any("v2" in m for _, _, m in store.events)
+
+
+def test_a_disk_qemu_cannot_grow_online_grows_at_the_next_power_off() -> None:
+    store, hv = _running()
+    store.vms["web"]["spec"]["bootDisk"]["sizeGiB"] = 2
+    hv.fail_next("grow_attached_disk", PermanentError("not on this bus"))
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    up = _up_to_date(store)
+    assert (up["status"], up["reason"]) == ("False", "RequiresPowerOff")
+    assert "not on this bus" in up["message"]
+    assert hv.volumes[("vmapi-lab", f"{DOMAIN}--boot.qcow2")].capacity_bytes == 1 << 30
+
+    store.vms["web"]["spec"]["powerState"] = "PoweredOff"
+    hv.domains[UID].state = DomainState.SHUTOFF
+    reconciler.reconcile(KEY)
+    assert hv.volumes[("vmapi-lab", f"{DOMAIN}--boot.qcow2")].capacity_bytes == 2 << 30
+    assert _up_to_date(store)["status"] == "True"

@@ -25,6 +25,7 @@ from tests.e2e.provider.conftest import (
     console_log_dir,
     create,
     get,
+    machine_volumes,
     pair,
     patch_vm,
 )
@@ -49,6 +50,23 @@ def _wait_ready(api_client: client.ApiClient, ns: str, name: str, what: str) -> 
 
 def _up_to_date(api_client: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
     return condition(get(api_client, ns, name, vm=True), "UpToDate")
+
+
+def _pending(api_client: client.ApiClient, ns: str, name: str, what: str) -> dict[str, Any]:
+    """The UpToDate condition once it says RequiresPowerOff."""
+    found: dict[str, Any] = eventually(
+        lambda: (c := _up_to_date(api_client, ns, name)).get("reason") == "RequiresPowerOff" and c,
+        timeout=60,
+        interval=0.5,
+        what=what,
+    )
+    return found
+
+
+def _patch_machine(api_client: client.ApiClient, ns: str, name: str, body: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, V, ns, "libvirtmachines", name, body
+    )
 
 
 def _user_data(marker: str) -> dict[str, str]:
@@ -87,17 +105,8 @@ def test_the_guest_reads_its_cloud_init_and_a_changed_secret_waits_for_a_power_c
     core.patch_namespaced_secret("ci", ns, {"data": _user_data(second)})
     # Secrets are not watched (see docs/operations.md): touching the machine makes the daemon
     # look now rather than at its next resync.
-    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-        GROUP, V, ns, "libvirtmachines", "told", {"metadata": {"labels": {"touched": "1"}}}
-    )
-    pending = eventually(
-        lambda: (
-            (c := _up_to_date(api_client, ns, "told")).get("reason") == "RequiresPowerOff" and c
-        ),
-        timeout=60,
-        interval=0.5,
-        what="UpToDate=False/RequiresPowerOff after the Secret changed",
-    )
+    _patch_machine(api_client, ns, "told", {"metadata": {"labels": {"touched": "1"}}})
+    pending = _pending(api_client, ns, "told", "RequiresPowerOff after the Secret changed")
     assert "cloud-init data changed" in pending["message"]
     assert second not in pending["message"]
     assert virt.lookupByName(domain).isActive()
@@ -126,6 +135,12 @@ def test_the_guest_reads_its_cloud_init_and_a_changed_secret_waits_for_a_power_c
         VM_GROUP, V, ns, "virtualmachines", "told"
     )
     eventually(lambda: not log.exists(), timeout=120, what="the console log removed with it")
+    eventually(
+        lambda: get(api_client, ns, "told", vm=False) is None,
+        timeout=120,
+        what="the LibvirtMachine gone",
+    )
+    assert machine_volumes(virt, lab, f"{domain}--") == []  # boot overlay and cloud-init ISO
 
 
 def test_sizes_and_nics_change_live_and_more_slots_wait_for_a_power_cycle(
@@ -180,18 +195,9 @@ def test_sizes_and_nics_change_live_and_more_slots_wait_for_a_power_cycle(
     assert any(e.reason == "UpdatedLive" for e in events)
 
     # More slots than the domain booted with: only a power cycle gives them.
-    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-        GROUP, V, ns, "libvirtmachines", "grow", {"spec": {"hotplug": {"maxCPUs": 4}}}
-    )
+    _patch_machine(api_client, ns, "grow", {"spec": {"hotplug": {"maxCPUs": 4}}})
     patch_vm(api_client, ns, "grow", {"instanceType": {"resources": {"cpus": 3}}})
-    pending = eventually(
-        lambda: (
-            (c := _up_to_date(api_client, ns, "grow")).get("reason") == "RequiresPowerOff" and c
-        ),
-        timeout=60,
-        interval=0.5,
-        what="the slot change reported as pending",
-    )
+    pending = _pending(api_client, ns, "grow", "the slot change reported as pending")
     assert "vCPU slots" in pending["message"]
     assert dom.ID() == run_id
     assert live_vcpus() == 2
