@@ -242,3 +242,95 @@ def test_hosts_writing_at_once_never_lose_each_others_entries(
             assert host_entry(api_client, name, host)["bytesDone"] == rounds
     finally:
         delete_image(api_client, name)
+
+
+MIB = 1024 * 1024
+
+
+class TrickleServer:
+    """Serves one file: 4 MiB at once, then 1 MiB a second until `release` is set, then the rest.
+
+    A slow network on demand: the import stays in progress long enough for its progress to be
+    written, and ends as soon as the test has seen it."""
+
+    def __init__(self, path: Path) -> None:
+        self.release = threading.Event()
+        data = path.read_bytes()
+        release = self.release
+
+        class Handler(SimpleHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                sent = 4 * MIB
+                self.wfile.write(data[:sent])
+                while sent < len(data) and not release.wait(1.0):
+                    self.wfile.write(data[sent : sent + MIB])
+                    sent += MIB
+                self.wfile.write(data[sent:])
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/image"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def test_import_progress_shows_on_the_image_and_the_waiting_machine(
+    api_client: client.ApiClient, virt: libvirt.virConnect, lab: LabInfo, ns: str, tmp_path: Path
+) -> None:
+    source = lab.dir / "pool" / lab.guest_volume
+    sha256 = hashlib.sha256(source.read_bytes()).hexdigest()
+    total = source.stat().st_size
+    drop_base(virt, lab, sha256)
+    server = TrickleServer(source)
+    name = "slow-guest-" + uuid.uuid4().hex[:6]
+    create_image(api_client, name, server.url, sha256)
+    try:
+        docs = pair(ns, "patient")
+        docs[0]["spec"]["bootDisk"]["source"]["image"]["name"] = name
+        create(api_client, docs)
+        entry = eventually(
+            lambda: (
+                (e := host_entry(api_client, name)).get("phase") == "Importing"
+                and 0 < (e.get("bytesDone") or 0) < total
+                and e
+            ),
+            timeout=60,
+            interval=0.5,
+            what="the image's status showing the import part-way",
+        )
+        assert entry["bytesTotal"] == total
+        waiting = eventually(
+            lambda: (
+                (c := condition(get(api_client, ns, "patient", vm=True), "InfrastructureReady"))
+                and c.get("reason") == "ImportingImage"
+                and f"of {total} bytes" in c.get("message", "")
+                and c
+            ),
+            timeout=30,
+            interval=0.5,
+            what="the waiting VM saying how far the import is",
+        )
+        assert name in waiting["message"]
+        server.release.set()
+        eventually(
+            lambda: host_entry(api_client, name).get("phase") == "Ready",
+            timeout=60,
+            interval=0.5,
+            what="the image Ready once the rest arrived",
+        )
+        eventually(
+            lambda: ((get(api_client, ns, "patient", vm=True) or {}).get("status") or {}).get(
+                "ready"
+            ),
+            timeout=240,
+            interval=1,
+            what="the VM Ready on the imported image",
+        )
+    finally:
+        server.release.set()
+        server.httpd.shutdown()
+        delete_image(api_client, name)
