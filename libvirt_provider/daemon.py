@@ -34,6 +34,7 @@ from typing import Any
 import kopf
 import prometheus_client
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
@@ -149,6 +150,19 @@ def _load_kube_config(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient()
 
 
+class _StoppableLeaseLock(LeaseLock):
+    """The client's Lease lock, which stops creating and renewing once the daemon stops: its
+    elector has no way to be stopped, and would otherwise take the released Lease back."""
+
+    stopping: threading.Event
+
+    def create(self, *args: Any, **kwargs: Any) -> bool:
+        return False if self.stopping.is_set() else bool(super().create(*args, **kwargs))  # type: ignore[no-untyped-call]
+
+    def update(self, *args: Any, **kwargs: Any) -> bool:
+        return False if self.stopping.is_set() else bool(super().update(*args, **kwargs))  # type: ignore[no-untyped-call]
+
+
 class _GenericLeader:
     """Runs the generic controller while this daemon holds the Lease."""
 
@@ -163,9 +177,10 @@ class _GenericLeader:
         threading.Thread(target=self._elect, name="leader-election", daemon=True).start()
 
     def _elect(self) -> None:
-        lock = LeaseLock(  # type: ignore[no-untyped-call]
+        lock = _StoppableLeaseLock(  # type: ignore[no-untyped-call]
             LEASE_NAME, self._cfg.lease_namespace, self.identity
         )
+        lock.stopping = self._stopping
         while not self._stopping.is_set():
             election = leaderelection.LeaderElection(  # type: ignore[no-untyped-call]
                 electionconfig.Config(  # type: ignore[no-untyped-call]
@@ -214,6 +229,27 @@ class _GenericLeader:
     def stop(self) -> None:
         self._stopping.set()
         self._stop_operator()
+        self._release()
+
+    def _release(self) -> None:
+        """Hand the Lease back, so another daemon takes over at its next try instead of waiting
+        for the lease to run out. The elector renews no more once stopping is set."""
+        leases = client.CoordinationV1Api(self._api)
+        for _ in range(3):
+            try:
+                lease = leases.read_namespaced_lease(LEASE_NAME, self._cfg.lease_namespace)
+                if lease.spec is None or lease.spec.holder_identity != self.identity:
+                    return
+                lease.spec.holder_identity = None
+                # resourceVersion from the read: a renewal already in flight wins, and we look
+                # again.
+                leases.replace_namespaced_lease(LEASE_NAME, self._cfg.lease_namespace, lease)
+                log.info("%s released the lease", self.identity)
+                return
+            except ApiException as err:
+                if err.status != 409:
+                    log.warning("could not release the lease: %s", err.reason)
+                    return
 
 
 def _health_server(cfg: DaemonConfig, healthy: Callable[[], bool]) -> ThreadingHTTPServer:
