@@ -174,6 +174,12 @@ class LibvirtMachineStatus(KubeModel):
         max_length=64,
         description="Accepted changes that wait for the next power cycle.",
     )
+    shutdown_requested_at: str | None = Field(
+        default=None,
+        max_length=64,
+        description="When the graceful power-off under way began (RFC 3339); its timeout counts "
+        "from here, also across daemon restarts.",
+    )
 
 
 class MachineMeta(KubeModel):

@@ -147,6 +147,7 @@ class _Pass:
     pending: list[str] = field(default_factory=list)
     # Set when a volume the spec added cannot be made yet: the definition waits with it.
     waiting_for_image: str | None = None
+    shutdown_requested_at: dt.datetime | None = None
 
 
 class MachineReconciler:
@@ -523,6 +524,11 @@ class MachineReconciler:
         uuid = str(plan.domain.uuid)
         status = self._hv.status(uuid)
         now = self._clock()
+        if desired == vmapi.POWERED_OFF and uuid not in self._graceful:
+            # A restarted daemon goes on with the power-off an earlier one began.
+            started = _parse_time((p.obj.get("status") or {}).get("shutdownRequestedAt"))
+            if started is not None:
+                self._graceful[uuid] = _Graceful(since=started, last=started)
         graceful = self._graceful.get(uuid) if desired == vmapi.POWERED_OFF else None
         if desired != vmapi.POWERED_OFF:
             self._graceful.pop(uuid, None)
@@ -545,6 +551,8 @@ class MachineReconciler:
             status = self._hv.status(uuid)
         if status.state is DomainState.SHUTOFF:
             self._graceful.pop(uuid, None)
+        if uuid in self._graceful:
+            p.shutdown_requested_at = self._graceful[uuid].since
 
         p.power_state = observed_power_state(status)
         running = status.state in (DomainState.RUNNING, DomainState.BLOCKED)
@@ -770,7 +778,10 @@ class MachineReconciler:
             readiness=p.readiness,
             generation=p.machine.metadata.generation,
             pending_changes=p.pending,
-            now=self._clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
+            now=_format_time(self._clock()),
+            shutdown_requested_at=_format_time(p.shutdown_requested_at)
+            if p.shutdown_requested_at is not None
+            else None,
         )
         patch = status_patch(current, desired)
         if patch:
@@ -787,6 +798,19 @@ def _parse_all(store: MachineStore, plural: str, model: Any) -> list[Any]:
             name = (obj.get("metadata") or {}).get("name")
             log.warning("ignoring invalid %s %s: %s", plural, name, err.error_count())
     return parsed
+
+
+def _format_time(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_time(text: object) -> dt.datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
 
 
 def _condition(obj: Obj, type_: str) -> Obj | None:

@@ -112,6 +112,7 @@ def compute_status(
     generation: int | None,
     pending_changes: list[str],
     now: str,
+    shutdown_requested_at: str | None = None,
 ) -> dict[str, Any]:
     """The whole status to write; equal to `current` when nothing changed (so no patch is sent)."""
     current = current or {}
@@ -146,6 +147,8 @@ def compute_status(
         status["providerMetadata"]["domainUUID"] = domain_uuid
     if power_state is not None:
         status["powerState"] = power_state
+    if shutdown_requested_at is not None:
+        status["shutdownRequestedAt"] = shutdown_requested_at
     return status
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -432,3 +433,25 @@ def test_a_disk_qemu_cannot_grow_online_grows_at_the_next_power_off() -> None:
     reconciler.reconcile(KEY)
     assert hv.volumes[("vmapi-lab", f"{DOMAIN}--boot.qcow2")].capacity_bytes == 2 << 30
     assert _up_to_date(store)["status"] == "True"
+
+
+def test_a_restarted_daemon_keeps_the_graceful_timeout_an_earlier_one_began() -> None:
+    store, hv = _running()
+    hv.domains[UID].honours_power_button = False
+    store.machines["web"]["spec"]["gracefulShutdownTimeoutSeconds"] = 60
+    store.vms["web"]["spec"]["powerState"] = "PoweredOff"
+    start = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
+    MachineReconciler(
+        store=store, hypervisor=hv, host=HOST.hostname, clock=lambda: start
+    ).reconcile(KEY)
+    assert hv.calls.count("shutdown") == 1
+    assert store.machines["web"]["status"]["shutdownRequestedAt"] == "2026-12-01T09:00:00Z"
+
+    # A new daemon (nothing in memory) 61 s later: the timeout has passed, so TrySoft forces.
+    later = start + dt.timedelta(seconds=61)
+    MachineReconciler(
+        store=store, hypervisor=hv, host=HOST.hostname, clock=lambda: later
+    ).reconcile(KEY)
+    assert "destroy" in hv.calls
+    assert hv.domains[UID].state is DomainState.SHUTOFF
+    assert "shutdownRequestedAt" not in store.machines["web"]["status"]
