@@ -36,14 +36,12 @@ from libvirt_provider import constants as c
 from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.cloudinit import build_cidata_iso
-from libvirt_provider.domain_parse import differences, owned_fields
 from libvirt_provider.driver.base import (
     AddressSource,
     DomainState,
     HostFacts,
     Hypervisor,
     InterfaceAddress,
-    OverlaySpec,
 )
 from libvirt_provider.errors import (
     ConflictError,
@@ -56,19 +54,11 @@ from libvirt_provider.errors import (
 from libvirt_provider.faults import crash_point
 from libvirt_provider.images import ImageImporter
 from libvirt_provider.linkage import check_link
-from libvirt_provider.live_update import (
-    AttachDevice,
-    DetachDevice,
-    LiveStep,
-    SetMemory,
-    SetMetadata,
-    SetVcpus,
-    plan_live_update,
-)
+from libvirt_provider.machine_update import DomainUpdater, ensure_volume
 from libvirt_provider.power import PowerAction, decide_power, observed_power_state
 from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolve import Resolution, resolve_machine
-from libvirt_provider.resolved import ResolvedMachine, VolumePlan
+from libvirt_provider.resolved import ResolvedMachine
 from libvirt_provider.status import (
     NicAddressPlan,
     Readiness,
@@ -88,8 +78,6 @@ CONVERGING_DELAY = 2.0
 # often enough that Ready follows the lease closely, cheap enough for many machines.
 ADDRESS_POLL_DELAY = 0.5
 RETRY_DELAY = 10.0
-# States in which libvirt changes a domain's devices and sizes live.
-_LIVE_STATES = frozenset({DomainState.RUNNING, DomainState.BLOCKED, DomainState.PAUSED})
 
 # Condition reasons of the provider's own (the contract copies them verbatim to the VM).
 REASON_RUNNING = "Running"
@@ -169,6 +157,7 @@ class MachineReconciler:
         self._domain_types = domain_types
         self._console_log_dir = console_log_dir
         self._hv = hypervisor
+        self._updater = DomainUpdater(hypervisor=hypervisor, events=store, images=self._images)
         self._host = host
         self._clock = clock
         self._graceful: dict[str, _Graceful] = {}
@@ -243,9 +232,8 @@ class MachineReconciler:
             self._create(p, plan, desired_power)
             return CONVERGING_DELAY
         p.domain_uuid = existing.uuid
-        if self._ensure_added_volumes(p, plan):
-            self._grow_disks(p, plan)
-            self._update_definition(p, plan)
+        outcome = self._updater.update(p.obj, existing.uuid, plan)
+        p.pending, p.waiting_for_image = outcome.pending, outcome.waiting_for_image
         self._hv.set_autostart(existing.uuid, plan.autostart)
         return self._power_and_observe(p, plan, desired_power, power_off_mode)
 
@@ -289,7 +277,7 @@ class MachineReconciler:
         defined = False
         try:
             for volume in plan.volumes:
-                if self._ensure_volume(volume):
+                if ensure_volume(self._hv, volume):
                     made_volumes.append((volume.pool, volume.volume))
             if plan.cloud_init is not None:
                 ci = plan.cloud_init
@@ -348,35 +336,6 @@ class MachineReconciler:
             return CONVERGING_DELAY
         return None
 
-    def _ensure_volume(self, volume: VolumePlan) -> bool:
-        """Create the volume if missing; True if this call created it."""
-        if self._hv.find_volume(volume.pool, volume.volume) is not None:
-            return False
-        if volume.base is None:
-            self._hv.create_blank(
-                pool=volume.pool,
-                name=volume.volume,
-                capacity_bytes=volume.capacity_bytes,
-                format=volume.format.value,
-            )
-            return True
-        base = self._hv.find_volume(volume.base.pool, volume.base.volume)
-        if base is None:
-            raise PermanentError(
-                f"image {volume.base.image!r} is not in pool {volume.base.pool!r} on this host "
-                f"(expected volume {volume.base.volume!r})"
-            )
-        self._hv.create_overlay(
-            OverlaySpec(
-                pool=volume.pool,
-                name=volume.volume,
-                backing_path=base.path,
-                backing_format=volume.base.format.value,
-                capacity_bytes=max(volume.capacity_bytes, base.capacity_bytes),
-            )
-        )
-        return True
-
     def _undo_create(self, p: _Pass, *, defined: bool, volumes: list[tuple[str, str]]) -> None:
         uuid = p.machine.metadata.uid
         try:
@@ -389,134 +348,6 @@ class MachineReconciler:
         except ProviderError as err:
             log.warning("cleaning up a failed create of %s left something: %s", p.domain_name, err)
         p.domain_uuid = None
-
-    def _grow_disks(self, p: _Pass, plan: ResolvedMachine) -> None:
-        """sizeGiB only grows: online through qemu when the domain runs, else on the volume."""
-        assert p.domain_uuid is not None
-        running: bool | None = None
-        targets = {(d.pool, d.volume): d.target for d in plan.domain.disks}
-        for volume in plan.volumes:
-            info = self._hv.find_volume(volume.pool, volume.volume)
-            if info is None or volume.capacity_bytes <= info.capacity_bytes:
-                continue
-            if running is None:
-                running = self._hv.status(p.domain_uuid).state is not DomainState.SHUTOFF
-            target = targets.get((volume.pool, volume.volume))
-            if running and target is not None:
-                try:
-                    self._hv.grow_attached_disk(
-                        p.domain_uuid, target=target, capacity_bytes=volume.capacity_bytes
-                    )
-                except (PermanentError, ConflictError, NotFoundError) as err:
-                    # The volume grows while the domain is off instead.
-                    self._pending_after_live_failure(
-                        p, f"disk {volume.volume} to {volume.capacity_bytes} bytes", err
-                    )
-                    continue
-            else:
-                self._hv.grow_volume(
-                    pool=volume.pool, name=volume.volume, capacity_bytes=volume.capacity_bytes
-                )
-            self._store.event(
-                p.obj,
-                reason="DiskGrown",
-                message=f"grew {volume.volume} from {info.capacity_bytes} to "
-                f"{volume.capacity_bytes} bytes" + (" while running" if running else ""),
-            )
-
-    def _ensure_added_volumes(self, p: _Pass, plan: ResolvedMachine) -> bool:
-        """Create the volumes a changed spec added (data disks, cloud-init media) before the
-        definition names them; False while one still waits for its image."""
-        for volume in plan.volumes:
-            if self._hv.find_volume(volume.pool, volume.volume) is not None:
-                continue
-            if volume.base is not None and not self._images.ensure(volume.base).ready:
-                p.waiting_for_image = f"disk {volume.volume} waits for image {volume.base.image!r}"
-                return False
-            self._ensure_volume(volume)
-            self._store.event(
-                p.obj, reason="VolumeCreated", message=f"created {volume.pool}/{volume.volume}"
-            )
-        ci = plan.cloud_init
-        if ci is not None and self._hv.find_volume(ci.pool, ci.volume) is None:
-            self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
-        return True
-
-    def _update_definition(self, p: _Pass, plan: ResolvedMachine) -> None:
-        """Apply spec changes to an existing domain: all of them while it is off; while it runs,
-        those libvirt can apply live, the rest reported pending until the next power cycle."""
-        assert p.domain_uuid is not None
-        desired = render_domain_xml(plan.domain)
-        current = self._hv.domain_xml(p.domain_uuid, inactive=True)
-        status = self._hv.status(p.domain_uuid)
-        if status.state is DomainState.SHUTOFF and not status.has_managed_save:
-            changes = differences(current, desired)
-            if changes:
-                self._refresh_cloud_init(plan, current)
-                self._hv.define(desired)
-                self._drop_unused_cloud_init(plan, current)
-                self._store.event(
-                    p.obj, reason="Redefined", message="applied: " + "; ".join(changes)
-                )
-            return
-        live = plan_live_update(current, desired)
-        if status.state not in _LIVE_STATES or status.has_managed_save:
-            # A saved (suspended) domain resumes with the hardware it was saved with.
-            p.pending.extend([str(c) for c, _ in live.steps] + [str(c) for c in live.deferred])
-            return
-        applied: list[str] = []
-        for change, step in live.steps:
-            try:
-                self._apply_live(p.domain_uuid, step)
-            except (PermanentError, ConflictError, NotFoundError) as err:
-                self._pending_after_live_failure(p, str(change), err)
-            else:
-                applied.append(str(change))
-        if applied:
-            self._store.event(
-                p.obj, reason="UpdatedLive", message="applied while running: " + "; ".join(applied)
-            )
-        p.pending.extend(str(c) for c in live.deferred)
-
-    def _pending_after_live_failure(self, p: _Pass, change: str, err: ProviderError) -> None:
-        """A change libvirt refused to apply live waits for the power cycle; warned of once."""
-        message = f"{change} (could not be applied live: {err})"
-        p.pending.append(message)
-        if message not in ((p.obj.get("status") or {}).get("pendingChanges") or []):
-            self._store.event(p.obj, reason="LiveUpdateFailed", message=message, warning=True)
-
-    def _apply_live(self, uuid: str, step: LiveStep) -> None:
-        match step:
-            case SetVcpus(count=count):
-                self._hv.set_vcpus(uuid, count)
-            case SetMemory(kib=kib):
-                self._hv.set_memory(uuid, kib)
-            case AttachDevice(xml=xml):
-                self._hv.attach_device(uuid, xml)
-            case DetachDevice(xml=xml):
-                self._hv.detach_device(uuid, xml)
-            case SetMetadata(xml=xml):
-                self._hv.set_metadata(uuid, xml)
-
-    def _refresh_cloud_init(self, plan: ResolvedMachine, current: str) -> None:
-        """Rewrite the cloud-init volume when its data changed: the guest reads it at next boot."""
-        ci, media = plan.cloud_init, plan.domain.cloud_init
-        if ci is None or media is None:
-            return
-        if owned_fields(current).cloud_init_digest == media.digest:
-            return
-        with contextlib.suppress(NotFoundError):
-            self._hv.delete_volume(ci.pool, ci.volume)
-        self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
-
-    def _drop_unused_cloud_init(self, plan: ResolvedMachine, previous: str) -> None:
-        """A spec that no longer asks for cloud-init leaves its old volume unused: remove it."""
-        cdrom = owned_fields(previous).cdrom
-        if plan.cloud_init is not None or cdrom is None or not cdrom.pool or not cdrom.volume:
-            return
-        if cdrom.volume.startswith(f"{plan.domain.name}--"):
-            with contextlib.suppress(NotFoundError):
-                self._hv.delete_volume(cdrom.pool, cdrom.volume)
 
     def _power_and_observe(
         self, p: _Pass, plan: ResolvedMachine, desired: str, mode: str

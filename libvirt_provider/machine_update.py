@@ -1,0 +1,227 @@
+"""Bringing an existing domain to a changed spec, and making the volumes a machine needs.
+
+A pass of the reconciler that finds the machine's domain hands it here: volumes the spec added are
+created, disks grown, and the definition compared with the desired one. Everything is applied at
+once while the domain is off (after the cloud-init volume is rewritten if its data changed); while
+it runs, what libvirt can change live is applied (`live_update.py` picks the steps) and the rest is
+returned as pending, for UpToDate=False/RequiresPowerOff until the next power cycle. A change
+libvirt refuses live joins the pending ones, with a Warning Event the first time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from libvirt_provider.cloudinit import build_cidata_iso
+from libvirt_provider.domain_parse import differences, owned_fields
+from libvirt_provider.driver.base import DomainState, Hypervisor, OverlaySpec
+from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, ProviderError
+from libvirt_provider.images import ImageImporter
+from libvirt_provider.live_update import (
+    AttachDevice,
+    DetachDevice,
+    LiveStep,
+    SetMemory,
+    SetMetadata,
+    SetVcpus,
+    plan_live_update,
+)
+from libvirt_provider.render import render_domain_xml
+from libvirt_provider.resolved import ResolvedMachine, VolumePlan
+
+__all__ = ["DomainUpdater", "EventSink", "UpdateOutcome", "ensure_volume"]
+
+Obj = Mapping[str, Any]
+
+# States in which libvirt changes a domain's devices and sizes live.
+_LIVE_STATES = frozenset({DomainState.RUNNING, DomainState.BLOCKED, DomainState.PAUSED})
+# Failures that mean "not live, not now"; an unreachable libvirt (RetryableError) fails the pass.
+_REFUSED = (PermanentError, ConflictError, NotFoundError)
+
+
+class EventSink(Protocol):
+    def event(self, obj: Any, *, reason: str, message: str, warning: bool = False) -> None: ...
+
+
+@dataclass
+class UpdateOutcome:
+    # Changes accepted but not applied: they wait for the next power cycle.
+    pending: list[str] = field(default_factory=list)
+    # Set when a volume the spec added cannot be made yet: the definition waits with it.
+    waiting_for_image: str | None = None
+
+
+def ensure_volume(hv: Hypervisor, volume: VolumePlan) -> bool:
+    """Create the volume if missing (blank, or an overlay on its base); True if this call did."""
+    if hv.find_volume(volume.pool, volume.volume) is not None:
+        return False
+    if volume.base is None:
+        hv.create_blank(
+            pool=volume.pool,
+            name=volume.volume,
+            capacity_bytes=volume.capacity_bytes,
+            format=volume.format.value,
+        )
+        return True
+    base = hv.find_volume(volume.base.pool, volume.base.volume)
+    if base is None:
+        raise PermanentError(
+            f"image {volume.base.image!r} is not in pool {volume.base.pool!r} on this host "
+            f"(expected volume {volume.base.volume!r})"
+        )
+    hv.create_overlay(
+        OverlaySpec(
+            pool=volume.pool,
+            name=volume.volume,
+            backing_path=base.path,
+            backing_format=volume.base.format.value,
+            capacity_bytes=max(volume.capacity_bytes, base.capacity_bytes),
+        )
+    )
+    return True
+
+
+class DomainUpdater:
+    def __init__(self, *, hypervisor: Hypervisor, events: EventSink, images: ImageImporter) -> None:
+        self._hv = hypervisor
+        self._events = events
+        self._images = images
+
+    def update(self, obj: Obj, uuid: str, plan: ResolvedMachine) -> UpdateOutcome:
+        """One pass over the machine `obj` whose domain `uuid` exists."""
+        outcome = UpdateOutcome()
+        if self._ensure_added_volumes(obj, plan, outcome):
+            self._grow_disks(obj, uuid, plan, outcome)
+            self._update_definition(obj, uuid, plan, outcome)
+        return outcome
+
+    def _ensure_added_volumes(self, obj: Obj, plan: ResolvedMachine, out: UpdateOutcome) -> bool:
+        """Create the volumes a changed spec added (data disks, cloud-init media) before the
+        definition names them; False while one still waits for its image."""
+        for volume in plan.volumes:
+            if self._hv.find_volume(volume.pool, volume.volume) is not None:
+                continue
+            if volume.base is not None and not self._images.ensure(volume.base).ready:
+                out.waiting_for_image = (
+                    f"disk {volume.volume} waits for image {volume.base.image!r}"
+                )
+                return False
+            ensure_volume(self._hv, volume)
+            self._events.event(
+                obj, reason="VolumeCreated", message=f"created {volume.pool}/{volume.volume}"
+            )
+        ci = plan.cloud_init
+        if ci is not None and self._hv.find_volume(ci.pool, ci.volume) is None:
+            self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
+        return True
+
+    def _grow_disks(self, obj: Obj, uuid: str, plan: ResolvedMachine, out: UpdateOutcome) -> None:
+        """sizeGiB only grows: online through qemu when the domain runs, else on the volume."""
+        running: bool | None = None
+        targets = {(d.pool, d.volume): d.target for d in plan.domain.disks}
+        for volume in plan.volumes:
+            info = self._hv.find_volume(volume.pool, volume.volume)
+            if info is None or volume.capacity_bytes <= info.capacity_bytes:
+                continue
+            if running is None:
+                running = self._hv.status(uuid).state is not DomainState.SHUTOFF
+            target = targets.get((volume.pool, volume.volume))
+            if running and target is not None:
+                try:
+                    self._hv.grow_attached_disk(
+                        uuid, target=target, capacity_bytes=volume.capacity_bytes
+                    )
+                except _REFUSED as err:
+                    # The volume grows while the domain is off instead.
+                    self._refused(
+                        obj, out, f"disk {volume.volume} to {volume.capacity_bytes} bytes", err
+                    )
+                    continue
+            else:
+                self._hv.grow_volume(
+                    pool=volume.pool, name=volume.volume, capacity_bytes=volume.capacity_bytes
+                )
+            self._events.event(
+                obj,
+                reason="DiskGrown",
+                message=f"grew {volume.volume} from {info.capacity_bytes} to "
+                f"{volume.capacity_bytes} bytes" + (" while running" if running else ""),
+            )
+
+    def _update_definition(
+        self, obj: Obj, uuid: str, plan: ResolvedMachine, out: UpdateOutcome
+    ) -> None:
+        desired = render_domain_xml(plan.domain)
+        current = self._hv.domain_xml(uuid, inactive=True)
+        status = self._hv.status(uuid)
+        if status.state is DomainState.SHUTOFF and not status.has_managed_save:
+            changes = differences(current, desired)
+            if changes:
+                self._refresh_cloud_init(plan, current)
+                self._hv.define(desired)
+                self._drop_unused_cloud_init(plan, current)
+                self._events.event(
+                    obj, reason="Redefined", message="applied: " + "; ".join(changes)
+                )
+            return
+        live = plan_live_update(current, desired)
+        if status.state not in _LIVE_STATES or status.has_managed_save:
+            # A saved (suspended) domain resumes with the hardware it was saved with.
+            out.pending.extend([str(c) for c, _ in live.steps] + [str(c) for c in live.deferred])
+            return
+        applied: list[str] = []
+        for change, step in live.steps:
+            try:
+                self._apply_live(uuid, step)
+            except _REFUSED as err:
+                self._refused(obj, out, str(change), err)
+            else:
+                applied.append(str(change))
+        if applied:
+            self._events.event(
+                obj, reason="UpdatedLive", message="applied while running: " + "; ".join(applied)
+            )
+        out.pending.extend(str(c) for c in live.deferred)
+
+    def _refused(self, obj: Obj, out: UpdateOutcome, change: str, err: ProviderError) -> None:
+        """A change libvirt refused to apply live waits for the power cycle; warned of once."""
+        message = f"{change} (could not be applied live: {err})"
+        out.pending.append(message)
+        if message not in ((obj.get("status") or {}).get("pendingChanges") or []):
+            self._events.event(obj, reason="LiveUpdateFailed", message=message, warning=True)
+
+    def _apply_live(self, uuid: str, step: LiveStep) -> None:
+        match step:
+            case SetVcpus(count=count):
+                self._hv.set_vcpus(uuid, count)
+            case SetMemory(kib=kib):
+                self._hv.set_memory(uuid, kib)
+            case AttachDevice(xml=xml):
+                self._hv.attach_device(uuid, xml)
+            case DetachDevice(xml=xml):
+                self._hv.detach_device(uuid, xml)
+            case SetMetadata(xml=xml):
+                self._hv.set_metadata(uuid, xml)
+
+    def _refresh_cloud_init(self, plan: ResolvedMachine, current: str) -> None:
+        """Rewrite the cloud-init volume when its data changed: the guest reads it at next boot."""
+        ci, media = plan.cloud_init, plan.domain.cloud_init
+        if ci is None or media is None:
+            return
+        if owned_fields(current).cloud_init_digest == media.digest:
+            return
+        with contextlib.suppress(NotFoundError):
+            self._hv.delete_volume(ci.pool, ci.volume)
+        self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
+
+    def _drop_unused_cloud_init(self, plan: ResolvedMachine, previous: str) -> None:
+        """A spec that no longer asks for cloud-init leaves its old volume unused: remove it."""
+        cdrom = owned_fields(previous).cdrom
+        if plan.cloud_init is not None or cdrom is None or not cdrom.pool or not cdrom.volume:
+            return
+        if cdrom.volume.startswith(f"{plan.domain.name}--"):
+            with contextlib.suppress(NotFoundError):
+                self._hv.delete_volume(cdrom.pool, cdrom.volume)
