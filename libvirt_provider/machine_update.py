@@ -17,7 +17,13 @@ from typing import Any, Protocol
 
 from libvirt_provider.cloudinit import build_cidata_iso
 from libvirt_provider.domain_parse import differences, owned_fields
-from libvirt_provider.driver.base import DomainState, Hypervisor, OverlaySpec
+from libvirt_provider.driver.base import (
+    DomainState,
+    DomainStatus,
+    Hypervisor,
+    OverlaySpec,
+    VolumeInfo,
+)
 from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, ProviderError
 from libvirt_provider.images import ImageImporter
 from libvirt_provider.live_update import (
@@ -32,7 +38,7 @@ from libvirt_provider.live_update import (
 from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolved import ResolvedMachine, VolumePlan
 
-__all__ = ["DomainUpdater", "EventSink", "UpdateOutcome", "ensure_volume"]
+__all__ = ["DomainUpdater", "EventSink", "UpdateOutcome", "create_volume", "ensure_volume"]
 
 Obj = Mapping[str, Any]
 
@@ -55,9 +61,15 @@ class UpdateOutcome:
 
 
 def ensure_volume(hv: Hypervisor, volume: VolumePlan) -> bool:
-    """Create the volume if missing (blank, or an overlay on its base); True if this call did."""
+    """Create the volume if missing; True if this call did."""
     if hv.find_volume(volume.pool, volume.volume) is not None:
         return False
+    create_volume(hv, volume)
+    return True
+
+
+def create_volume(hv: Hypervisor, volume: VolumePlan) -> None:
+    """A new volume for `volume`: blank, or an overlay on its base grown to the planned size."""
     if volume.base is None:
         hv.create_blank(
             pool=volume.pool,
@@ -65,7 +77,7 @@ def ensure_volume(hv: Hypervisor, volume: VolumePlan) -> bool:
             capacity_bytes=volume.capacity_bytes,
             format=volume.format.value,
         )
-        return True
+        return
     base = hv.find_volume(volume.base.pool, volume.base.volume)
     if base is None:
         raise PermanentError(
@@ -81,7 +93,6 @@ def ensure_volume(hv: Hypervisor, volume: VolumePlan) -> bool:
             capacity_bytes=max(volume.capacity_bytes, base.capacity_bytes),
         )
     )
-    return True
 
 
 class DomainUpdater:
@@ -90,44 +101,60 @@ class DomainUpdater:
         self._events = events
         self._images = images
 
-    def update(self, obj: Obj, uuid: str, plan: ResolvedMachine) -> UpdateOutcome:
-        """One pass over the machine `obj` whose domain `uuid` exists."""
+    def update(
+        self, obj: Obj, uuid: str, plan: ResolvedMachine, status: DomainStatus
+    ) -> UpdateOutcome:
+        """One pass over the machine `obj` whose domain `uuid` exists and is in `status`."""
         outcome = UpdateOutcome()
-        if self._ensure_added_volumes(obj, plan, outcome):
-            self._grow_disks(obj, uuid, plan, outcome)
-            self._update_definition(obj, uuid, plan, outcome)
+        existing = self._ensure_added_volumes(obj, plan, outcome)
+        if existing is not None:
+            self._grow_disks(obj, uuid, plan=plan, status=status, volumes=existing, out=outcome)
+            self._update_definition(obj, uuid, plan, status, outcome)
         return outcome
 
-    def _ensure_added_volumes(self, obj: Obj, plan: ResolvedMachine, out: UpdateOutcome) -> bool:
+    def _ensure_added_volumes(
+        self, obj: Obj, plan: ResolvedMachine, out: UpdateOutcome
+    ) -> list[tuple[VolumePlan, VolumeInfo]] | None:
         """Create the volumes a changed spec added (data disks, cloud-init media) before the
-        definition names them; False while one still waits for its image."""
+        definition names them. Returns the volumes that were already there, or None while one
+        still waits for its image."""
+        existing: list[tuple[VolumePlan, VolumeInfo]] = []
         for volume in plan.volumes:
-            if self._hv.find_volume(volume.pool, volume.volume) is not None:
+            info = self._hv.find_volume(volume.pool, volume.volume)
+            if info is not None:
+                existing.append((volume, info))
                 continue
             if volume.base is not None and not self._images.ensure(volume.base).ready:
                 out.waiting_for_image = (
                     f"disk {volume.volume} waits for image {volume.base.image!r}"
                 )
-                return False
-            ensure_volume(self._hv, volume)
+                return None
+            # Made at its planned size (an overlay at least its base's): nothing to grow.
+            create_volume(self._hv, volume)
             self._events.event(
                 obj, reason="VolumeCreated", message=f"created {volume.pool}/{volume.volume}"
             )
         ci = plan.cloud_init
         if ci is not None and self._hv.find_volume(ci.pool, ci.volume) is None:
             self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
-        return True
+        return existing
 
-    def _grow_disks(self, obj: Obj, uuid: str, plan: ResolvedMachine, out: UpdateOutcome) -> None:
+    def _grow_disks(
+        self,
+        obj: Obj,
+        uuid: str,
+        *,
+        plan: ResolvedMachine,
+        status: DomainStatus,
+        volumes: list[tuple[VolumePlan, VolumeInfo]],
+        out: UpdateOutcome,
+    ) -> None:
         """sizeGiB only grows: online through qemu when the domain runs, else on the volume."""
-        running: bool | None = None
+        running = status.state is not DomainState.SHUTOFF
         targets = {(d.pool, d.volume): d.target for d in plan.domain.disks}
-        for volume in plan.volumes:
-            info = self._hv.find_volume(volume.pool, volume.volume)
-            if info is None or volume.capacity_bytes <= info.capacity_bytes:
+        for volume, info in volumes:
+            if volume.capacity_bytes <= info.capacity_bytes:
                 continue
-            if running is None:
-                running = self._hv.status(uuid).state is not DomainState.SHUTOFF
             target = targets.get((volume.pool, volume.volume))
             if running and target is not None:
                 try:
@@ -152,11 +179,10 @@ class DomainUpdater:
             )
 
     def _update_definition(
-        self, obj: Obj, uuid: str, plan: ResolvedMachine, out: UpdateOutcome
+        self, obj: Obj, uuid: str, plan: ResolvedMachine, status: DomainStatus, out: UpdateOutcome
     ) -> None:
         desired = render_domain_xml(plan.domain)
         current = self._hv.domain_xml(uuid, inactive=True)
-        status = self._hv.status(uuid)
         if status.state is DomainState.SHUTOFF and not status.has_managed_save:
             changes = differences(current, desired)
             if changes:

@@ -31,10 +31,12 @@ from generic.constants import (
 from libvirt_provider.driver.base import DomainState, DomainStatus
 
 __all__ = [
+    "ON_STATES",
     "PAUSED",
     "PowerAction",
     "PowerDecision",
     "decide_power",
+    "is_settled",
     "observed_power_state",
 ]
 
@@ -67,7 +69,19 @@ class PowerDecision:
     graceful_started: bool = False
 
 
-_ON_STATES = {DomainState.RUNNING, DomainState.BLOCKED}
+ON_STATES = frozenset({DomainState.RUNNING, DomainState.BLOCKED})
+
+
+def is_settled(desired: str, status: DomainStatus) -> bool:
+    """Whether the domain is where `desired` wants it, whatever the power-off mode: the same
+    answer as `decide_power(...).settled`, without the timing a decision needs."""
+    if desired == POWERED_ON:
+        return status.state in ON_STATES
+    if desired == SUSPENDED:
+        return status.state is DomainState.SHUTOFF
+    if desired == POWERED_OFF:
+        return status.state is DomainState.SHUTOFF and not status.has_managed_save
+    return False
 
 
 def observed_power_state(status: DomainStatus | None) -> str | None:

@@ -32,6 +32,7 @@ from catalog.machineclass import LibvirtMachineClass
 from catalog.network import LibvirtNetwork
 from catalog.storage import LibvirtStorageClass
 from generic import constants as vmapi
+from generic.conditions import find_condition
 from libvirt_provider import constants as c
 from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
@@ -39,6 +40,7 @@ from libvirt_provider.cloudinit import build_cidata_iso
 from libvirt_provider.driver.base import (
     AddressSource,
     DomainState,
+    DomainStatus,
     HostFacts,
     Hypervisor,
     InterfaceAddress,
@@ -55,7 +57,13 @@ from libvirt_provider.faults import crash_point
 from libvirt_provider.images import ImageImporter
 from libvirt_provider.linkage import check_link
 from libvirt_provider.machine_update import DomainUpdater, ensure_volume
-from libvirt_provider.power import PowerAction, decide_power, observed_power_state
+from libvirt_provider.power import (
+    ON_STATES,
+    PowerAction,
+    decide_power,
+    is_settled,
+    observed_power_state,
+)
 from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolve import Resolution, resolve_machine
 from libvirt_provider.resolved import ResolvedMachine
@@ -232,10 +240,13 @@ class MachineReconciler:
             self._create(p, plan, desired_power)
             return CONVERGING_DELAY
         p.domain_uuid = existing.uuid
-        outcome = self._updater.update(p.obj, existing.uuid, plan)
+        # Updating the definition, live changes and disk growth leave the power state as it is:
+        # one read serves them and the power decision.
+        status = self._hv.status(existing.uuid)
+        outcome = self._updater.update(p.obj, existing.uuid, plan, status)
         p.pending, p.waiting_for_image = outcome.pending, outcome.waiting_for_image
         self._hv.set_autostart(existing.uuid, plan.autostart)
-        return self._power_and_observe(p, plan, desired_power, power_off_mode)
+        return self._power_and_observe(p, plan, desired_power, power_off_mode, status)
 
     def _resolve(self, p: _Pass, vm_obj: Obj) -> Resolution:
         catalog = Catalog.of(
@@ -340,9 +351,7 @@ class MachineReconciler:
         uuid = p.machine.metadata.uid
         try:
             if defined:
-                if self._hv.status(uuid).state is not DomainState.SHUTOFF:
-                    self._hv.destroy(uuid)
-                self._hv.undefine(uuid)
+                self._remove_domain(uuid)
             for pool, name in volumes:
                 self._hv.delete_volume(pool, name)
         except ProviderError as err:
@@ -350,10 +359,9 @@ class MachineReconciler:
         p.domain_uuid = None
 
     def _power_and_observe(
-        self, p: _Pass, plan: ResolvedMachine, desired: str, mode: str
+        self, p: _Pass, plan: ResolvedMachine, desired: str, mode: str, status: DomainStatus
     ) -> float | None:
         uuid = str(plan.domain.uuid)
-        status = self._hv.status(uuid)
         now = self._clock()
         if desired == vmapi.POWERED_OFF and uuid not in self._graceful:
             # A restarted daemon goes on with the power-off an earlier one began.
@@ -386,17 +394,8 @@ class MachineReconciler:
             p.shutdown_requested_at = self._graceful[uuid].since
 
         p.power_state = observed_power_state(status)
-        running = status.state in (DomainState.RUNNING, DomainState.BLOCKED)
-        p.addresses = self._observe_addresses(p, plan, uuid, running=running)
-        settled = decide_power(
-            desired=desired,
-            mode=mode,
-            status=status,
-            now=now,
-            graceful_since=None,
-            last_graceful_request=now,
-            timeout=dt.timedelta(seconds=plan.shutdown_timeout_seconds),
-        ).settled
+        p.addresses = self._observe_addresses(p, plan, uuid, running=status.state in ON_STATES)
+        settled = is_settled(desired, status)
         p.readiness = self._readiness(p, desired, settled, decision.problem)
         if not settled:
             return CONVERGING_DELAY
@@ -515,9 +514,7 @@ class MachineReconciler:
             ref = None  # the domain holding our name is not ours: never touched
         keep = self._volumes_to_keep(p)
         if ref is not None:
-            if self._hv.status(uuid).state is not DomainState.SHUTOFF:
-                self._hv.destroy(uuid)
-            self._hv.undefine(uuid)
+            self._remove_domain(uuid)
             crash_point("delete:after-undefine")
             self._store.event(p.obj, reason="Undefined", message=f"removed domain {ref.name}")
         self._remove_console_log(p)
@@ -532,6 +529,11 @@ class MachineReconciler:
                     self._store.event(
                         p.obj, reason="VolumeDeleted", message=f"deleted {pool}/{volume.name}"
                     )
+
+    def _remove_domain(self, uuid: str) -> None:
+        if self._hv.status(uuid).state is not DomainState.SHUTOFF:
+            self._hv.destroy(uuid)
+        self._hv.undefine(uuid)
 
     def _remove_console_log(self, p: _Pass) -> None:
         # The log is a host file the domain wrote, not a volume: it goes with the machine.
@@ -577,7 +579,9 @@ class MachineReconciler:
 
     def _fail(self, p: _Pass, reason: str, message: str) -> None:
         """Report a problem: conditions False with `reason`, and a Warning Event when it is new."""
-        before = _condition(p.obj, vmapi.CONDITION_INFRASTRUCTURE_READY)
+        before = find_condition(
+            (p.obj.get("status") or {}).get("conditions"), vmapi.CONDITION_INFRASTRUCTURE_READY
+        )
         p.readiness = Readiness(
             ready=False,
             reason=reason,
@@ -642,13 +646,6 @@ def _parse_time(text: object) -> dt.datetime | None:
         return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
     except ValueError:
         return None
-
-
-def _condition(obj: Obj, type_: str) -> Obj | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == type_:
-            return cond
-    return None
 
 
 def _validation_message(kind: str, err: ValidationError) -> str:

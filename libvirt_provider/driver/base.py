@@ -62,7 +62,6 @@ class DomainStatus:
     # libvirt's reason code for the state (e.g. why it is shut off); kept for messages.
     reason: int
     has_managed_save: bool
-    persistent: bool
 
 
 @dataclass(frozen=True)

@@ -177,9 +177,7 @@ class FakeHypervisor:
     def status(self, uuid: str) -> DomainStatus:
         self._enter("status")
         dom = self._dom(uuid)
-        return DomainStatus(
-            state=dom.state, reason=0, has_managed_save=dom.has_managed_save, persistent=True
-        )
+        return DomainStatus(state=dom.state, reason=0, has_managed_save=dom.has_managed_save)
 
     def domain_xml(self, uuid: str, *, inactive: bool = False) -> str:
         self._enter("domain_xml")

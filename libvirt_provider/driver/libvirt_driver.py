@@ -336,7 +336,6 @@ class LibvirtHypervisor:
                 state=_STATES.get(state, DomainState.NOSTATE),
                 reason=reason,
                 has_managed_save=bool(dom.hasManagedSaveImage(0)),
-                persistent=bool(dom.isPersistent()),
             )
 
         return self._call(status)

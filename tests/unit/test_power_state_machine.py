@@ -15,14 +15,20 @@ from generic.constants import (
     SUSPENDED,
 )
 from libvirt_provider.driver.base import DomainState, DomainStatus
-from libvirt_provider.power import PAUSED, PowerAction, decide_power, observed_power_state
+from libvirt_provider.power import (
+    PAUSED,
+    PowerAction,
+    decide_power,
+    is_settled,
+    observed_power_state,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 TIMEOUT = timedelta(seconds=60)
 
 
 def status(state: DomainState, *, saved: bool = False) -> DomainStatus:
-    return DomainStatus(state=state, reason=0, has_managed_save=saved, persistent=True)
+    return DomainStatus(state=state, reason=0, has_managed_save=saved)
 
 
 def decide(
@@ -192,3 +198,25 @@ class TestSuspend:
         action, settled, problem = decide(SUSPENDED, DomainState.SHUTOFF)
         assert (action, settled) == (PowerAction.NONE, True)
         assert problem is not None
+
+
+@pytest.mark.parametrize("desired", ["PoweredOn", "PoweredOff", "Suspended", "Rebooting"])
+@pytest.mark.parametrize("mode", ["Hard", "Soft", "TrySoft"])
+@pytest.mark.parametrize("saved", [False, True])
+@pytest.mark.parametrize("state", list(DomainState))
+def test_is_settled_agrees_with_every_decision(
+    desired: str, mode: str, saved: bool, state: DomainState
+) -> None:
+    status = DomainStatus(state=state, reason=0, has_managed_save=saved)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    for since in (None, now - timedelta(seconds=5), now - timedelta(hours=1)):
+        decision = decide_power(
+            desired=desired,
+            mode=mode,
+            status=status,
+            now=now,
+            graceful_since=since,
+            last_graceful_request=since,
+            timeout=timedelta(seconds=30),
+        )
+        assert decision.settled == is_settled(desired, status)
