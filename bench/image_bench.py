@@ -54,7 +54,8 @@ from libvirt_provider import images  # noqa: E402
 from libvirt_provider.driver.base import OverlaySpec  # noqa: E402
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor  # noqa: E402
 from libvirt_provider.errors import NotFoundError, RetryableError  # noqa: E402
-from libvirt_provider.images import ImageImporter, marker_name  # noqa: E402
+from libvirt_provider.image_names import marker_name  # noqa: E402
+from libvirt_provider.images import ImageImporter  # noqa: E402
 from libvirt_provider.resolved import BaseImage  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "vm-api-lab" / "bench"

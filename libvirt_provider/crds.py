@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from catalog.image import LibvirtImageSpec, LibvirtImageStatus
 from catalog.machineclass import LibvirtMachineClassSpec
@@ -160,10 +159,6 @@ def crd_path(spec: CrdSpec) -> Path:
 
 def crd_yaml(spec: CrdSpec) -> str:
     return render_yaml(build_crd(spec), generator_module="libvirt_provider.crds")
-
-
-def crd_dicts() -> list[dict[str, Any]]:
-    return [build_crd(spec) for spec in CRDS]
 
 
 def main(argv: list[str] | None = None) -> int:

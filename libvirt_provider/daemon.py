@@ -287,9 +287,10 @@ def run(cfg: DaemonConfig) -> int:
     hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
 
     def import_changed(base: BaseImage) -> None:
-        # Machines waiting for an image are woken when its import progresses, ends or fails, and
-        # the image's status follows.
-        controller.wake_all()
+        # The image's status follows every change. Machines waiting for the image look again on
+        # their own every few seconds while it runs; they are woken at once when it ends.
+        if not images.running(base):
+            controller.wake_all()
         cache.import_changed(base)
 
     images = ImageImporter(hypervisor, on_change=import_changed)

@@ -207,7 +207,7 @@ class ImageCache:
         update = hosts_update(self._host, states_of)
         for image in images:
             name = (image.get("metadata") or {}).get("name")
-            if not isinstance(name, str) or update(image) is None:
+            if not isinstance(name, str):
                 continue
             try:
                 self._store.update_image_hosts(name, update, current=image)
@@ -272,10 +272,7 @@ class ImageCache:
         states = []
         for pool in sorted(self._hv.host_facts().pools):
             record = records.get((pool, volume))
-            verified = (
-                self._hv.find_volume(pool, volume) is not None
-                and self._hv.find_volume(pool, marker_name(volume)) is not None
-            )
+            verified = self._importer.verified(pool, volume)
             if verified or record is not None:
                 states.append(_state(pool, volume, verified, record))
         return states

@@ -22,8 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.image import ImageFormat
-from libvirt_provider.image_names import base_volume_name, marker_name, parse_cached_name
+from libvirt_provider.image_names import image_base_name, marker_name, parse_cached_name
 
 __all__ = [
     "CachedBase",
@@ -69,17 +68,13 @@ def references(images: Iterable[Mapping[str, Any]]) -> References:
     names: set[str] = set()
     volumes: set[Key] = set()
     for obj in images:
-        spec = obj.get("spec") if isinstance(obj, Mapping) else None
-        if not isinstance(spec, Mapping):
+        if not isinstance(obj, Mapping):
             continue
-        source = spec.get("source")
-        if not isinstance(source, Mapping):
-            continue
-        fmt = spec.get("format") or ImageFormat.QCOW2.value
-        http = source.get("http")
-        if isinstance(http, Mapping) and isinstance(http.get("sha256"), str):
-            names.add(base_volume_name(http["sha256"], str(fmt)))
-        volume = source.get("volume")
+        if (base := image_base_name(obj)) is not None:
+            names.add(base)
+        spec = obj.get("spec")
+        source = spec.get("source") if isinstance(spec, Mapping) else None
+        volume = source.get("volume") if isinstance(source, Mapping) else None
         if isinstance(volume, Mapping):
             pool, name = volume.get("pool"), volume.get("volume")
             if isinstance(pool, str) and isinstance(name, str):

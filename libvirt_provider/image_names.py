@@ -9,9 +9,19 @@ it is not ours.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["CachedName", "base_volume_name", "marker_name", "parse_cached_name"]
+from catalog.image import ImageFormat
+
+__all__ = [
+    "CachedName",
+    "base_volume_name",
+    "image_base_name",
+    "marker_name",
+    "parse_cached_name",
+]
 
 _PREFIX = "image-"
 _MARKER_SUFFIX = ".verified"
@@ -43,3 +53,15 @@ def parse_cached_name(name: str) -> CachedName | None:
         return None
     marker = match.group(3) is not None
     return CachedName(base=name.removesuffix(_MARKER_SUFFIX) if marker else name, marker=marker)
+
+
+def image_base_name(image: Mapping[str, Any]) -> str | None:
+    """The cached base an http image resolves to; None for a pool-volume image (not imported)."""
+    spec = image.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    source = spec.get("source")
+    http = source.get("http") if isinstance(source, Mapping) else None
+    if not isinstance(http, Mapping) or not isinstance(http.get("sha256"), str):
+        return None
+    return base_volume_name(http["sha256"], str(spec.get("format") or ImageFormat.QCOW2.value))

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.image import ImageFormat, ImageHostStatus, ImagePhase
-from libvirt_provider.image_names import base_volume_name
+from catalog.image import ImageHostStatus, ImagePhase
+from libvirt_provider.image_names import image_base_name
 
-__all__ = ["BaseState", "host_entry", "hosts_update", "image_base_name", "merge_hosts"]
+__all__ = ["BaseState", "host_entry", "hosts_update", "merge_hosts"]
 
 Obj = dict[str, Any]
 
@@ -89,18 +89,6 @@ def merge_hosts(current: Sequence[Any], host: str, entry: Obj | None) -> list[An
     if entry is not None and not placed:
         merged.append(entry)
     return merged
-
-
-def image_base_name(image: Mapping[str, Any]) -> str | None:
-    """The cached base an http image resolves to; None for a pool-volume image (not imported)."""
-    spec = image.get("spec")
-    if not isinstance(spec, Mapping):
-        return None
-    source = spec.get("source")
-    http = source.get("http") if isinstance(source, Mapping) else None
-    if not isinstance(http, Mapping) or not isinstance(http.get("sha256"), str):
-        return None
-    return base_volume_name(http["sha256"], str(spec.get("format") or ImageFormat.QCOW2.value))
 
 
 def hosts_update(

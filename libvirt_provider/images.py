@@ -40,7 +40,7 @@ from libvirt_provider.hashing import BackgroundDigest
 from libvirt_provider.image_names import marker_name
 from libvirt_provider.resolved import BaseImage
 
-__all__ = ["ImageImporter", "ImportRecord", "ImportState", "marker_name"]
+__all__ = ["ImageImporter", "ImportRecord", "ImportState"]
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class ImageImporter:
                 and time.monotonic() - job.finished_at < self._retry_after
             ):
                 return ImportState(False, failed=True, message=job.error)
-        if self._verified(base):
+        if self.verified(base.pool, base.volume):
             with self._lock:
                 # The collector may have claimed it between the lookup and here.
                 if key in self._collecting:
@@ -193,10 +193,12 @@ class ImageImporter:
                 for key in claimed:
                     self._handed_out.pop(key, None)
 
-    def _verified(self, base: BaseImage) -> bool:
-        volume = self._hv.find_volume(base.pool, base.volume)
-        marker = self._hv.find_volume(base.pool, marker_name(base.volume))
-        return volume is not None and marker is not None
+    def verified(self, pool: str, volume: str) -> bool:
+        """Whether `pool` holds the base `volume` with its marker: complete and checked."""
+        return (
+            self._hv.find_volume(pool, volume) is not None
+            and self._hv.find_volume(pool, marker_name(volume)) is not None
+        )
 
     def _download(self, base: BaseImage, job: _Job) -> None:
         assert base.url is not None

@@ -20,8 +20,10 @@ from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from generic import constants as vmapi
+from generic.adapters.kube import REQUEST_TIMEOUT
 from libvirt_provider import constants as c
 from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, RetryableError
 
@@ -49,7 +51,7 @@ def _translated() -> Iterator[None]:
         if err.status in (400, 403, 422):
             raise PermanentError(message) from err
         raise RetryableError(message) from err
-    except OSError as err:  # connection refused, reset, timeout
+    except (HTTPError, OSError) as err:  # refused, reset, timed out (urllib3 wraps some)
         raise RetryableError(f"Kubernetes API unreachable: {err}") from err
 
 
@@ -75,7 +77,7 @@ class KubeAdapter:
                 return cast(
                     Obj,
                     self._custom.get_namespaced_custom_object(
-                        group, version, namespace, plural, name
+                        group, version, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT
                     ),
                 )
         except NotFoundError:
@@ -87,7 +89,7 @@ class KubeAdapter:
                 return cast(
                     Obj,
                     self._custom.get_cluster_custom_object(
-                        c.GROUP, c.VERSION, c.IMAGE_PLURAL, name
+                        c.GROUP, c.VERSION, c.IMAGE_PLURAL, name, _request_timeout=REQUEST_TIMEOUT
                     ),
                 )
         except NotFoundError:
@@ -95,14 +97,21 @@ class KubeAdapter:
 
     def list_cluster(self, plural: str) -> list[Obj]:
         with _translated():
-            listing = cast(Obj, self._custom.list_cluster_custom_object(c.GROUP, c.VERSION, plural))
+            listing = cast(
+                Obj,
+                self._custom.list_cluster_custom_object(
+                    c.GROUP, c.VERSION, plural, _request_timeout=REQUEST_TIMEOUT
+                ),
+            )
         return list(listing.get("items") or [])
 
     def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
         """The Secret's base64-encoded data; None when the Secret does not exist."""
         try:
             with _translated():
-                secret = self._core.read_namespaced_secret(name, namespace)
+                secret = self._core.read_namespaced_secret(
+                    name, namespace, _request_timeout=REQUEST_TIMEOUT
+                )
         except NotFoundError:
             return None
         return {k: str(v) for k, v in (secret.data or {}).items()}
@@ -112,7 +121,13 @@ class KubeAdapter:
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
         with _translated():
             self._custom.patch_namespaced_custom_object_status(
-                c.GROUP, c.VERSION, namespace, c.MACHINE_PLURAL, name, {"status": status}
+                c.GROUP,
+                c.VERSION,
+                namespace,
+                c.MACHINE_PLURAL,
+                name,
+                {"status": status},
+                _request_timeout=REQUEST_TIMEOUT,
             )
 
     def update_image_hosts(
@@ -143,7 +158,12 @@ class KubeAdapter:
             try:
                 with _translated():
                     self._custom.patch_cluster_custom_object_status(
-                        c.GROUP, c.VERSION, c.IMAGE_PLURAL, name, body
+                        c.GROUP,
+                        c.VERSION,
+                        c.IMAGE_PLURAL,
+                        name,
+                        body,
+                        _request_timeout=REQUEST_TIMEOUT,
                     )
                 return True
             except ConflictError:
@@ -160,7 +180,13 @@ class KubeAdapter:
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
         with _translated():
             self._custom.patch_namespaced_custom_object(
-                c.GROUP, c.VERSION, namespace, c.MACHINE_PLURAL, name, body
+                c.GROUP,
+                c.VERSION,
+                namespace,
+                c.MACHINE_PLURAL,
+                name,
+                body,
+                _request_timeout=REQUEST_TIMEOUT,
             )
 
     def event(self, obj: Obj, *, reason: str, message: str, warning: bool = False) -> None:
@@ -192,6 +218,8 @@ class KubeAdapter:
         )
         try:
             with _translated():
-                self._core.create_namespaced_event(namespace, body)
+                self._core.create_namespaced_event(
+                    namespace, body, _request_timeout=REQUEST_TIMEOUT
+                )
         except (RetryableError, PermanentError, ConflictError, NotFoundError) as err:
             log.warning("could not record event %s on %s: %s", reason, meta.get("name"), err)

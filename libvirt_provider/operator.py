@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Hashable
 from typing import Any
 
 import kopf
 
 from catalog.constants import GROUP, VERSION
 from generic import constants as vmapi
+from generic.adapters.controller import vm_fingerprint
+from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.workqueue import WorkerPool, WorkQueue
 from libvirt_provider import constants as c
 from libvirt_provider.image_cache import ImageCache
@@ -44,16 +47,8 @@ KOPF_PREFIX = "provider.infrastructure.vm-api.io"
 
 
 def configure_settings(settings: kopf.OperatorSettings) -> None:
-    """kopf settings of the provider's operator: its own names, and watches that self-heal."""
-    settings.persistence.finalizer = f"{KOPF_PREFIX}/kopf-finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=KOPF_PREFIX, key="last-handled-configuration"
-    )
-    settings.watching.server_timeout = 240
-    settings.watching.client_timeout = 270
-    settings.watching.connect_timeout = 10
-    settings.posting.level = logging.WARNING
+    """kopf settings of the provider's operator: the generic controller's, under its own names."""
+    configure_generic_settings(settings, prefix=KOPF_PREFIX)
 
 
 class MachineController:
@@ -85,7 +80,9 @@ class MachineController:
         key = MachineKey(namespace, name)
         with self._lock:
             if deleted:
-                self._known.pop(key, None)
+                gone = self._known.pop(key, None)
+                if gone is not None:
+                    self._by_uid.pop(gone, None)
             elif uid:
                 self._known[key] = uid
                 self._by_uid[uid] = key
@@ -143,20 +140,38 @@ class SpecChanges:
         return not known or generation is None or generation != before
 
 
+class _VmFingerprints:
+    """The last fingerprint seen per VM (`generic.adapters.controller.vm_fingerprint`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], Hashable] = {}
+
+    def changed(self, key: tuple[str, str], event: kopf.RawEvent, meta: kopf.Meta) -> bool:
+        with self._lock:
+            if event.get("type") == "DELETED":
+                self._seen.pop(key, None)
+                return True
+            fingerprint = vm_fingerprint(meta)
+            before = self._seen.get(key)
+            self._seen[key] = fingerprint
+        return before != fingerprint
+
+
 def register(
     registry: kopf.OperatorRegistry,
     *,
     controller: MachineController,
     host: str,
-    images: ImageCache | None = None,
+    images: ImageCache,
 ) -> None:
     """Put the LibvirtMachine controller's watches on `registry`."""
     on_host = {c.HOST_LABEL: host}
     image_specs = SpecChanges()
+    vm_events = _VmFingerprints()
 
     @kopf.on.startup(registry=registry, id="libvirt-machine/startup")
-    def _start(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure_settings(settings)
+    def _start(**_: Any) -> None:
         controller.start()
 
     @kopf.on.cleanup(registry=registry, id="libvirt-machine/cleanup")
@@ -170,15 +185,19 @@ def register(
         deleted = event.get("type") == "DELETED"
         if meta.namespace and meta.name:
             controller.on_machine(meta.namespace, meta.name, meta.uid, deleted=deleted)
-        if deleted and images is not None:
+        if deleted:
             images.request_pass()
 
     @kopf.on.event(
         vmapi.GROUP, vmapi.VERSION, vmapi.PLURAL, registry=registry, id="libvirt-machine/vm"
     )
-    def _vm(spec: kopf.Spec, meta: kopf.Meta, **_: Any) -> None:
+    def _vm(event: kopf.RawEvent, spec: kopf.Spec, meta: kopf.Meta, **_: Any) -> None:
         ref = spec.get("infrastructureRef") or {}
-        if ref.get("apiGroup") == GROUP and ref.get("kind") == c.MACHINE_KIND and meta.namespace:
+        if ref.get("apiGroup") != GROUP or ref.get("kind") != c.MACHINE_KIND or not meta.namespace:
+            return
+        # The generic controller mirrors every machine status write into the VM's status; such
+        # an event changes nothing the machine's reconcile reads (spec, identity, deletion).
+        if vm_events.changed((meta.namespace, str(meta.name)), event, meta):
             controller.on_linked_vm(MachineKey(meta.namespace, str(ref.get("name"))))
 
     @kopf.on.event(
@@ -193,8 +212,7 @@ def register(
         )
         if changed:
             controller.wake_all()
-            if images is not None:
-                images.request_pass()
+            images.request_pass()
 
     for plural in (
         c.MACHINE_CLASS_PLURAL,

@@ -1,7 +1,7 @@
 """The domain XML renderer: a pure function from a resolved `DomainSpec` to libvirt domain XML.
 
 Split by area, one small module each (`compute`, `firmware`, `disks`, `nics`, `cloudinit`,
-`console`, `metadata`), assembled in `domain`; `devices` gives single devices for hot-plug. It
+`console`, `metadata`), assembled in `domain`. It
 builds the tree with lxml, never by string concatenation, so every value is escaped by
 construction. It refuses to invent anything libvirt
 knows better: no PCI addresses, no firmware paths, no emulator path. libvirt fills those in.
@@ -9,17 +9,9 @@ knows better: no PCI addresses, no firmware paths, no emulator path. libvirt fil
 
 from __future__ import annotations
 
-from libvirt_provider.render.devices import (
-    cloud_init_device_xml,
-    disk_device_xml,
-    interface_device_xml,
-)
 from libvirt_provider.render.domain import render_domain, render_domain_xml
 
 __all__ = [
-    "cloud_init_device_xml",
-    "disk_device_xml",
-    "interface_device_xml",
     "render_domain",
     "render_domain_xml",
 ]

@@ -211,12 +211,7 @@ def _parse(
     try:
         return model.model_validate(value)
     except ValidationError as error:
-        # include_input=False: the rejected value itself never reaches a message.
-        for detail in error.errors(include_input=False, include_url=False):
-            path = ".".join(str(part) for part in detail["loc"])
-            out.append(
-                Problem(REASON_INVALID_SPEC, f"{where}.{path}" if path else where, detail["msg"])
-            )
+        out.extend(validation_problems(error, where))
         return None
 
 
