@@ -18,6 +18,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from generic.conditions import find_condition
 from tests.e2e.conftest import REPO, LabInfo
 from tests.eventually import eventually
 
@@ -213,10 +214,35 @@ def get(api_client: client.ApiClient, ns: str, name: str, *, vm: bool) -> dict[s
 
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
+    return dict(find_condition(((obj or {}).get("status") or {}).get("conditions"), type_) or {})
+
+
+def vm_status(api_client: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    """The VirtualMachine's status ({} while it has none or is gone)."""
+    return dict((get(api_client, ns, name, vm=True) or {}).get("status") or {})
+
+
+def wait_ready(
+    api_client: client.ApiClient,
+    ns: str,
+    name: str,
+    *,
+    what: str,
+    addresses: bool = False,
+    timeout: float = 240,
+) -> dict[str, Any]:
+    """The VM's status once it is Ready (and, with `addresses`, reports one), read once a poll."""
+    found: dict[str, Any] = eventually(
+        lambda: (
+            (s := vm_status(api_client, ns, name)).get("ready")
+            and (not addresses or s.get("addresses"))
+            and s
+        ),
+        timeout=timeout,
+        interval=1,
+        what=what,
+    )
+    return found
 
 
 def patch_vm(api_client: client.ApiClient, ns: str, name: str, spec: dict[str, Any]) -> None:

@@ -15,7 +15,15 @@ from kubernetes import client
 
 from libvirt_provider import naming
 from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import condition, create, get, pair, patch_vm
+from tests.e2e.provider.conftest import (
+    condition,
+    create,
+    get,
+    pair,
+    patch_vm,
+    vm_status,
+    wait_ready,
+)
 from tests.eventually import eventually
 
 USER_DATA = b"#cloud-config\n# vmapi-marker: hello-from-user-data\n# vmapi-ignore-acpi\n"
@@ -41,15 +49,10 @@ def test_soft_never_forces_a_stubborn_guest_and_try_soft_does(
     docs[1]["spec"]["gracefulShutdownTimeoutSeconds"] = 8
     create(api_client, docs)
 
-    def vm_status() -> dict[str, Any]:
-        return (get(api_client, ns, "stubborn", vm=True) or {}).get("status") or {}
+    def status() -> dict[str, Any]:
+        return vm_status(api_client, ns, "stubborn")
 
-    eventually(
-        lambda: vm_status().get("ready") and vm_status().get("addresses"),
-        timeout=240,
-        interval=1,
-        what="Ready with an address",
-    )
+    wait_ready(api_client, ns, "stubborn", addresses=True, what="Ready with an address")
     dom = virt.lookupByName(naming.domain_name(ns, "stubborn"))
 
     patch_vm(api_client, ns, "stubborn", {"powerState": "PoweredOff", "powerOffMode": "Soft"})
@@ -68,7 +71,7 @@ def test_soft_never_forces_a_stubborn_guest_and_try_soft_does(
 
     patch_vm(api_client, ns, "stubborn", {"powerOffMode": "TrySoft"})
     eventually(
-        lambda: vm_status().get("powerState") == "PoweredOff",
+        lambda: status().get("powerState") == "PoweredOff",
         timeout=120,
         interval=1,
         what="TrySoft forcing the power-off after the timeout",
@@ -77,16 +80,11 @@ def test_soft_never_forces_a_stubborn_guest_and_try_soft_does(
 
     # Hard does not ask at all: on again, then off without a single power-button press.
     patch_vm(api_client, ns, "stubborn", {"powerState": "PoweredOn"})
-    eventually(
-        lambda: vm_status().get("ready") and vm_status().get("addresses"),
-        timeout=240,
-        interval=1,
-        what="Ready again",
-    )
+    wait_ready(api_client, ns, "stubborn", addresses=True, what="Ready again")
     presses_before = _presses(api_client, ns)
     patch_vm(api_client, ns, "stubborn", {"powerState": "PoweredOff", "powerOffMode": "Hard"})
     eventually(
-        lambda: vm_status().get("powerState") == "PoweredOff",
+        lambda: status().get("powerState") == "PoweredOff",
         timeout=30,
         interval=0.5,
         what="Hard power-off",

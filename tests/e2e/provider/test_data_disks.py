@@ -17,6 +17,7 @@ from tests.e2e.provider.conftest import (
     machine_volumes,
     pair,
     patch_vm,
+    wait_ready,
 )
 from tests.eventually import eventually
 
@@ -31,12 +32,7 @@ def test_blank_data_disks_follow_the_machine_and_delete_on_termination(
         {"name": "keep", "source": {"blank": True}, "sizeGiB": 1, "deleteOnTermination": False},
     ]
     create(api_client, pair(ns, "disky", vm_spec={"disks": disks}))
-    eventually(
-        lambda: ((get(api_client, ns, "disky", vm=True) or {}).get("status") or {}).get("ready"),
-        timeout=240,
-        interval=1,
-        what="the VM Ready with its data disks",
-    )
+    wait_ready(api_client, ns, "disky", what="the VM Ready with its data disks")
     domain = naming.domain_name(ns, "disky")
     owned = machine_volumes(virt, lab, f"{domain}--")
     assert len(owned) == 3, owned
@@ -86,12 +82,7 @@ def test_a_data_disk_from_an_image_is_an_overlay_hot_plugged_into_a_running_mach
     api_client: client.ApiClient, virt: libvirt.virConnect, lab: LabInfo, ns: str
 ) -> None:
     create(api_client, pair(ns, "copier"))
-    eventually(
-        lambda: ((get(api_client, ns, "copier", vm=True) or {}).get("status") or {}).get("ready"),
-        timeout=240,
-        interval=1,
-        what="the VM Ready",
-    )
+    wait_ready(api_client, ns, "copier", what="the VM Ready")
     domain = naming.domain_name(ns, "copier")
     dom = virt.lookupByName(domain)
     run_id = dom.ID()

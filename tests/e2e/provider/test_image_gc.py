@@ -21,7 +21,16 @@ from kubernetes import client
 
 from libvirt_provider import naming
 from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import GROUP, VM_GROUP, V, create, domain_names, get, pair
+from tests.e2e.provider.conftest import (
+    GROUP,
+    VM_GROUP,
+    V,
+    create,
+    domain_names,
+    get,
+    pair,
+    wait_ready,
+)
 from tests.e2e.provider.test_image_import import (
     Server,
     base_volumes,
@@ -99,12 +108,7 @@ def _machine_on(api_client: client.ApiClient, ns: str, vm: str, image: str) -> N
     docs = pair(ns, vm)
     docs[0]["spec"]["bootDisk"]["source"]["image"]["name"] = image
     create(api_client, docs)
-    eventually(
-        lambda: ((get(api_client, ns, vm, vm=True) or {}).get("status") or {}).get("ready"),
-        timeout=300,
-        interval=1,
-        what=f"VM {vm} Ready on the imported image",
-    )
+    wait_ready(api_client, ns, vm, timeout=300, what=f"VM {vm} Ready on the imported image")
 
 
 def _delete_machine(api_client: client.ApiClient, ns: str, vm: str) -> None:

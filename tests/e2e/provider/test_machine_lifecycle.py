@@ -31,6 +31,7 @@ from tests.e2e.provider.conftest import (
     machine_volumes,
     pair,
     patch_vm,
+    wait_ready,
 )
 from tests.eventually import eventually
 
@@ -191,12 +192,7 @@ def test_two_vms_claiming_one_machine_build_one_domain(
     second = pair(ns, "intruder")[0]
     second["spec"]["infrastructureRef"]["name"] = "shared"
     create(api_client, [first, machine])
-    eventually(
-        lambda: ((get(api_client, ns, "shared", vm=True) or {}).get("status") or {}).get("ready"),
-        timeout=240,
-        interval=1,
-        what="the linked VM Ready",
-    )
+    wait_ready(api_client, ns, "shared", what="the linked VM Ready")
     create(api_client, [second])
     cond = eventually(
         lambda: condition(get(api_client, ns, "intruder", vm=True), "InfrastructureReady") or None,

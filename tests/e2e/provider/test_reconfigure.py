@@ -28,24 +28,10 @@ from tests.e2e.provider.conftest import (
     machine_volumes,
     pair,
     patch_vm,
+    vm_status,
+    wait_ready,
 )
 from tests.eventually import eventually
-
-
-def _vm_status(api_client: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
-    return (get(api_client, ns, name, vm=True) or {}).get("status") or {}
-
-
-def _wait_ready(api_client: client.ApiClient, ns: str, name: str, what: str) -> None:
-    eventually(
-        lambda: (
-            _vm_status(api_client, ns, name).get("ready")
-            and _vm_status(api_client, ns, name).get("addresses")
-        ),
-        timeout=240,
-        interval=1,
-        what=what,
-    )
 
 
 def _up_to_date(api_client: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
@@ -91,7 +77,7 @@ def test_the_guest_reads_its_cloud_init_and_a_changed_secret_waits_for_a_power_c
             },
         ),
     )
-    _wait_ready(api_client, ns, "told", "Ready with an address")
+    wait_ready(api_client, ns, "told", addresses=True, what="Ready with an address")
     domain = naming.domain_name(ns, "told")
     log = Path(console_log_dir(lab)) / f"{domain}.serial.log"
     eventually(
@@ -114,7 +100,7 @@ def test_the_guest_reads_its_cloud_init_and_a_changed_secret_waits_for_a_power_c
     patch_vm(api_client, ns, "told", {"powerState": "PoweredOff", "powerOffMode": "Hard"})
     eventually(
         lambda: (
-            _vm_status(api_client, ns, "told").get("powerState") == "PoweredOff"
+            vm_status(api_client, ns, "told").get("powerState") == "PoweredOff"
             and _up_to_date(api_client, ns, "told").get("status") == "True"
         ),
         timeout=60,
@@ -156,7 +142,7 @@ def test_sizes_and_nics_change_live_and_more_slots_wait_for_a_power_cycle(
     )
     docs[1]["spec"]["hotplug"] = {"maxCPUs": 2, "maxMemory": "512Mi"}
     create(api_client, docs)
-    _wait_ready(api_client, ns, "grow", "Ready with an address")
+    wait_ready(api_client, ns, "grow", addresses=True, what="Ready with an address")
     dom = virt.lookupByName(naming.domain_name(ns, "grow"))
     run_id = dom.ID()
 
@@ -205,7 +191,7 @@ def test_sizes_and_nics_change_live_and_more_slots_wait_for_a_power_cycle(
     patch_vm(api_client, ns, "grow", {"powerState": "PoweredOff", "powerOffMode": "Hard"})
     eventually(
         lambda: (
-            _vm_status(api_client, ns, "grow").get("powerState") == "PoweredOff"
+            vm_status(api_client, ns, "grow").get("powerState") == "PoweredOff"
             and _up_to_date(api_client, ns, "grow").get("status") == "True"
         ),
         timeout=60,
@@ -216,5 +202,5 @@ def test_sizes_and_nics_change_live_and_more_slots_wait_for_a_power_cycle(
     assert vcpu is not None
     assert (vcpu.text, vcpu.get("current")) == ("4", "3")
     patch_vm(api_client, ns, "grow", {"powerState": "PoweredOn"})
-    _wait_ready(api_client, ns, "grow", "Ready again with three vCPUs")
+    wait_ready(api_client, ns, "grow", addresses=True, what="Ready again with three vCPUs")
     assert live_vcpus() == 3

@@ -26,6 +26,7 @@ from tests.e2e.provider.conftest import (
     apply,
     condition,
     create,
+    domain_names,
     get,
     machine_volumes,
     pair,
@@ -157,7 +158,7 @@ def test_a_machine_deleted_while_it_is_being_created_leaks_nothing(
             timeout=120,
             what="the machine deleted",
         )
-    assert domain not in [d.name() for d in virt.listAllDomains(0)]
+    assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []
 
 
