@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,22 +31,11 @@ from generic.linking import (
     disowned_owner_references,
 )
 from generic.status import Observation, desired_status, status_patch
+from generic.workqueue import Outcome
 
 __all__ = ["Outcome", "Reconciler", "utc_now"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What the work queue should do with the key after this reconcile."""
-
-    retry: bool = False
-    """Back off and try again (exponentially, per key)."""
-    requeue_after: float | None = None
-    """Look again after this many seconds, independent of events."""
-    immediately: bool = False
-    """Look again now (an optimistic-concurrency conflict)."""
 
 
 _OWN_REASONS = frozenset({c.REASON_NOT_ADOPTED, c.REASON_INVALID_PROVIDER_STATUS})

@@ -6,6 +6,12 @@ shares with its other controllers), and the Kubernetes client blocks. So handler
 here; a fixed number of worker threads reconcile them, one key at a time per key (a key added
 while it is being processed is processed again afterwards, never concurrently), with
 exponential backoff for failures and timed re-checks for kinds that are not watched.
+
+A key has at most one pending wake-up: a timed add keeps the earlier of the two times, and handing
+a key out drops its pending one, since the pass that runs decides afresh when to look again.
+Without that, every event would start a timer chain of its own that never merges with the others.
+Backoff delays carry jitter, so keys that failed together (libvirtd restarting) do not all come
+back in the same instant.
 """
 
 from __future__ import annotations
@@ -13,16 +19,30 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["WorkQueue", "WorkerPool"]
+__all__ = ["Outcome", "WorkQueue", "WorkerPool"]
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the work queue should do with a key after one pass over it."""
+
+    retry: bool = False
+    """Back off and try again (exponentially, per key)."""
+    requeue_after: float | None = None
+    """Look again after this many seconds, independent of events."""
+    immediately: bool = False
+    """Look again now (an optimistic-concurrency conflict)."""
 
 
 class WorkQueue(Generic[K]):
@@ -33,16 +53,22 @@ class WorkQueue(Generic[K]):
         *,
         base_delay: float = 0.5,
         max_delay: float = 300.0,
+        jitter: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
     ) -> None:
         self._base = base_delay
         self._max = max_delay
+        self._jitter = jitter
         self._clock = clock
+        self._rng = rng
         self._lock = threading.Condition()
         self._ready: deque[K] = deque()
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
         self._delayed: list[tuple[float, int, K, int | None]] = []
+        # The one pending wake-up per key, as (due, seq); heap entries not named here are stale.
+        self._pending: dict[K, tuple[float, int]] = {}
         self._seq = itertools.count()
         self._failures: dict[K, int] = {}
         self._retry_epoch: dict[K, int] = {}
@@ -69,19 +95,39 @@ class WorkQueue(Generic[K]):
             self.add(key)
             return
         with self._lock:
-            entry = (self._clock() + delay, next(self._seq), key, epoch)
-            heapq.heappush(self._delayed, entry)
+            if self._closed:
+                return
+            due = self._clock() + delay
+            pending = self._pending.get(key)
+            if pending is not None and pending[0] <= due:
+                return
+            seq = next(self._seq)
+            self._pending[key] = (due, seq)
+            heapq.heappush(self._delayed, (due, seq, key, epoch))
             self._lock.notify()
 
     def add_rate_limited(self, key: K) -> float:
-        """Add `key` after its backoff delay (doubling per consecutive failure); returns it."""
+        """Add `key` after its backoff delay (doubling per consecutive failure, up to the cap,
+        with jitter of +/- the jitter fraction); returns the delay."""
         with self._lock:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
             epoch = self._retry_epoch.get(key, 0)
-        delay: float = min(self._base * 2.0**failures, self._max)
+        delay: float = min(self._base * 2.0 ** min(failures, 64), self._max)
+        delay *= 1.0 + self._jitter * (2.0 * self._rng() - 1.0)
         self._add_after(key, delay, epoch=epoch)
         return delay
+
+    def settle(self, key: K, outcome: Outcome) -> None:
+        """Schedule `key` as a pass's `outcome` asks."""
+        if outcome.immediately:
+            self.add(key)
+        elif outcome.retry:
+            self.add_rate_limited(key)
+        else:
+            self.forget(key)
+            if outcome.requeue_after is not None:
+                self.add_after(key, outcome.requeue_after)
 
     def forget(self, key: K) -> None:
         """Reset the backoff of `key` (it succeeded) and drop the retries still pending for it.
@@ -92,6 +138,17 @@ class WorkQueue(Generic[K]):
         with self._lock:
             if self._failures.pop(key, None) is not None:
                 self._retry_epoch[key] = self._retry_epoch.get(key, 0) + 1
+                self._pending.pop(key, None)
+
+    def next_due(self) -> float | None:
+        """The clock time of the earliest pending wake-up, if any."""
+        with self._lock:
+            return min((due for due, _ in self._pending.values()), default=None)
+
+    def failures(self, key: K) -> int:
+        """Consecutive failures of `key` since it last succeeded."""
+        with self._lock:
+            return self._failures.get(key, 0)
 
     def get(self, timeout: float | None = None) -> K | None:
         """The next key to process, or None on shutdown or when `timeout` passes."""
@@ -104,6 +161,7 @@ class WorkQueue(Generic[K]):
                 if self._ready:
                     key = self._ready.popleft()
                     self._dirty.discard(key)
+                    self._pending.pop(key, None)
                     self._processing.add(key)
                     return key
                 wait = self._delayed[0][0] - self._clock() if self._delayed else None
@@ -117,7 +175,10 @@ class WorkQueue(Generic[K]):
     def _promote_due_locked(self) -> None:
         now = self._clock()
         while self._delayed and self._delayed[0][0] <= now:
-            _, _, key, epoch = heapq.heappop(self._delayed)
+            due, seq, key, epoch = heapq.heappop(self._delayed)
+            if self._pending.get(key) != (due, seq):
+                continue
+            del self._pending[key]
             if epoch is None or epoch == self._retry_epoch.get(key, 0):
                 self._add_locked(key)
 
@@ -136,7 +197,7 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._ready) + len(self._delayed)
+            return len(self._ready) + len(self._pending)
 
 
 class WorkerPool(Generic[K]):

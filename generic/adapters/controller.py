@@ -13,10 +13,11 @@ import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 
 from generic import metrics
 from generic.adapters.kube import KubeGateway
+from generic.adapters.kubeclient import load_kube_config
 from generic.adapters.watches import ProviderWatchHub
 from generic.reconciler import Reconciler
 from generic.workqueue import WorkerPool, WorkQueue
@@ -29,11 +30,7 @@ VmKey = tuple[str, str]
 
 
 def default_api_client() -> client.ApiClient:
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+    return load_kube_config(None)
 
 
 def namespace_filter(patterns: Sequence[str]) -> Callable[[str], bool]:
@@ -179,15 +176,10 @@ class GenericController:
             outcome = reconciler.run(*key)
         if outcome.immediately:
             metrics.RECONCILES.labels("conflict").inc()
-            self.queue.add(key)
-            return
-        if outcome.retry:
+        elif outcome.retry:
             metrics.RECONCILES.labels("retry").inc()
-            self.queue.add_rate_limited(key)
-            return
-        self.queue.forget(key)
-        if outcome.requeue_after is not None:
+        elif outcome.requeue_after is not None:
             metrics.RECONCILES.labels("requeue").inc()
-            self.queue.add_after(key, outcome.requeue_after)
         else:
             metrics.RECONCILES.labels("done").inc()
+        self.queue.settle(key, outcome)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from generic.workqueue import WorkerPool, WorkQueue
+from generic.workqueue import Outcome, WorkerPool, WorkQueue
 from tests.eventually import eventually
 
 
@@ -47,10 +47,49 @@ def test_delayed_keys_wait_for_their_time() -> None:
 
 
 def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
-    queue: WorkQueue[str] = WorkQueue(base_delay=1, max_delay=5, clock=Clock())
+    queue: WorkQueue[str] = WorkQueue(base_delay=1, max_delay=5, jitter=0, clock=Clock())
     assert [queue.add_rate_limited("a") for _ in range(5)] == [1, 2, 4, 5, 5]
     queue.forget("a")
     assert queue.add_rate_limited("a") == 1
+
+
+def test_backoff_jitter_stays_within_its_fraction() -> None:
+    draws = iter([0.0, 1.0, 0.5])
+    queue: WorkQueue[str] = WorkQueue(
+        base_delay=10, max_delay=1000, jitter=0.2, clock=Clock(), rng=lambda: next(draws)
+    )
+    assert [round(queue.add_rate_limited("a"), 6) for _ in range(3)] == [8.0, 24.0, 40.0]
+
+
+def test_backoff_of_a_huge_failure_count_stays_at_the_cap() -> None:
+    queue: WorkQueue[str] = WorkQueue(base_delay=1, max_delay=5, jitter=0, clock=Clock())
+    for _ in range(2000):
+        delay = queue.add_rate_limited("a")
+    assert delay == 5
+
+
+def test_a_key_has_one_pending_wake_up_the_earliest() -> None:
+    clock = Clock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    for delay in (5, 3, 9, 3, 4):
+        queue.add_after("a", delay)
+    assert len(queue) == 1
+    clock.now = 3
+    assert queue.get(timeout=0) == "a"
+    queue.done("a")
+    clock.now = 100
+    assert queue.get(timeout=0) is None  # the later times merged into the first
+
+
+def test_handing_a_key_out_drops_its_pending_wake_up() -> None:
+    clock = Clock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    queue.add_after("a", 5)
+    queue.add("a")
+    assert queue.get(timeout=0) == "a"
+    queue.done("a")
+    clock.now = 5
+    assert queue.get(timeout=0) is None  # the pass that ran decides when to look again
 
 
 def test_shutdown_releases_waiting_workers() -> None:
@@ -95,17 +134,16 @@ def test_pool_can_stop_and_start_again_without_losing_keys() -> None:
     pool.stop()
 
 
-def test_success_cancels_pending_retries_but_not_timed_rechecks() -> None:
+def test_success_cancels_the_pending_retry_and_keeps_its_own_recheck() -> None:
     clock = Clock()
-    queue: WorkQueue[str] = WorkQueue(base_delay=1, clock=clock)
+    queue: WorkQueue[str] = WorkQueue(base_delay=1, jitter=0, clock=clock)
     queue.add_rate_limited("a")
-    queue.add_after("a", 2)
-    queue.forget("a")
+    queue.settle("a", Outcome(requeue_after=2))
     clock.now = 1
     assert queue.get(timeout=0) is None  # the retry was cancelled
     clock.now = 2
-    assert queue.get(timeout=0) == "a"  # the timed re-check was not
+    assert queue.get(timeout=0) == "a"  # the re-check the success asked for was not
     queue.done("a")
-    queue.add_rate_limited("a")
+    queue.settle("a", Outcome(retry=True))
     clock.now = 3
     assert queue.get(timeout=0) == "a"  # a new failure retries again, from the base delay
