@@ -9,11 +9,9 @@ and Events. Kubernetes API errors become the provider's error classes here and n
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import random
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
@@ -23,7 +21,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from generic import constants as vmapi
-from generic.adapters.kube import REQUEST_TIMEOUT
+from generic.adapters.events import EventRecorder
+from generic.adapters.kubeclient import REQUEST_TIMEOUT
 from libvirt_provider import constants as c
 from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, RetryableError
 
@@ -60,6 +59,7 @@ class KubeAdapter:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._host = host
+        self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -190,36 +190,7 @@ class KubeAdapter:
             )
 
     def event(self, obj: Obj, *, reason: str, message: str, warning: bool = False) -> None:
-        """Record a Kubernetes Event on `obj`; failures are logged, never raised."""
-        meta = obj.get("metadata") or {}
-        now = dt.datetime.now(dt.UTC)
-        namespace = meta.get("namespace") or "default"
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                name=f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}", namespace=namespace
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version=obj.get("apiVersion"),
-                kind=obj.get("kind"),
-                name=meta.get("name"),
-                namespace=namespace,
-                uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion"),
-            ),
-            reason=reason,
-            message=message[:1024],
-            type="Warning" if warning else "Normal",
-            source=client.V1EventSource(component=COMPONENT, host=self._host),
-            reporting_component=COMPONENT,
-            reporting_instance=self._host,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
+        """Record a Kubernetes Event on `obj` (repeats are counted); never raises."""
+        self._events.record(
+            obj, type_="Warning" if warning else "Normal", reason=reason, message=message
         )
-        try:
-            with _translated():
-                self._core.create_namespaced_event(
-                    namespace, body, _request_timeout=REQUEST_TIMEOUT
-                )
-        except (RetryableError, PermanentError, ConflictError, NotFoundError) as err:
-            log.warning("could not record event %s on %s: %s", reason, meta.get("name"), err)

@@ -21,6 +21,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from generic import constants as c
+from generic.adapters.events import EventRecorder
+from generic.adapters.kubeclient import REQUEST_TIMEOUT
 from generic.errors import ApiError, ConflictError, GoneError, KindNotServedError
 from generic.gateway import EventType, ProviderKind
 
@@ -29,9 +31,6 @@ __all__ = ["KubeGateway", "translate_errors"]
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-REQUEST_TIMEOUT = (5.0, 30.0)
-"""(connect, read) seconds for every non-watch request: a hung call must not hold a worker."""
 
 
 @contextmanager
@@ -130,7 +129,11 @@ class KubeGateway:
         self._core = client.CoreV1Api(api)
         self._discovery = _Discovery(api, ttl=discovery_ttl, negative_ttl=negative_discovery_ttl)
         self._is_watched: Callable[[str, str], bool] = lambda _group, _kind: False
-        self._instance = f"{c.CONTROLLER_NAME}-{uuid.uuid4().hex[:8]}"
+        self._events = EventRecorder(
+            api,
+            component=c.CONTROLLER_NAME,
+            instance=f"{c.CONTROLLER_NAME}-{uuid.uuid4().hex[:8]}",
+        )
 
     def use_watch_status(self, is_watched: Callable[[str, str], bool]) -> None:
         """Tell resolved kinds whether their objects are watched (see `ProviderWatchHub`)."""
@@ -240,32 +243,6 @@ class KubeGateway:
     def post_event(
         self, vm: Mapping[str, Any], *, type_: EventType, reason: str, message: str
     ) -> None:
-        meta = vm["metadata"]
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        event = client.CoreV1Event.from_dict(
-            {
-                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}"},
-                "involvedObject": {
-                    "apiVersion": c.API_VERSION,
-                    "kind": c.KIND,
-                    "name": meta["name"],
-                    "namespace": meta["namespace"],
-                    "uid": meta.get("uid"),
-                    "resourceVersion": meta.get("resourceVersion"),
-                },
-                "type": type_,
-                "reason": reason,
-                "message": message[:1024],
-                "source": {"component": c.CONTROLLER_NAME},
-                "reportingComponent": c.CONTROLLER_NAME,
-                "reportingInstance": self._instance,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            }
+        self._events.record(
+            vm, type_=type_, reason=reason, message=message, api_version=c.API_VERSION, kind=c.KIND
         )
-        assert event is not None
-        with translate_errors("posting an Event"):
-            self._core.create_namespaced_event(
-                meta["namespace"], event, _request_timeout=REQUEST_TIMEOUT
-            )
