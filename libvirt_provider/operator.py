@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import kopf
@@ -39,7 +39,13 @@ from libvirt_provider import constants as c
 from libvirt_provider.image_cache import ImageCache
 from libvirt_provider.reconciler import MachineKey, MachineReconciler
 
-__all__ = ["MachineController", "SpecChanges", "configure_settings", "register"]
+__all__ = [
+    "MachineController",
+    "SpecChanges",
+    "configure_settings",
+    "machine_fingerprint",
+    "register",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +64,9 @@ class MachineController:
         self, reconciler: MachineReconciler, *, workers: int = 4, resync_seconds: float = 300.0
     ) -> None:
         self._reconciler = reconciler
-        self.queue: WorkQueue[MachineKey] = WorkQueue()
+        # Failures back off from 1 s, doubling, to 5 minutes: a machine whose step fails the same
+        # way each time costs about 20 attempts an hour.
+        self.queue: WorkQueue[MachineKey] = WorkQueue(base_delay=1.0, max_delay=300.0)
         self._pool = WorkerPool(self.queue, self._process, workers=workers, name="machine")
         self._resync_seconds = resync_seconds
         self._known: dict[MachineKey, str] = {}
@@ -113,10 +121,7 @@ class MachineController:
             self.wake_all()
 
     def _process(self, key: MachineKey) -> None:
-        delay = self._reconciler.reconcile(key)
-        self.queue.forget(key)
-        if delay is not None:
-            self.queue.add_after(key, delay)
+        self.queue.settle(key, self._reconciler.reconcile(key))
 
 
 class SpecChanges:
@@ -140,10 +145,22 @@ class SpecChanges:
         return not known or generation is None or generation != before
 
 
-class _VmFingerprints:
-    """The last fingerprint seen per VM (`generic.adapters.controller.vm_fingerprint`)."""
+def machine_fingerprint(meta: Mapping[str, Any]) -> Hashable:
+    """What of a LibvirtMachine's metadata its reconcile depends on; spec changes move
+    `generation`. An event that changes none of it is the echo of a status write (this daemon's
+    own): reconciling on it would turn every failed pass into an immediate retry."""
+    return (
+        vm_fingerprint(meta),
+        tuple(sorted((meta.get("labels") or {}).items())),
+        tuple(sorted((meta.get("annotations") or {}).items())),
+    )
 
-    def __init__(self) -> None:
+
+class _Fingerprints:
+    """The last fingerprint seen per object, to tell events worth a reconcile from echoes."""
+
+    def __init__(self, fingerprint: Callable[[Mapping[str, Any]], Hashable]) -> None:
+        self._fingerprint = fingerprint
         self._lock = threading.Lock()
         self._seen: dict[tuple[str, str], Hashable] = {}
 
@@ -152,7 +169,7 @@ class _VmFingerprints:
             if event.get("type") == "DELETED":
                 self._seen.pop(key, None)
                 return True
-            fingerprint = vm_fingerprint(meta)
+            fingerprint = self._fingerprint(meta)
             before = self._seen.get(key)
             self._seen[key] = fingerprint
         return before != fingerprint
@@ -168,7 +185,8 @@ def register(
     """Put the LibvirtMachine controller's watches on `registry`."""
     on_host = {c.HOST_LABEL: host}
     image_specs = SpecChanges()
-    vm_events = _VmFingerprints()
+    vm_events = _Fingerprints(vm_fingerprint)
+    machine_events = _Fingerprints(machine_fingerprint)
 
     @kopf.on.startup(registry=registry, id="libvirt-machine/startup")
     def _start(**_: Any) -> None:
@@ -183,7 +201,11 @@ def register(
     )
     def _machine(event: kopf.RawEvent, meta: kopf.Meta, **_: Any) -> None:
         deleted = event.get("type") == "DELETED"
-        if meta.namespace and meta.name:
+        if (
+            meta.namespace
+            and meta.name
+            and machine_events.changed((meta.namespace, meta.name), event, meta)
+        ):
             controller.on_machine(meta.namespace, meta.name, meta.uid, deleted=deleted)
         if deleted:
             images.request_pass()

@@ -10,7 +10,7 @@ Crash safety: the domain UUID is the LibvirtMachine's uid and every volume name 
 domain name, so a repeated step finds what an interrupted one made instead of making a second copy.
 When this pass creates a machine and a later step of the same pass fails, it removes what it made.
 
-Returns the delay before the next pass is wanted (None: only when something changes).
+Returns an `Outcome`: when to look again, or to back off after a failure.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from catalog.network import LibvirtNetwork
 from catalog.storage import LibvirtStorageClass
 from generic import constants as vmapi
 from generic.conditions import find_condition
+from generic.workqueue import Outcome
 from libvirt_provider import constants as c
 from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
@@ -82,10 +83,28 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 CONVERGING_DELAY = 2.0
-# No libvirt event announces a DHCP lease, so a running machine without an address is polled;
-# often enough that Ready follows the lease closely, cheap enough for many machines.
+CONVERGING = Outcome(requeue_after=CONVERGING_DELAY)
+DONE = Outcome()
+AGAIN = Outcome(immediately=True)
+# Failures go back to the work queue's per-machine exponential backoff (with jitter, capped):
+# a step that fails identically every time (a missing folder, a permission) is tried a few dozen
+# times an hour, never in a loop that creates and removes the domain.
+RETRY = Outcome(retry=True)
+# No libvirt event announces a DHCP lease, so a running machine without an address is polled:
+# every half second for the first minute, so Ready follows the lease closely; after that at a
+# tenth of the time waited so far (at most every 30 s), so a guest that never takes an address
+# costs a few passes an hour, not thousands.
 ADDRESS_POLL_DELAY = 0.5
-RETRY_DELAY = 10.0
+ADDRESS_POLL_PATIENCE = 60.0
+ADDRESS_POLL_MAX = 30.0
+
+
+def address_poll_delay(waited: float) -> float:
+    """Seconds until the next look for an address, after `waited` seconds without one."""
+    if waited < ADDRESS_POLL_PATIENCE:
+        return ADDRESS_POLL_DELAY
+    return min(ADDRESS_POLL_MAX, waited / 10.0)
+
 
 # Condition reasons of the provider's own (the contract copies them verbatim to the VM).
 REASON_RUNNING = "Running"
@@ -169,20 +188,22 @@ class MachineReconciler:
         self._host = host
         self._clock = clock
         self._graceful: dict[str, _Graceful] = {}
+        # Since when each running machine has been waiting for its first address.
+        self._address_wait: dict[str, dt.datetime] = {}
 
     # -- entry -------------------------------------------------------------------------------
 
-    def reconcile(self, key: MachineKey) -> float | None:
+    def reconcile(self, key: MachineKey) -> Outcome:
         obj = self._store.get_machine(key.namespace, key.name)
         if obj is None:
-            return None
+            return DONE
         try:
             machine = LibvirtMachine.model_validate(obj)
         except ValidationError as err:
             self._report_invalid(obj, err)
-            return None
+            return DONE
         if machine.metadata.labels.get(c.HOST_LABEL) != self._host:
-            return None  # another host's machine: its own daemon reconciles it
+            return DONE  # another host's machine: its own daemon reconciles it
         p = _Pass(
             obj=obj,
             machine=machine,
@@ -192,28 +213,30 @@ class MachineReconciler:
             return self._delete(p)
         if c.FINALIZER not in ((obj.get("metadata") or {}).get("finalizers") or []):
             self._add_finalizer(p)
-            return 0.0
+            return AGAIN
         try:
-            delay = self._converge(p)
+            outcome = self._converge(p)
         except RetryableError as err:
-            self._fail(p, vmapi.REASON_PROVIDER_ERROR, f"libvirt is unavailable: {err}")
-            delay = RETRY_DELAY
+            self._fail(
+                p, vmapi.REASON_PROVIDER_ERROR, f"libvirt failed (retrying with backoff): {err}"
+            )
+            outcome = RETRY
         except ProviderError as err:
             self._fail(p, vmapi.REASON_PROVIDER_ERROR, str(err))
-            delay = RETRY_DELAY
+            outcome = RETRY
         self._write_status(p)
-        return delay
+        return outcome
 
     # -- the normal path ---------------------------------------------------------------------
 
-    def _converge(self, p: _Pass) -> float | None:
+    def _converge(self, p: _Pass) -> Outcome:
         meta = p.machine.metadata
         vm_name = meta.annotations.get(vmapi.LINK_ANNOTATION)
         vm_obj = self._store.get_virtual_machine(meta.namespace, vm_name) if vm_name else None
         link = check_link(p.obj, vm_obj)
         if not link.linked or vm_obj is None:
             self._fail(p, link.reason or "NotLinked", link.message or "not linked")
-            return None
+            return DONE
         p.linked_vm = vm_obj
         spec = vm_obj.get("spec") or {}
         desired_power = str(spec.get("powerState") or vmapi.POWERED_ON)
@@ -223,7 +246,7 @@ class MachineReconciler:
             existing = self._hv.lookup(uuid=meta.uid, name=p.domain_name)
         except ForeignDomainError as err:
             self._fail(p, REASON_FOREIGN_DOMAIN, str(err))
-            return None
+            return DONE
 
         resolution = self._resolve(p, vm_obj)
         if resolution.machine is None:
@@ -231,14 +254,14 @@ class MachineReconciler:
             if existing is not None:
                 p.domain_uuid = existing.uuid
                 p.power_state = observed_power_state(self._hv.status(existing.uuid))
-            return None
+            return DONE
         plan = resolution.machine
         if existing is None:
             waiting = self._wait_for_images(p, plan)
             if waiting is not None:
                 return waiting
             self._create(p, plan, desired_power)
-            return CONVERGING_DELAY
+            return CONVERGING
         p.domain_uuid = existing.uuid
         # Updating the definition, live changes and disk growth leave the power state as it is:
         # one read serves them and the power decision.
@@ -319,7 +342,7 @@ class MachineReconciler:
             up_to_date_message="the domain matches the spec",
         )
 
-    def _wait_for_images(self, p: _Pass, plan: ResolvedMachine) -> float | None:
+    def _wait_for_images(self, p: _Pass, plan: ResolvedMachine) -> Outcome | None:
         """None when every base image is in the pool; else report the import and come back."""
         for volume in plan.volumes:
             if volume.base is None:
@@ -330,7 +353,7 @@ class MachineReconciler:
             name = volume.base.image
             if state.failed:
                 self._fail(p, REASON_IMAGE_IMPORT_FAILED, f"image {name!r}: {state.message}")
-                return RETRY_DELAY
+                return RETRY
             progress = (
                 f"{state.bytes_done} of {state.bytes_total} bytes"
                 if state.bytes_total
@@ -344,7 +367,7 @@ class MachineReconciler:
                 up_to_date_reason=REASON_IMPORTING_IMAGE,
                 up_to_date_message="the machine is created once its image is imported",
             )
-            return CONVERGING_DELAY
+            return CONVERGING
         return None
 
     def _undo_create(self, p: _Pass, *, defined: bool, volumes: list[tuple[str, str]]) -> None:
@@ -360,7 +383,7 @@ class MachineReconciler:
 
     def _power_and_observe(
         self, p: _Pass, plan: ResolvedMachine, desired: str, mode: str, status: DomainStatus
-    ) -> float | None:
+    ) -> Outcome:
         uuid = str(plan.domain.uuid)
         now = self._clock()
         if desired == vmapi.POWERED_OFF and uuid not in self._graceful:
@@ -398,10 +421,12 @@ class MachineReconciler:
         settled = is_settled(desired, status)
         p.readiness = self._readiness(p, desired, settled, decision.problem)
         if not settled:
-            return CONVERGING_DELAY
+            return CONVERGING
         if desired == vmapi.POWERED_ON and not p.addresses:
-            return ADDRESS_POLL_DELAY
-        return None
+            since = self._address_wait.setdefault(uuid, now)
+            return Outcome(requeue_after=address_poll_delay((now - since).total_seconds()))
+        self._address_wait.pop(uuid, None)
+        return DONE
 
     def _act(self, p: _Pass, uuid: str, action: PowerAction) -> None:
         steps: dict[PowerAction, tuple[Callable[[str], None], str, str]] = {
@@ -481,10 +506,10 @@ class MachineReconciler:
 
     # -- deletion ----------------------------------------------------------------------------
 
-    def _delete(self, p: _Pass) -> float | None:
+    def _delete(self, p: _Pass) -> Outcome:
         meta = p.obj.get("metadata") or {}
         if c.FINALIZER not in (meta.get("finalizers") or []):
-            return None
+            return DONE
         uuid = p.machine.metadata.uid
         try:
             self._teardown(p, uuid)
@@ -493,8 +518,9 @@ class MachineReconciler:
             self._store.event(p.obj, reason="CleanupFailed", message=message, warning=True)
             self._fail(p, vmapi.REASON_PROVIDER_ERROR, message)
             self._write_status(p)
-            return RETRY_DELAY
+            return RETRY
         self._graceful.pop(uuid, None)
+        self._address_wait.pop(uuid, None)
         remaining = [f for f in meta.get("finalizers") or [] if f != c.FINALIZER]
         try:
             self._store.set_finalizers(
@@ -504,8 +530,8 @@ class MachineReconciler:
                 str(meta.get("resourceVersion")),
             )
         except (ConflictError, NotFoundError):
-            return 0.0
-        return None
+            return AGAIN
+        return DONE
 
     def _teardown(self, p: _Pass, uuid: str) -> None:
         try:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from lxml import etree
 
+from generic.workqueue import Outcome
 from libvirt_provider import naming
 from libvirt_provider.driver.base import DomainState
 from libvirt_provider.driver.fake import FakeHypervisor
@@ -142,8 +143,8 @@ def _owned_volumes(hv: FakeHypervisor) -> list[str]:
 
 def test_a_linked_pair_gets_a_volume_and_a_started_domain() -> None:
     store, hv = _store(), _hypervisor()
-    delay = _reconciler(store, hv).reconcile(KEY)
-    assert delay is not None
+    outcome = _reconciler(store, hv).reconcile(KEY)
+    assert outcome.requeue_after is not None
     assert hv.domains[UID].state is DomainState.RUNNING
     assert _owned_volumes(hv) == [f"{DOMAIN}--boot.qcow2"]
     assert hv.calls.index("create_overlay") < hv.calls.index("define") < hv.calls.index("start")
@@ -163,7 +164,7 @@ def test_the_machine_is_ready_once_its_nic_has_an_address() -> None:
         etree.fromstring(hv.domains[UID].xml.encode()).find("devices/interface/mac").get("address")
     )
     hv.give_lease(UID, mac, "10.0.0.9")
-    assert reconciler.reconcile(KEY) is None
+    assert reconciler.reconcile(KEY) == Outcome()
     status = store.machines["web"]["status"]
     ready = {c["type"]: c for c in status["conditions"]}["InfrastructureReady"]
     assert (ready["status"], ready["reason"]) == ("True", "Running")
@@ -215,14 +216,14 @@ def test_the_same_problem_is_not_announced_twice() -> None:
 def test_another_hosts_machine_is_left_to_its_daemon() -> None:
     store, hv = _store(), _hypervisor()
     store.machines["web"]["metadata"]["labels"][HOST_LABEL] = "elsewhere"
-    assert _reconciler(store, hv).reconcile(KEY) is None
+    assert _reconciler(store, hv).reconcile(KEY) == Outcome()
     assert hv.calls == []
 
 
 def test_the_finalizer_is_added_before_anything_is_built() -> None:
     store, hv = _store(), _hypervisor()
     store.machines["web"]["metadata"]["finalizers"] = []
-    assert _reconciler(store, hv).reconcile(KEY) == 0.0
+    assert _reconciler(store, hv).reconcile(KEY) == Outcome(immediately=True)
     assert store.machines["web"]["metadata"]["finalizers"] == [FINALIZER]
     assert hv.calls == []
 
@@ -232,7 +233,7 @@ def test_deletion_removes_domain_and_volumes_then_the_finalizer() -> None:
     reconciler = _reconciler(store, hv)
     reconciler.reconcile(KEY)
     store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert reconciler.reconcile(KEY) is None
+    assert reconciler.reconcile(KEY) == Outcome()
     assert hv.domains == {}
     assert _owned_volumes(hv) == []
     assert ("vmapi-lab", "guest.qcow2") in hv.volumes  # the shared base image stays
@@ -245,10 +246,10 @@ def test_a_failed_cleanup_keeps_the_finalizer_and_says_why() -> None:
     reconciler.reconcile(KEY)
     store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     hv.fail_next("undefine", PermanentError("nvram is locked"))
-    assert reconciler.reconcile(KEY) is not None
+    assert reconciler.reconcile(KEY) == Outcome(retry=True)
     assert store.machines["web"]["metadata"]["finalizers"] == [FINALIZER]
     assert any(r == "CleanupFailed" and "nvram" in m for _, r, m in store.events)
-    assert reconciler.reconcile(KEY) is None
+    assert reconciler.reconcile(KEY) == Outcome()
     assert "web" not in store.machines
 
 
