@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
 
 from libvirt_provider.daemon import DaemonConfig, default_host, run
+from libvirt_provider.startup import ConfigError, PathFlags, check_config
 
 
 def _positive_seconds(text: str) -> float:
@@ -70,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="host directory where each machine's serial console is logged "
-        "(<domain>.serial.log, removed with the machine); default: no console logs",
+        "(<domain>.serial.log, removed with the machine); created at start when its parent "
+        "exists; default: no console logs",
     )
     parser.add_argument(
         "--image-gc-interval",
@@ -87,17 +90,64 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--workers", type=int, default=4, help="reconcile threads per controller")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object per line (time, level, logger, message) for log "
+        "shippers",
+    )
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _configure_logging(level: str, log_format: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        _JsonFormatter()
+        if log_format == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
-    # kopf reports every handled watch event at INFO; the controllers log what they do.
-    logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, logging.root.level))
+    handler.addFilter(_expected_kopf_warnings)
+    logging.basicConfig(level=level.upper(), handlers=[handler])
+    # kopf reports every handled watch event and every start-up activity at INFO; at INFO the
+    # log should say what the daemon does to machines, which the controllers log themselves.
+    quiet = max(logging.WARNING, logging.root.level)
+    for name in ("kopf.objects", "kopf.activities", "kopf._core.engines.activities"):
+        logging.getLogger(name).setLevel(quiet)
+
+
+def _expected_kopf_warnings(record: logging.LogRecord) -> bool:
+    # The daemon runs its kopf operators on threads by design and handles signals itself.
+    return not record.getMessage().startswith("OS signals are ignored")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        paths = check_config(
+            PathFlags(
+                kubeconfig=args.kubeconfig,
+                libvirt_uri=args.libvirt_uri,
+                console_log_dir=args.console_log_dir,
+            )
+        )
+    except ConfigError as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    _configure_logging(args.log_level, args.log_format)
     domain_types = (
         frozenset(t.strip() for t in args.domain_types.split(",") if t.strip())
         if args.domain_types
@@ -105,8 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     return run(
         DaemonConfig(
-            kubeconfig=args.kubeconfig,
-            libvirt_uri=args.libvirt_uri,
+            kubeconfig=paths.kubeconfig,
+            libvirt_uri=paths.libvirt_uri,
             host=args.host or default_host(),
             domain_types=domain_types,
             health_address=args.health_address,
@@ -115,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lease_namespace=args.lease_namespace,
             workers=args.workers,
             generic_namespaces=tuple(args.generic_namespace),
-            console_log_dir=args.console_log_dir,
+            console_log_dir=paths.console_log_dir,
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
         )

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from libvirt_provider.__main__ import build_parser
+from libvirt_provider.startup import ConfigError, PathFlags, check_config, check_libvirt_uri
 
 
 def test_help_names_the_product() -> None:
@@ -21,3 +25,68 @@ def test_module_entry_point_prints_help() -> None:
     )
     assert out.returncode == 0
     assert "--libvirt-uri" in out.stdout
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "libvirt_provider", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_console_log_dir_whose_parent_is_missing_refuses_to_start(tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "consoles"
+    out = _run(f"--console-log-dir={missing}", "--libvirt-uri=test:///default")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr  # one clear line, no traceback
+    assert "--console-log-dir" in lines[0]
+    assert str(missing) in lines[0]
+
+
+def test_a_missing_kubeconfig_refuses_to_start(tmp_path: Path) -> None:
+    out = _run(f"--kubeconfig={tmp_path / 'kc'}")
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"libvirt-provider: error: --kubeconfig {str(tmp_path / 'kc')!r}: no such file"
+    )
+
+
+@pytest.mark.parametrize(
+    ("uri", "complaint"),
+    [
+        ("qemu//system", "not a libvirt URI"),
+        ("xen:///system", "driver 'xen' is not supported"),
+        ("qemu+carrier://host/system", "unknown transport 'carrier'"),
+        ("qemu:///system?socket=/nonexistent/dir/libvirt-sock", "does not exist"),
+    ],
+)
+def test_a_libvirt_uri_that_cannot_work_is_refused(uri: str, complaint: str) -> None:
+    with pytest.raises(ConfigError, match=complaint):
+        check_libvirt_uri(uri)
+
+
+@pytest.mark.parametrize(
+    "uri", ["qemu:///system", "qemu+ssh://root@kvm1/system", "test:///default", "qemu:///session"]
+)
+def test_usual_libvirt_uris_pass(uri: str) -> None:
+    check_libvirt_uri(uri)
+
+
+def test_the_console_log_dir_is_created_when_its_parent_exists(tmp_path: Path) -> None:
+    wanted = tmp_path / "consoles"
+    flags = check_config(
+        PathFlags(kubeconfig=None, libvirt_uri="qemu:///system", console_log_dir=str(wanted))
+    )
+    assert wanted.is_dir()
+    assert flags.console_log_dir == str(wanted)
+
+
+def test_a_relative_console_log_dir_is_refused() -> None:
+    with pytest.raises(ConfigError, match="absolute"):
+        check_config(
+            PathFlags(kubeconfig=None, libvirt_uri="qemu:///system", console_log_dir="consoles")
+        )
