@@ -5,17 +5,18 @@ Threads, and why:
 - The LibvirtMachine controller runs in every daemon, in a kopf operator of its own, on its own
   thread and event loop, watching only this host's machines.
 - The generic VirtualMachine controller is cluster-wide work: exactly one daemon runs it at a time.
-  A `coordination.k8s.io` Lease elects it (the Kubernetes client's elector); the winner starts a
-  second kopf operator, on another thread, and stops it if it loses the Lease. Two operators, not
-  one with two sets of handlers, because kopf cancels every task of its event loop when an operator
+  A `coordination.k8s.io` Lease elects it (`generic.adapters.lease`); the winner starts a second
+  kopf operator, on another thread, and stops it if it loses the Lease. Two operators, not one
+  with two sets of handlers, because kopf cancels every task of its event loop when an operator
   stops, and because its finalizer and storage settings are per operator.
 - The image cache (`image_cache.py`) has a thread of its own: it writes this host's entries into
   LibvirtImage status and deletes cached base images nothing uses, off the reconcile workers.
-- A small HTTP server answers `/healthz` (200 while the controller's operator runs and libvirt
-  answers) for the DaemonSet's liveness probe, and `/metrics` (Prometheus).
+- A small HTTP server (`health.py`) answers `/healthz` (liveness), `/readyz` (readiness: libvirt
+  answers too) and `/metrics` (Prometheus).
 
-SIGTERM or SIGINT stops both operators, waits for in-flight reconciles, closes the libvirt
-connection and exits 0.
+SIGTERM or SIGINT stops both operators, waits for in-flight reconciles, hands the Lease back,
+closes the libvirt connection, stops libvirt's event loop thread and exits 0, within
+`stop_deadline` seconds even when the API server and libvirtd are gone.
 """
 
 from __future__ import annotations
@@ -28,19 +29,19 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import kopf
-import prometheus_client
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.leaderelection import electionconfig, leaderelection
-from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+from kubernetes import client
 
+from generic.adapters.kubeclient import load_kube_config
+from generic.adapters.lease import LeaseElector
 from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.adapters.operator import register as register_generic
-from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from generic.adapters.operator import register_login
+from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
+from libvirt_provider.errors import ProviderError
+from libvirt_provider.health import Check, HealthServer
 from libvirt_provider.image_cache import ImageCache
 from libvirt_provider.images import ImageImporter
 from libvirt_provider.kube import KubeAdapter
@@ -76,6 +77,9 @@ class DaemonConfig:
     image_gc_interval: float = 300.0
     # False keeps every cached base image forever (status is still written).
     image_gc: bool = True
+    # Seconds a stop may take before the daemon leaves without the parts still blocked; under
+    # the DaemonSet's 30 s termination grace period.
+    stop_deadline: float = 25.0
 
 
 class _Operator:
@@ -118,7 +122,7 @@ class _Operator:
         finally:
             log.info("operator %s stopped", self.name)
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 15.0) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
@@ -127,83 +131,43 @@ class _Operator:
         return self._thread.is_alive()
 
 
-def _login(registry: kopf.OperatorRegistry, prefix: str) -> None:
-    @kopf.on.login(registry=registry, id=f"{prefix}/login")
-    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        # An explicit kubeconfig is in $KUBECONFIG by now (see _load_kube_config); the client
-        # library's loader reads that variable only once, at import, so kopf's own reader is used.
-        if os.environ.get("KUBECONFIG"):
-            return kopf.login_with_kubeconfig(**kwargs)
-        return kopf.login_via_client(**kwargs)
-
-
-def _load_kube_config(kubeconfig: str | None) -> client.ApiClient:
-    if kubeconfig:
-        # For kopf's login handler, which reads the kubeconfig on its own.
-        os.environ["KUBECONFIG"] = kubeconfig
-        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    else:
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
-
-
-class _StoppableLeaseLock(LeaseLock):
-    """The client's Lease lock, which stops creating and renewing once the daemon stops: its
-    elector has no way to be stopped, and would otherwise take the released Lease back."""
-
-    stopping: threading.Event
-
-    def create(self, *args: Any, **kwargs: Any) -> bool:
-        return False if self.stopping.is_set() else bool(super().create(*args, **kwargs))  # type: ignore[no-untyped-call]
-
-    def update(self, *args: Any, **kwargs: Any) -> bool:
-        return False if self.stopping.is_set() else bool(super().update(*args, **kwargs))  # type: ignore[no-untyped-call]
-
-
 class _GenericLeader:
-    """Runs the generic controller while this daemon holds the Lease."""
+    """Runs the generic controller while this daemon holds the Lease: one kopf operator per
+    term, and a term starts only after the previous one's operator has stopped."""
 
     def __init__(self, cfg: DaemonConfig, api: client.ApiClient) -> None:
         self._cfg = cfg
         self._api = api
         self._operator: _Operator | None = None
-        self._stopping = threading.Event()
         self.identity = f"{cfg.host}-{os.getpid()}"
+        self._elector = LeaseElector(
+            api,
+            name=LEASE_NAME,
+            namespace=cfg.lease_namespace,
+            identity=self.identity,
+            on_start=self._lead,
+            on_stop=self._follow,
+        )
 
     def start(self) -> None:
-        threading.Thread(target=self._elect, name="leader-election", daemon=True).start()
+        self._elector.start()
 
-    def _elect(self) -> None:
-        lock = _StoppableLeaseLock(  # type: ignore[no-untyped-call]
-            LEASE_NAME, self._cfg.lease_namespace, self.identity
-        )
-        lock.stopping = self._stopping
-        while not self._stopping.is_set():
-            election = leaderelection.LeaderElection(  # type: ignore[no-untyped-call]
-                electionconfig.Config(  # type: ignore[no-untyped-call]
-                    lock,
-                    # Renewing every 4 s keeps an idle daemon's API traffic low; a dead leader
-                    # is replaced within the 15 s lease.
-                    lease_duration=15,
-                    renew_deadline=10,
-                    retry_period=4,
-                    onstarted_leading=self._lead,
-                    onstopped_leading=self._follow,
-                )
-            )
-            try:
-                election.run()  # type: ignore[no-untyped-call]
-            except Exception:
-                log.exception("leader election failed; retrying")
-            self._stopping.wait(2)
+    def stop(self) -> None:
+        """Stop the generic controller and hand the Lease back."""
+        self._elector.stop()
+
+    def problem(self) -> str | None:
+        if not self._elector.alive():
+            return "the leader election thread ended"
+        operator = self._operator
+        if self._elector.leading and operator is not None and not operator.alive():
+            return "this daemon leads, but its generic controller stopped"
+        return None
 
     def _lead(self) -> None:
         log.info("%s leads: starting the generic controller", self.identity)
         registry = kopf.OperatorRegistry()
-        _login(registry, "vm-api-generic")
+        register_login(registry, kubeconfig=self._cfg.kubeconfig)
         register_generic(
             registry,
             api_client=self._api,
@@ -218,73 +182,50 @@ class _GenericLeader:
         self._operator.start()
 
     def _follow(self) -> None:
-        log.warning("%s lost the lease: stopping the generic controller", self.identity)
-        self._stop_operator()
-
-    def _stop_operator(self) -> None:
+        log.info("%s no longer leads: stopping the generic controller", self.identity)
         if self._operator is not None:
             self._operator.stop()
             self._operator = None
 
-    def stop(self) -> None:
-        self._stopping.set()
-        self._stop_operator()
-        self._release()
 
-    def _release(self) -> None:
-        """Hand the Lease back, so another daemon takes over at its next try instead of waiting
-        for the lease to run out. The elector renews no more once stopping is set."""
-        leases = client.CoordinationV1Api(self._api)
-        for _ in range(3):
-            try:
-                lease = leases.read_namespaced_lease(LEASE_NAME, self._cfg.lease_namespace)
-                if lease.spec is None or lease.spec.holder_identity != self.identity:
-                    return
-                lease.spec.holder_identity = None
-                # resourceVersion from the read: a renewal already in flight wins, and we look
-                # again.
-                leases.replace_namespaced_lease(LEASE_NAME, self._cfg.lease_namespace, lease)
-                log.info("%s released the lease", self.identity)
-                return
-            except ApiException as err:
-                if err.status != 409:
-                    log.warning("could not release the lease: %s", err.reason)
-                    return
+class _Shutdown:
+    """The stop sequence, bounded in time: a daemon told to stop must be gone within its grace
+    period even when the API server and libvirtd no longer answer (each step's own timeouts
+    bound it; the deadline is the backstop)."""
 
+    def __init__(self, steps: list[tuple[str, Callable[[], object]]], *, deadline: float) -> None:
+        self._steps = steps
+        self._deadline = deadline
+        self.current = ""
 
-def _health_server(cfg: DaemonConfig, healthy: Callable[[], bool]) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/metrics":
-                body = prometheus_client.generate_latest()
-                self.send_response(200)
-                self.send_header("Content-Type", prometheus_client.CONTENT_TYPE_LATEST)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                return
-            if self.path not in ("/healthz", "/readyz"):
-                self.send_error(404)
-                return
-            ok = healthy()
-            body = b"ok\n" if ok else b"unhealthy\n"
-            self.send_response(200 if ok else 503)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def run(self) -> bool:
+        """True when every step finished within the deadline."""
+        done = threading.Event()
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("health: " + format, *args)
+        def sequence() -> None:
+            for name, step in self._steps:
+                self.current = name
+                try:
+                    step()
+                except Exception:
+                    log.exception("stopping %s failed", name)
+            done.set()
 
-    server = ThreadingHTTPServer((cfg.health_address, cfg.health_port), Handler)
-    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
-    return server
+        threading.Thread(target=sequence, name="shutdown", daemon=True).start()
+        if done.wait(self._deadline):
+            return True
+        log.error(
+            "stopping: %s did not finish within %.0f s; exiting without it",
+            self.current,
+            self._deadline,
+        )
+        return False
 
 
-def run(cfg: DaemonConfig) -> int:
-    api = _load_kube_config(cfg.kubeconfig)
-    hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
+def _machine_side(
+    cfg: DaemonConfig, api: client.ApiClient, hypervisor: LibvirtHypervisor
+) -> tuple[_Operator, ImageCache]:
+    """The LibvirtMachine controller's operator and the host's image cache, wired together."""
 
     def import_changed(base: BaseImage) -> None:
         # The image's status follows every change. Machines waiting for the image look again on
@@ -316,29 +257,56 @@ def run(cfg: DaemonConfig) -> int:
     hypervisor.add_reconnect_listener(controller.wake_all)
 
     registry = kopf.OperatorRegistry()
-    _login(registry, "libvirt-machine")
+    register_login(registry, kubeconfig=cfg.kubeconfig)
     register_provider(registry, controller=controller, host=cfg.host, images=cache)
     settings = kopf.OperatorSettings()
     configure_provider_settings(settings)
-    provider = _Operator("provider-operator", registry, settings)
+    return _Operator("provider-operator", registry, settings), cache
 
-    def healthy() -> bool:
-        if not provider.alive():
-            return False
+
+def _health(
+    cfg: DaemonConfig,
+    provider: _Operator,
+    leader: _GenericLeader | None,
+    hypervisor: LibvirtHypervisor,
+) -> HealthServer:
+    def libvirt_problem() -> str | None:
         try:
             hypervisor.host_facts()
-        except Exception:
-            return False
-        return True
+        except ProviderError as err:
+            return str(err)
+        return None
+
+    liveness: list[tuple[str, Check]] = [
+        (
+            "machine controller",
+            lambda: None if provider.alive() else "the LibvirtMachine operator stopped",
+        )
+    ]
+    if leader is not None:
+        liveness.append(("generic controller", leader.problem))
+    return HealthServer(
+        address=cfg.health_address,
+        port=cfg.health_port,
+        liveness=liveness,
+        readiness=[("libvirt", libvirt_problem)],
+    )
+
+
+def run(cfg: DaemonConfig) -> int:
+    api = load_kube_config(cfg.kubeconfig)
+    hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
+    provider, cache = _machine_side(cfg, api, hypervisor)
+    leader = _GenericLeader(cfg, api) if cfg.generic else None
+    health = _health(cfg, provider, leader, hypervisor)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
 
-    health = _health_server(cfg, healthy)
+    health.start()
     provider.start()
     cache.start()
-    leader = _GenericLeader(cfg, api) if cfg.generic else None
     if leader is not None:
         leader.start()
     log.info(
@@ -346,7 +314,7 @@ def run(cfg: DaemonConfig) -> int:
         cfg.host,
         cfg.libvirt_uri,
         cfg.health_address,
-        health.server_port,
+        health.port,
         "by lease election" if leader else "disabled",
     )
     while not stop.wait(1.0):
@@ -354,13 +322,25 @@ def run(cfg: DaemonConfig) -> int:
             log.error("the LibvirtMachine operator stopped unexpectedly; exiting")
             break
     log.info("stopping")
+    steps: list[tuple[str, Callable[[], object]]] = []
     if leader is not None:
-        leader.stop()
-    provider.stop()
-    cache.stop()
-    health.shutdown()
-    hypervisor.close()
-    return 0 if stop.is_set() else 1
+        steps.append(("the generic controller", leader.stop))
+    steps += [
+        ("the LibvirtMachine controller", provider.stop),
+        ("the image cache", cache.stop),
+        ("the health endpoint", health.stop),
+        ("the libvirt connection", hypervisor.close),
+        ("libvirt's event loop", stop_event_loop),
+    ]
+    finished = _Shutdown(steps, deadline=cfg.stop_deadline).run()
+    log.info("stopped")
+    code = 0 if stop.is_set() else 1
+    if not finished:
+        # A step is still blocked in a call that will not return (a hung socket); threads stuck
+        # in C code must not meet the interpreter's finalization, so leave without it.
+        logging.shutdown()
+        os._exit(code)
+    return code
 
 
 def default_host() -> str:

@@ -48,7 +48,7 @@ from libvirt_provider.errors import (
     UnsupportedError,
 )
 
-__all__ = ["LibvirtHypervisor"]
+__all__ = ["LibvirtHypervisor", "stop_event_loop"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -92,27 +92,58 @@ _UNDEFINE_FLAGS = [
     0,
 ]
 
-_event_loop_lock = threading.Lock()
-_event_loop: list[threading.Thread] = []
+
+class _EventLoop:
+    """libvirt's default event loop on a thread of its own, started once per process and stopped
+    before the interpreter exits.
+
+    Stopping matters: the loop thread runs inside libvirt's C code and calls back into Python
+    (lifecycle and close callbacks, freeing a callback's data after a connection closed). If the
+    interpreter is already finalizing when such a callback wants the GIL, CPython ends the thread
+    with pthread_exit, whose forced unwinding through libvirt's C frames aborts the process: the
+    SIGABRT seen after an otherwise clean stop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def ensure(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            libvirt.virEventRegisterDefaultImpl()
+            # libvirt prints every error to stderr by default, including the "not found" answers
+            # that lookups expect; errors still raise, and are logged where they matter.
+            libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+            self._thread = threading.Thread(target=self._run, name="libvirt-events", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            libvirt.virEventRunDefaultImpl()
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """End the loop thread (a no-op timer wakes it from its poll); True once it is gone."""
+        with self._lock:
+            thread = self._thread
+        if thread is None:
+            return True
+        self._stopping.set()
+        timer = libvirt.virEventAddTimeout(0, lambda _timer, _opaque: None, None)
+        thread.join(timeout)
+        if timer >= 0 and not thread.is_alive():
+            libvirt.virEventRemoveTimeout(timer)
+        return not thread.is_alive()
 
 
-def _ensure_event_loop() -> None:
-    """Start libvirt's default event loop once per process (needed for keepalive and events)."""
-    with _event_loop_lock:
-        if _event_loop:
-            return
-        libvirt.virEventRegisterDefaultImpl()
-        # libvirt prints every error to stderr by default, including the "not found" answers
-        # that lookups expect; errors still raise, and are logged where they matter.
-        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+_event_loop = _EventLoop()
 
-        def run() -> None:
-            while True:
-                libvirt.virEventRunDefaultImpl()
 
-        thread = threading.Thread(target=run, name="libvirt-events", daemon=True)
-        thread.start()
-        _event_loop.append(thread)
+def stop_event_loop(timeout: float = 5.0) -> bool:
+    """Stop libvirt's event loop thread; call once every connection is closed, before exit."""
+    return _event_loop.stop(timeout)
 
 
 class LibvirtHypervisor:
@@ -129,6 +160,7 @@ class LibvirtHypervisor:
         self._uri = uri
         self._keepalive = (keepalive_interval, keepalive_count)
         self._conn: libvirt.virConnect | None = None
+        self._lifecycle_callback: int | None = None
         self._connected_before = False
         self._conn_lock = threading.Lock()
         self._calls = threading.BoundedSemaphore(max_concurrent_calls)
@@ -149,7 +181,7 @@ class LibvirtHypervisor:
                 except libvirt.libvirtError:
                     pass
                 self._drop_locked(conn)
-            _ensure_event_loop()
+            _event_loop.ensure()
             try:
                 conn = libvirt.open(self._uri)
             except libvirt.libvirtError as err:
@@ -157,7 +189,7 @@ class LibvirtHypervisor:
             try:
                 conn.setKeepAlive(*self._keepalive)
                 conn.registerCloseCallback(self._on_close, None)
-                conn.domainEventRegisterAny(
+                self._lifecycle_callback = conn.domainEventRegisterAny(
                     None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
                 )
             except libvirt.libvirtError as err:
@@ -174,6 +206,13 @@ class LibvirtHypervisor:
 
     def _drop_locked(self, conn: libvirt.virConnect) -> None:
         self._conn = None
+        # Callbacks are taken off before the close, so none runs (or is freed) afterwards.
+        callback, self._lifecycle_callback = self._lifecycle_callback, None
+        with contextlib.suppress(libvirt.libvirtError):
+            if callback is not None:
+                conn.domainEventDeregisterAny(callback)
+        with contextlib.suppress(libvirt.libvirtError):
+            conn.unregisterCloseCallback()
         with contextlib.suppress(libvirt.libvirtError):
             conn.close()
 

@@ -1,0 +1,92 @@
+"""The daemon's HTTP endpoint: liveness, readiness and Prometheus metrics.
+
+- `/healthz` (liveness): the daemon's own parts run (the LibvirtMachine operator, the leader
+  campaign and, while this daemon leads, the generic controller). It does not look at libvirtd:
+  a liveness probe that failed while libvirtd restarts would restart the pod in a loop, and a
+  new pod could not do better.
+- `/readyz` (readiness): the above, and libvirtd answers.
+
+Each answers 200 `ok`, or 503 with one line per failing check, so `curl` or the pod's Events say
+what is wrong (for example a libvirt socket that is not mounted).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import prometheus_client
+
+__all__ = ["Check", "HealthServer"]
+
+log = logging.getLogger(__name__)
+
+Check = Callable[[], str | None]
+"""A named check returns None when fine, else what is wrong."""
+
+
+class HealthServer:
+    def __init__(
+        self,
+        *,
+        address: str,
+        port: int,
+        liveness: Sequence[tuple[str, Check]],
+        readiness: Sequence[tuple[str, Check]],
+    ) -> None:
+        checks = {"/healthz": list(liveness), "/readyz": [*liveness, *readiness]}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/metrics":
+                    self._answer(
+                        200,
+                        prometheus_client.generate_latest(),
+                        prometheus_client.CONTENT_TYPE_LATEST,
+                    )
+                    return
+                if self.path not in checks:
+                    self.send_error(404)
+                    return
+                problems = _failing(checks[self.path])
+                body = "".join(f"{name}: {problem}\n" for name, problem in problems) or "ok\n"
+                self._answer(503 if problems else 200, body.encode(), "text/plain; charset=utf-8")
+
+            def _answer(self, code: int, body: bytes, content_type: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("health: " + format, *args)
+
+        self._server = ThreadingHTTPServer((address, port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_port
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="health", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _failing(checks: Sequence[tuple[str, Check]]) -> list[tuple[str, str]]:
+    problems = []
+    for name, check in checks:
+        try:
+            problem = check()
+        except Exception as err:  # a check that breaks is a failing check, not a dead server
+            problem = f"{type(err).__name__}: {err}"
+        if problem is not None:
+            problems.append((name, problem))
+    return problems
