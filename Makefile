@@ -61,10 +61,11 @@ layers: venv
 unit: venv
 	$(VPY) -m pytest tests/unit -q
 
-# The teardown check runs in a pytest session of its own, after every other session's fixtures
-# (controllers they started, CRDs they installed) have been cleaned up against a live lab.
+# `make run` on a fresh lab and the teardown check run in a pytest session of their own, after
+# every other session's fixtures (controllers they started, CRDs they installed) have been
+# cleaned up against a live lab.
 e2e: lab-up
-	$(VPY) -m pytest tests/e2e -q -m "not lab_teardown"
-	$(VPY) -m pytest tests/e2e -q -m lab_teardown
+	$(VPY) -m pytest tests/e2e -q -m "not fresh_lab and not lab_teardown"
+	$(VPY) -m pytest tests/e2e -q -m "fresh_lab or lab_teardown"
 
 test: lint typecheck layers unit e2e

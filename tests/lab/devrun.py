@@ -104,7 +104,12 @@ def main() -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: daemon.terminate())
     threading.Thread(target=announce_when_ready, args=(env, daemon), daemon=True).start()
-    return daemon.wait()
+    code = daemon.wait()
+    if code == 0:
+        print("run: the daemon stopped cleanly; the lab stays up (`make lab-down` stops it)")
+    else:
+        print(f"run: the daemon exited with status {code}")
+    return code
 
 
 if __name__ == "__main__":

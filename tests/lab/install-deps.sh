@@ -16,6 +16,9 @@ PACKAGES=(
   # libvirt's RelaxNG schemas and xmllint, for validating rendered domain XML
   libxml2-utils
 )
+# Checking the Vagrantfile (`vagrant validate` in the e2e tests). Not needed inside the Vagrant
+# VM itself, whose provisioner sets VMAPI_NO_VAGRANT=1.
+[ "${VMAPI_NO_VAGRANT:-}" = 1 ] || PACKAGES+=(vagrant vagrant-libvirt)
 GO_MIN=1.25
 # The module proxy serves every Go release as this module; Go 1.19 can download it.
 GO_TOOLCHAIN=v0.0.1-go1.25.4.linux-amd64

@@ -38,10 +38,9 @@ def apply(lab: LabInfo, *paths: Path) -> None:
 
 
 def console_log_dir(lab: LabInfo) -> Path:
-    """Where the e2e daemons log serial consoles: inside the lab, so lab-down removes it."""
-    path = Path(lab.dir) / "consoles"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where the e2e daemons log serial consoles: inside the lab, so lab-down removes it. The
+    daemon creates it (its parent, the lab's folder, exists), as it does under `make run`."""
+    return Path(lab.dir) / "consoles"
 
 
 def start_daemon(
@@ -85,11 +84,8 @@ def start_daemon(
     return proc, log
 
 
-@pytest.fixture(scope="module")
-def daemon(
-    lab: LabInfo, api_client: client.ApiClient, request: pytest.FixtureRequest
-) -> Iterator[str]:
-    """A running daemon for the module; yields the base URL of its health endpoint."""
+def install_api(lab: LabInfo, api_client: client.ApiClient) -> None:
+    """The CRDs (established) and the sample catalog."""
     apply(lab, REPO / "crds")
     ext = client.ApiextensionsV1Api(api_client)
     for crd in ("libvirtmachines", "libvirtimages", "virtualmachines"):
@@ -104,21 +100,32 @@ def daemon(
             what=f"CRD {crd} established",
         )
     apply(lab, REPO / "deploy" / "samples" / "catalog.yaml")
+
+
+def health_base(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """The base URL of a starting daemon's health endpoint, once it announced it."""
+    found = eventually(
+        lambda: proc.poll() is None and re.search(r"health on 127\.0\.0\.1:(\d+)", log.read_text()),
+        timeout=60,
+        what=f"the daemon announcing its health endpoint (log: {log})",
+    )
+    return f"http://127.0.0.1:{found.group(1)}"
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    lab: LabInfo, api_client: client.ApiClient, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A running daemon for the module; yields the base URL of its health endpoint."""
+    install_api(lab, api_client)
     proc, log = start_daemon(
         lab,
         host=HOST,
         log_name=f"e2e-daemon-{request.module.__name__.rsplit('.', 1)[-1]}.log",
     )
     try:
-        found = eventually(
-            lambda: (
-                proc.poll() is None and re.search(r"health on 127\.0\.0\.1:(\d+)", log.read_text())
-            ),
-            timeout=60,
-            what=f"the daemon announcing its health endpoint (log: {log})",
-        )
-        base = f"http://127.0.0.1:{found.group(1)}"
-        eventually(lambda: _answers(f"{base}/healthz"), timeout=60, what="the daemon healthy")
+        base = health_base(proc, log)
+        eventually(lambda: answers(f"{base}/healthz"), timeout=60, what="the daemon healthy")
         # Tests create their namespaces only once the embedded generic controller runs (it may
         # wait out a Lease left by an earlier daemon), so no test races its start-up.
         eventually(
@@ -136,9 +143,10 @@ def daemon(
                 proc.kill()
 
 
-def _answers(url: str) -> bool:
+def answers(url: str, *, timeout: float = 5) -> bool:
+    """Whether `url` answers 200 within `timeout` seconds."""
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return bool(resp.status == 200)
     except OSError:
         return False

@@ -1,0 +1,146 @@
+"""The README's commands, run as a user runs them.
+
+`make run` on a lab that was just taken down (nothing prepared by a fixture): the lab comes up,
+the daemon starts, the sample VM becomes Ready and `kubectl get vm -o wide` is printed; Ctrl-C
+(SIGINT to the foreground process group) stops it without a traceback. Then every command of the
+README's first block and of its lab section exists and runs, and the Vagrantfile is valid for
+Debian's own vagrant with the vagrant-libvirt plugin.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import REPO
+
+RUN_DEADLINE = 420.0  # a cold lab start (no control-plane build) plus one guest boot
+
+
+def _code_blocks(markdown: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", markdown, flags=re.S)
+
+
+def _commands(block: str) -> list[str]:
+    """The commands of a shell block, comments removed, `;`-separated ones split."""
+    found = []
+    for line in block.splitlines():
+        code = line.split("#", 1)[0].strip()
+        found += [part.strip() for part in code.split(";") if part.strip()]
+    return found
+
+
+def _read_until(proc: subprocess.Popen[str], pattern: re.Pattern[str], deadline: float) -> str:
+    """Everything `proc` printed until a line matching `pattern` (or fail at the deadline)."""
+    assert proc.stdout is not None
+    seen = []
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if not sel.select(timeout=max(0.0, end - time.monotonic())):
+            continue
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if pattern.search(line):
+            return "".join(seen)
+    raise AssertionError(
+        f"`make run` did not print a line matching {pattern.pattern!r} within {deadline:.0f} s "
+        f"(exit {proc.poll()}); its output:\n" + "".join(seen[-40:])
+    )
+
+
+@pytest.mark.fresh_lab
+def test_make_run_on_a_fresh_lab_shows_the_sample_ready_and_stops_on_ctrl_c() -> None:
+    down = subprocess.run(
+        ["make", "-s", "lab-down"], check=False, cwd=REPO, capture_output=True, text=True
+    )
+    assert down.returncode == 0, down.stderr
+    proc = subprocess.Popen(
+        ["make", "run"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        # `kubectl get vm -o wide`: NAME POWER READY REASON PROVIDER-ID PRIMARY-IP AGE
+        ready_row = re.compile(r"^sample\s+PoweredOn\s+True\s+Running\s+\S+\s+\d+\.\d+\.\d+\.\d+")
+        before = _read_until(proc, ready_row, RUN_DEADLINE)
+        assert "The sample VM is Ready" in before
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    output = before + rest
+    assert "Traceback" not in output, output[-4000:]
+    assert "run: the daemon stopped cleanly" in rest, output[-4000:]
+
+
+@pytest.mark.fresh_lab
+def test_every_readme_command_exists_and_runs() -> None:
+    blocks = _code_blocks((REPO / "README.md").read_text())
+    assert len(blocks) >= 2, "the README's set-up block and its lab block"
+    commands = [c for block in blocks[:2] for c in _commands(block)]
+    assert "make run" in commands
+    assert "make test" in commands
+    env = dict(os.environ)
+    for command in commands:
+        if command.startswith("make "):
+            # Every target exists and its recipe expands (make -n runs nothing).
+            dry = subprocess.run(
+                ["make", "-n", *command.split()[1:]],
+                check=False,
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+            )
+            assert dry.returncode == 0, f"{command}: {dry.stderr}"
+        elif command.startswith("eval "):
+            exports = subprocess.run(
+                ["make", "-s", "lab-env"], cwd=REPO, capture_output=True, text=True, check=True
+            ).stdout
+            for line in exports.splitlines():
+                name, _, value = line.removeprefix("export ").partition("=")
+                env[name] = value.strip("'\"")
+        else:
+            ran = subprocess.run(
+                ["bash", "-c", command],
+                check=False,
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            assert ran.returncode == 0, f"{command}: {ran.stderr}"
+
+
+@pytest.mark.fresh_lab
+def test_the_vagrantfile_is_valid_for_vagrant_libvirt(tmp_path: Path) -> None:
+    env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vagrant.d")}
+    plugins = subprocess.run(
+        ["vagrant", "plugin", "list"],
+        check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert "vagrant-libvirt" in plugins.stdout, plugins.stdout + plugins.stderr
+    valid = subprocess.run(
+        ["vagrant", "validate"], check=False, cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+    assert "Vagrantfile validated successfully" in valid.stdout
