@@ -41,7 +41,7 @@ from generic.adapters.operator import register as register_generic
 from generic.adapters.operator import register_login
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
 from libvirt_provider.errors import ProviderError
-from libvirt_provider.health import Check, HealthServer
+from libvirt_provider.health import Check, HealthServer, bounded
 from libvirt_provider.image_cache import ImageCache
 from libvirt_provider.images import ImageImporter
 from libvirt_provider.kube import KubeAdapter
@@ -106,17 +106,19 @@ class _Operator:
 
     def _run(self) -> None:
         try:
-            asyncio.run(
-                kopf.operator(
-                    registry=self._registry,
-                    settings=self._settings,
-                    standalone=True,
-                    clusterwide=not self._namespaces,
-                    namespaces=self._namespaces,
-                    stop_flag=self._stop,
-                    ready_flag=self.ready,
+            with asyncio.Runner() as runner:
+                runner.get_loop().set_exception_handler(_quiet_watch_finalization)
+                runner.run(
+                    kopf.operator(
+                        registry=self._registry,
+                        settings=self._settings,
+                        standalone=True,
+                        clusterwide=not self._namespaces,
+                        namespaces=self._namespaces,
+                        stop_flag=self._stop,
+                        ready_flag=self.ready,
+                    )
                 )
-            )
         except Exception:
             log.exception("operator %s ended with an error", self.name)
         finally:
@@ -129,6 +131,26 @@ class _Operator:
 
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+
+def _quiet_watch_finalization(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's exception handler, minus one known harmless report.
+
+    An operator stopped while a watch stream is being (re)opened leaves kopf's `infinite_watch`
+    generator suspended; the runner closes it at shutdown, and kopf's context manager inside it
+    awaits once more, which asyncio reports with two tracebacks. Nothing is lost: the operator
+    is stopping and the stream's connection is closed with the loop.
+    """
+    asyncgen = context.get("asyncgen")
+    if (
+        str(context.get("message", "")).startswith(
+            "an error occurred during closing of asynchronous"
+        )
+        and getattr(asyncgen, "__qualname__", "") == "infinite_watch"
+    ):
+        log.debug("kopf's watch stream closed at shutdown: %s", context.get("exception"))
+        return
+    loop.default_exception_handler(context)
 
 
 class _GenericLeader:
@@ -188,35 +210,61 @@ class _GenericLeader:
             self._operator = None
 
 
+Step = tuple[str, Callable[[], object]]
+
+
 class _Shutdown:
     """The stop sequence, bounded in time: a daemon told to stop must be gone within its grace
-    period even when the API server and libvirtd no longer answer (each step's own timeouts
-    bound it; the deadline is the backstop)."""
+    period even when the API server and libvirtd no longer answer.
 
-    def __init__(self, steps: list[tuple[str, Callable[[], object]]], *, deadline: float) -> None:
-        self._steps = steps
+    The first group of steps runs at once, side by side (each waits on its own work, so their
+    timeouts must not add up); the second runs after it, in order (the libvirt connection is
+    closed only once no worker uses it, and the event loop stopped after that).
+    """
+
+    def __init__(self, together: list[Step], then: list[Step], *, deadline: float) -> None:
+        self._together = together
+        self._then = then
         self._deadline = deadline
-        self.current = ""
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _run_step(self, name: str, step: Callable[[], object]) -> None:
+        with self._lock:
+            self._pending.add(name)
+        try:
+            step()
+        except Exception:
+            log.exception("stopping %s failed", name)
+        finally:
+            with self._lock:
+                self._pending.discard(name)
 
     def run(self) -> bool:
         """True when every step finished within the deadline."""
         done = threading.Event()
 
         def sequence() -> None:
-            for name, step in self._steps:
-                self.current = name
-                try:
-                    step()
-                except Exception:
-                    log.exception("stopping %s failed", name)
+            threads = [
+                threading.Thread(target=self._run_step, args=step, name=f"stop {step[0]}")
+                for step in self._together
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            for step in self._then:
+                self._run_step(*step)
             done.set()
 
         threading.Thread(target=sequence, name="shutdown", daemon=True).start()
         if done.wait(self._deadline):
             return True
+        with self._lock:
+            pending = ", ".join(sorted(self._pending)) or "the last steps"
         log.error(
-            "stopping: %s did not finish within %.0f s; exiting without it",
-            self.current,
+            "stopping: %s did not finish within %.0f s; exiting without them",
+            pending,
             self._deadline,
         )
         return False
@@ -289,7 +337,7 @@ def _health(
         address=cfg.health_address,
         port=cfg.health_port,
         liveness=liveness,
-        readiness=[("libvirt", libvirt_problem)],
+        readiness=[("libvirt", bounded(libvirt_problem, seconds=3, what="libvirtd"))],
     )
 
 
@@ -322,17 +370,18 @@ def run(cfg: DaemonConfig) -> int:
             log.error("the LibvirtMachine operator stopped unexpectedly; exiting")
             break
     log.info("stopping")
-    steps: list[tuple[str, Callable[[], object]]] = []
-    if leader is not None:
-        steps.append(("the generic controller", leader.stop))
-    steps += [
+    together: list[Step] = [
         ("the LibvirtMachine controller", provider.stop),
         ("the image cache", cache.stop),
         ("the health endpoint", health.stop),
+    ]
+    if leader is not None:
+        together.append(("the generic controller", leader.stop))
+    then: list[Step] = [
         ("the libvirt connection", hypervisor.close),
         ("libvirt's event loop", stop_event_loop),
     ]
-    finished = _Shutdown(steps, deadline=cfg.stop_deadline).run()
+    finished = _Shutdown(together, then, deadline=cfg.stop_deadline).run()
     log.info("stopped")
     code = 0 if stop.is_set() else 1
     if not finished:

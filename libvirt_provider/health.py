@@ -20,7 +20,7 @@ from typing import Any
 
 import prometheus_client
 
-__all__ = ["Check", "HealthServer"]
+__all__ = ["Check", "HealthServer", "bounded"]
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,7 @@ class HealthServer:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("health: " + format, *args)
 
-        self._server = ThreadingHTTPServer((address, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((address, port), Handler)
         self.port = self._server.server_port
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="health", daemon=True
@@ -78,6 +77,33 @@ class HealthServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A prober that gave up before the answer (a closed connection) is not the daemon's
+        # error; the default prints a traceback to stderr.
+        log.debug("health: answering %s failed", client_address, exc_info=True)
+
+
+def bounded(check: Check, *, seconds: float, what: str) -> Check:
+    """`check`, answered within `seconds`: a call that hangs (a frozen libvirtd) is a failing
+    check at once, not a probe that times out without saying why."""
+
+    def run() -> str | None:
+        answer: list[str | None] = []
+        worker = threading.Thread(
+            target=lambda: answer.append(check()), name="health-check", daemon=True
+        )
+        worker.start()
+        worker.join(seconds)
+        if not answer:
+            return f"{what} did not answer within {seconds:.0f} s"
+        return answer[0]
+
+    return run
 
 
 def _failing(checks: Sequence[tuple[str, Check]]) -> list[tuple[str, str]]:
