@@ -10,10 +10,11 @@ Debian's own vagrant with the vagrant-libvirt plugin.
 from __future__ import annotations
 
 import os
+import queue
 import re
-import selectors
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -37,26 +38,38 @@ def _commands(block: str) -> list[str]:
     return found
 
 
-def _read_until(proc: subprocess.Popen[str], pattern: re.Pattern[str], deadline: float) -> str:
-    """Everything `proc` printed until a line matching `pattern` (or fail at the deadline)."""
-    assert proc.stdout is not None
-    seen = []
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
+def _read_until(lines: queue.Queue[str | None], pattern: re.Pattern[str], deadline: float) -> str:
+    """Everything printed until a line matching `pattern` (or fail at the deadline)."""
+    seen: list[str] = []
     end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if not sel.select(timeout=max(0.0, end - time.monotonic())):
-            continue
-        line = proc.stdout.readline()
-        if not line:
+    while (left := end - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
+        if line is None:
             break
         seen.append(line)
         if pattern.search(line):
             return "".join(seen)
     raise AssertionError(
-        f"`make run` did not print a line matching {pattern.pattern!r} within {deadline:.0f} s "
-        f"(exit {proc.poll()}); its output:\n" + "".join(seen[-40:])
+        f"`make run` did not print a line matching {pattern.pattern!r} within {deadline:.0f} s; "
+        "its output:\n" + "".join(seen[-40:])
     )
+
+
+def _lines_of(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    """`proc`'s output, line by line, from a reader thread (None at the end)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
 
 
 @pytest.mark.fresh_lab
@@ -76,10 +89,12 @@ def test_make_run_on_a_fresh_lab_shows_the_sample_ready_and_stops_on_ctrl_c() ->
     try:
         # `kubectl get vm -o wide`: NAME POWER READY REASON PROVIDER-ID PRIMARY-IP AGE
         ready_row = re.compile(r"^sample\s+PoweredOn\s+True\s+Running\s+\S+\s+\d+\.\d+\.\d+\.\d+")
-        before = _read_until(proc, ready_row, RUN_DEADLINE)
+        lines = _lines_of(proc)
+        before = _read_until(lines, ready_row, RUN_DEADLINE)
         assert "The sample VM is Ready" in before
         os.killpg(proc.pid, signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        rest = "".join(iter(lambda: lines.get(timeout=10) or "", ""))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
