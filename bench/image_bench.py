@@ -50,12 +50,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from catalog.image import ImageFormat  # noqa: E402
-from libvirt_provider import images  # noqa: E402
 from libvirt_provider.driver.base import OverlaySpec  # noqa: E402
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor  # noqa: E402
 from libvirt_provider.errors import NotFoundError, RetryableError  # noqa: E402
-from libvirt_provider.image_names import marker_name  # noqa: E402
-from libvirt_provider.images import ImageImporter  # noqa: E402
+from libvirt_provider.images import importer as images  # noqa: E402
+from libvirt_provider.images.importer import ImageImporter  # noqa: E402
+from libvirt_provider.images.names import marker_name  # noqa: E402
 from libvirt_provider.resolved import BaseImage  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "vm-api-lab" / "bench"

@@ -15,7 +15,7 @@ from libvirt_provider.constants import (
     REASON_NOT_AVAILABLE_ON_HOST,
     REASON_REFERENCE_NOT_FOUND,
 )
-from libvirt_provider.image_names import base_volume_name
+from libvirt_provider.images.names import base_volume_name
 from libvirt_provider.naming import volume_name
 from libvirt_provider.resolve.context import VM, Context, check_reference
 from libvirt_provider.resolved import BaseImage, VolumePlan

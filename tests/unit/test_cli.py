@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from libvirt_provider.__main__ import build_parser
-from libvirt_provider.startup import ConfigError, PathFlags, check_config, check_libvirt_uri
+from libvirt_provider.adapters.startup import (
+    ConfigError,
+    PathFlags,
+    check_config,
+    check_libvirt_uri,
+)
 
 
 def test_help_names_the_product() -> None:

@@ -13,10 +13,10 @@ from typing import Any
 
 from generic.events import EventSeries
 from generic.workqueue import WorkQueue
+from libvirt_provider.adapters.operator import MachineController
 from libvirt_provider.driver.fake import FakeHypervisor
 from libvirt_provider.errors import RetryableError
-from libvirt_provider.operator import MachineController
-from libvirt_provider.reconciler import MachineKey, MachineReconciler
+from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 from tests.unit.provider.builders import HOST
 from tests.unit.test_machine_reconciler import KEY, MemoryStore, _hypervisor, _store
 

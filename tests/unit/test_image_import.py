@@ -8,8 +8,8 @@ import threading
 from typing import Any
 
 from libvirt_provider.driver.fake import FakeHypervisor
-from libvirt_provider.image_names import marker_name
-from libvirt_provider.images import ImageImporter
+from libvirt_provider.images.importer import ImageImporter
+from libvirt_provider.images.names import marker_name
 from libvirt_provider.resolved import BaseImage
 from tests.eventually import eventually
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from libvirt_provider.linkage import (
+from libvirt_provider.machine.linkage import (
     REASON_LINK_MISMATCH,
     REASON_NOT_LINKED,
     REASON_OWNED_BY_ANOTHER,

@@ -20,7 +20,7 @@ from libvirt_provider import naming
 from libvirt_provider.driver.base import DomainState
 from libvirt_provider.driver.fake import FakeHypervisor
 from libvirt_provider.errors import PermanentError, RetryableError
-from libvirt_provider.reconciler import MachineKey, MachineReconciler
+from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 from tests.unit.provider.builders import HOST, UID, ref
 
 Obj = dict[str, Any]

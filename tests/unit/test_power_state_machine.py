@@ -15,7 +15,7 @@ from generic.constants import (
     SUSPENDED,
 )
 from libvirt_provider.driver.base import DomainState, DomainStatus
-from libvirt_provider.power import (
+from libvirt_provider.machine.power import (
     PAUSED,
     PowerAction,
     decide_power,

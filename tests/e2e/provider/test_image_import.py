@@ -21,8 +21,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import naming
-from libvirt_provider.image_status import merge_hosts
-from libvirt_provider.kube import KubeAdapter
+from libvirt_provider.adapters.kube import KubeAdapter
+from libvirt_provider.images.status import merge_hosts
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (
     GROUP,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from libvirt_provider.hashing import BackgroundDigest
+from libvirt_provider.images.digest import BackgroundDigest
 
 
 def test_the_background_digest_matches_a_plain_one() -> None:

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from libvirt_provider.image_gc import (
+from libvirt_provider.images.gc import (
     PoolVolume,
     References,
     cached_bases,
     plan_collection,
     references,
 )
-from libvirt_provider.image_names import base_volume_name, marker_name, parse_cached_name
+from libvirt_provider.images.names import base_volume_name, marker_name, parse_cached_name
 from libvirt_provider.resolve import resolve_machine
 from tests.unit.provider import builders as b
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from catalog.image import LibvirtImageStatus
-from libvirt_provider.image_names import base_volume_name
-from libvirt_provider.image_status import (
+from libvirt_provider.images.names import base_volume_name
+from libvirt_provider.images.status import (
     MAX_MESSAGE,
     BaseState,
     host_entry,

@@ -29,10 +29,10 @@ from prometheus_client import Counter, Gauge
 from libvirt_provider import constants as c
 from libvirt_provider.driver.base import Hypervisor, VolumeInfo
 from libvirt_provider.errors import NotFoundError, ProviderError
-from libvirt_provider.image_gc import CachedBase, PoolVolume, plan_collection, references
-from libvirt_provider.image_names import marker_name, parse_cached_name
-from libvirt_provider.image_status import BaseState, hosts_update
-from libvirt_provider.images import ImageImporter, ImportRecord
+from libvirt_provider.images.gc import CachedBase, PoolVolume, plan_collection, references
+from libvirt_provider.images.importer import ImageImporter, ImportRecord
+from libvirt_provider.images.names import marker_name, parse_cached_name
+from libvirt_provider.images.status import BaseState, hosts_update
 from libvirt_provider.resolved import BaseImage
 
 __all__ = ["ImageCache", "ImageStore"]

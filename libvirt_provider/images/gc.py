@@ -9,7 +9,7 @@ base (with its `.verified` marker) is deleted when all of these hold:
 3. the importer is not using it: no import of it runs, and it was not handed to a machine being
    created during the pass (see `ImageImporter.claim_for_collection`).
 
-Only volumes named the way the importer names them (`libvirt_provider.image_names`) are ever
+Only volumes named the way the importer names them (`libvirt_provider.images.names`) are ever
 candidates, so a user's own volume is never touched, whatever LibvirtImages say.
 
 The shell lists the images and the host's volumes, asks `plan_collection`, and deletes.
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from libvirt_provider.image_names import image_base_name, marker_name, parse_cached_name
+from libvirt_provider.images.names import image_base_name, marker_name, parse_cached_name
 
 __all__ = [
     "CachedBase",

@@ -55,20 +55,16 @@ from libvirt_provider.errors import (
     RetryableError,
 )
 from libvirt_provider.faults import crash_point
-from libvirt_provider.images import ImageImporter
-from libvirt_provider.linkage import check_link
-from libvirt_provider.machine_update import DomainUpdater, ensure_volume
-from libvirt_provider.power import (
+from libvirt_provider.images.importer import ImageImporter
+from libvirt_provider.machine.linkage import check_link
+from libvirt_provider.machine.power import (
     ON_STATES,
     PowerAction,
     decide_power,
     is_settled,
     observed_power_state,
 )
-from libvirt_provider.render import render_domain_xml
-from libvirt_provider.resolve import Resolution, resolve_machine
-from libvirt_provider.resolved import ResolvedMachine
-from libvirt_provider.status import (
+from libvirt_provider.machine.status import (
     NicAddressPlan,
     Readiness,
     compute_status,
@@ -76,6 +72,10 @@ from libvirt_provider.status import (
     sources_for,
     status_patch,
 )
+from libvirt_provider.machine.update import DomainUpdater, ensure_volume
+from libvirt_provider.render import render_domain_xml
+from libvirt_provider.resolve import Resolution, resolve_machine
+from libvirt_provider.resolved import ResolvedMachine
 
 __all__ = ["MachineKey", "MachineReconciler", "MachineStore"]
 

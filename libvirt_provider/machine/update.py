@@ -25,7 +25,7 @@ from libvirt_provider.driver.base import (
     VolumeInfo,
 )
 from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, ProviderError
-from libvirt_provider.images import ImageImporter
+from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.live_update import (
     AttachDevice,
     DetachDevice,

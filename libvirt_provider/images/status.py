@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog.image import ImageHostStatus, ImagePhase
-from libvirt_provider.image_names import image_base_name
+from libvirt_provider.images.names import image_base_name
 
 __all__ = ["BaseState", "host_entry", "hosts_update", "merge_hosts"]
 

@@ -36,8 +36,8 @@ from typing import Protocol
 
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import NotFoundError, ProviderError
-from libvirt_provider.hashing import BackgroundDigest
-from libvirt_provider.image_names import marker_name
+from libvirt_provider.images.digest import BackgroundDigest
+from libvirt_provider.images.names import marker_name
 from libvirt_provider.resolved import BaseImage
 
 __all__ = ["ImageImporter", "ImportRecord", "ImportState"]

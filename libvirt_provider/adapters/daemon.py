@@ -39,16 +39,16 @@ from generic.adapters.lease import LeaseElector
 from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.adapters.operator import register as register_generic
 from generic.adapters.operator import register_login
+from libvirt_provider.adapters.health import Check, HealthServer, bounded
+from libvirt_provider.adapters.kube import KubeAdapter
+from libvirt_provider.adapters.operator import MachineController
+from libvirt_provider.adapters.operator import configure_settings as configure_provider_settings
+from libvirt_provider.adapters.operator import register as register_provider
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
 from libvirt_provider.errors import ProviderError
-from libvirt_provider.health import Check, HealthServer, bounded
-from libvirt_provider.image_cache import ImageCache
-from libvirt_provider.images import ImageImporter
-from libvirt_provider.kube import KubeAdapter
-from libvirt_provider.operator import MachineController
-from libvirt_provider.operator import configure_settings as configure_provider_settings
-from libvirt_provider.operator import register as register_provider
-from libvirt_provider.reconciler import MachineReconciler
+from libvirt_provider.images.cache import ImageCache
+from libvirt_provider.images.importer import ImageImporter
+from libvirt_provider.machine.reconciler import MachineReconciler
 from libvirt_provider.resolved import BaseImage
 
 __all__ = ["DaemonConfig", "run"]
