@@ -44,6 +44,8 @@ __all__ = [
     "Network",
     "ObjectMeta",
     "ObjectReference",
+    "PowerOffMode",
+    "PowerState",
     "Quantity",
     "Resources",
     "Scheduling",
@@ -407,6 +409,12 @@ _BOOT_DISK_FIXED = _cel(
 )
 
 
+PowerState = Literal["PoweredOn", "PoweredOff", "Suspended"]
+"""A VM's desired power state (`spec.powerState`)."""
+PowerOffMode = Literal["Hard", "Soft", "TrySoft"]
+"""How a VM is powered off (`spec.powerOffMode`)."""
+
+
 class VirtualMachineSpec(_Model):
     """The portable intent: what machine the user wants, independent of the platform."""
 
@@ -416,9 +424,9 @@ class VirtualMachineSpec(_Model):
         json_schema_extra=_validations(_cel(_IMMUTABLE, "infrastructureRef is immutable"))
     )
     """The provider object that realises this VM."""
-    power_state: Literal["PoweredOn", "PoweredOff", "Suspended"] = c.POWERED_ON
+    power_state: PowerState = c.POWERED_ON
     """Desired power state."""
-    power_off_mode: Literal["Hard", "Soft", "TrySoft"] = c.POWER_OFF_TRY_SOFT
+    power_off_mode: PowerOffMode = c.POWER_OFF_TRY_SOFT
     """How to power off: Hard turns the machine off without involving the guest; Soft asks the
     guest and fails if it does not comply; TrySoft asks, then forces after a timeout."""
     instance_type: InstanceType | None = None

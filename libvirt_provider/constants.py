@@ -26,6 +26,22 @@ from catalog.constants import (
 
 __all__ = [
     "DEFAULT_SHUTDOWN_TIMEOUT_SECONDS",
+    "EVENT_CLEANUP_FAILED",
+    "EVENT_DEFINED",
+    "EVENT_DISK_GROWN",
+    "EVENT_LIVE_UPDATE_FAILED",
+    "EVENT_POWERED_OFF",
+    "EVENT_REDEFINED",
+    "EVENT_RESUMED",
+    "EVENT_SAVED_STATE_DISCARDED",
+    "EVENT_SHUTDOWN_REQUESTED",
+    "EVENT_STARTED",
+    "EVENT_SUSPENDED",
+    "EVENT_UNDEFINED",
+    "EVENT_UPDATED_LIVE",
+    "EVENT_VOLUME_CREATED",
+    "EVENT_VOLUME_DELETED",
+    "EVENT_WOKEN",
     "FINALIZER",
     "GROUP",
     "HOST_LABEL",
@@ -41,10 +57,26 @@ __all__ = [
     "NETWORK_KIND",
     "NETWORK_PLURAL",
     "REASON_AMBIGUOUS_DEFAULT",
+    "REASON_FOREIGN_DOMAIN",
+    "REASON_GUEST_NOT_COMPLYING",
+    "REASON_IMAGE_IMPORT_FAILED",
+    "REASON_IMPORTING_IMAGE",
     "REASON_INVALID_SPEC",
+    "REASON_LINK_MISMATCH",
     "REASON_NOT_AVAILABLE_ON_HOST",
+    "REASON_NOT_LINKED",
+    "REASON_OWNED_BY_ANOTHER",
+    "REASON_POWERED_OFF",
     "REASON_REFERENCE_NOT_FOUND",
+    "REASON_RUNNING",
     "REASON_SECRET_NOT_FOUND",
+    "REASON_STARTING",
+    "REASON_STOPPING",
+    "REASON_SUSPENDED",
+    "REASON_UP_TO_DATE",
+    "REASON_VIRTUAL_MACHINE_NOT_FOUND",
+    "REASON_WAITING_FOR_ADDRESS",
+    "RESOLUTION_REASONS",
     "STORAGE_CLASS_KIND",
     "STORAGE_CLASS_PLURAL",
     "VERSION",
@@ -77,3 +109,47 @@ REASON_AMBIGUOUS_DEFAULT: Final = "AmbiguousDefault"
 REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_SECRET_NOT_FOUND: Final = "SecretNotFound"
 REASON_NOT_AVAILABLE_ON_HOST: Final = "NotAvailableOnHost"
+# The reasons the resolver reports (beside the contract's UnsupportedByProvider).
+RESOLUTION_REASONS: Final = (
+    REASON_REFERENCE_NOT_FOUND,
+    REASON_AMBIGUOUS_DEFAULT,
+    REASON_INVALID_SPEC,
+    REASON_SECRET_NOT_FOUND,
+    REASON_NOT_AVAILABLE_ON_HOST,
+)
+
+# Condition reasons of the machine loop (InfrastructureReady and UpToDate).
+REASON_RUNNING: Final = "Running"
+REASON_POWERED_OFF: Final = "PoweredOff"
+REASON_SUSPENDED: Final = "Suspended"
+REASON_STARTING: Final = "Starting"
+REASON_WAITING_FOR_ADDRESS: Final = "WaitingForAddress"
+REASON_STOPPING: Final = "Stopping"
+REASON_FOREIGN_DOMAIN: Final = "ForeignDomain"
+REASON_UP_TO_DATE: Final = "UpToDate"
+REASON_GUEST_NOT_COMPLYING: Final = "GuestNotComplying"
+REASON_IMPORTING_IMAGE: Final = "ImportingImage"
+REASON_IMAGE_IMPORT_FAILED: Final = "ImageImportFailed"
+# ... and of the link between a LibvirtMachine and its VirtualMachine.
+REASON_NOT_LINKED: Final = "NotLinked"
+REASON_VIRTUAL_MACHINE_NOT_FOUND: Final = "VirtualMachineNotFound"
+REASON_LINK_MISMATCH: Final = "LinkMismatch"
+REASON_OWNED_BY_ANOTHER: Final = "OwnedByAnotherVirtualMachine"
+
+# Event reasons: what the daemon did to a machine.
+EVENT_DEFINED: Final = "Defined"
+EVENT_STARTED: Final = "Started"
+EVENT_RESUMED: Final = "Resumed"
+EVENT_WOKEN: Final = "Woken"
+EVENT_SHUTDOWN_REQUESTED: Final = "ShutdownRequested"
+EVENT_POWERED_OFF: Final = "PoweredOff"
+EVENT_SUSPENDED: Final = "Suspended"
+EVENT_SAVED_STATE_DISCARDED: Final = "SavedStateDiscarded"
+EVENT_UNDEFINED: Final = "Undefined"
+EVENT_VOLUME_CREATED: Final = "VolumeCreated"
+EVENT_VOLUME_DELETED: Final = "VolumeDeleted"
+EVENT_CLEANUP_FAILED: Final = "CleanupFailed"
+EVENT_DISK_GROWN: Final = "DiskGrown"
+EVENT_REDEFINED: Final = "Redefined"
+EVENT_UPDATED_LIVE: Final = "UpdatedLive"
+EVENT_LIVE_UPDATE_FAILED: Final = "LiveUpdateFailed"

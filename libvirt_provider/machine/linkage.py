@@ -10,24 +10,12 @@ already has a controller owner it must be that VM.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from generic import constants as vmapi
 from libvirt_provider import constants as c
 
-__all__ = [
-    "REASON_LINK_MISMATCH",
-    "REASON_NOT_LINKED",
-    "REASON_OWNED_BY_ANOTHER",
-    "REASON_VIRTUAL_MACHINE_NOT_FOUND",
-    "Link",
-    "check_link",
-]
-
-REASON_NOT_LINKED: Final = "NotLinked"
-REASON_VIRTUAL_MACHINE_NOT_FOUND: Final = "VirtualMachineNotFound"
-REASON_LINK_MISMATCH: Final = "LinkMismatch"
-REASON_OWNED_BY_ANOTHER: Final = "OwnedByAnotherVirtualMachine"
+__all__ = ["Link", "check_link"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +36,7 @@ def check_link(machine: dict[str, Any], vm: dict[str, Any] | None) -> Link:
         return Link(
             False,
             None,
-            REASON_NOT_LINKED,
+            c.REASON_NOT_LINKED,
             f"annotation {vmapi.LINK_ANNOTATION} is missing: it must name the VirtualMachine "
             "that uses this LibvirtMachine (in the same namespace)",
         )
@@ -56,7 +44,7 @@ def check_link(machine: dict[str, Any], vm: dict[str, Any] | None) -> Link:
         return Link(
             False,
             vm_name,
-            REASON_VIRTUAL_MACHINE_NOT_FOUND,
+            c.REASON_VIRTUAL_MACHINE_NOT_FOUND,
             f"VirtualMachine {vm_name!r} named by annotation {vmapi.LINK_ANNOTATION} does not "
             f"exist in namespace {meta.get('namespace')!r}",
         )
@@ -67,7 +55,7 @@ def check_link(machine: dict[str, Any], vm: dict[str, Any] | None) -> Link:
         return Link(
             False,
             vm_name,
-            REASON_LINK_MISMATCH,
+            c.REASON_LINK_MISMATCH,
             f"VirtualMachine {vm_name!r} refers to {actual.get('kind')} "
             f"{actual.get('apiGroup')}/{actual.get('name')}, not to this LibvirtMachine",
         )
@@ -77,7 +65,7 @@ def check_link(machine: dict[str, Any], vm: dict[str, Any] | None) -> Link:
             return Link(
                 False,
                 vm_name,
-                REASON_OWNED_BY_ANOTHER,
+                c.REASON_OWNED_BY_ANOTHER,
                 f"this LibvirtMachine is controlled by {owner.get('kind')} {owner.get('name')!r} "
                 f"(uid {owner.get('uid')}), not by VirtualMachine {vm_name!r}",
             )

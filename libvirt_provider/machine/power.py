@@ -20,6 +20,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from generic.api import PowerOffMode, PowerState
 from generic.constants import (
     POWER_OFF_HARD,
     POWER_OFF_SOFT,
@@ -72,7 +73,7 @@ class PowerDecision:
 ON_STATES = frozenset({DomainState.RUNNING, DomainState.BLOCKED})
 
 
-def is_settled(desired: str, status: DomainStatus) -> bool:
+def is_settled(desired: PowerState, status: DomainStatus) -> bool:
     """Whether the domain is where `desired` wants it, whatever the power-off mode: the same
     answer as `decide_power(...).settled`, without the timing a decision needs."""
     if desired == POWERED_ON:
@@ -105,8 +106,8 @@ def observed_power_state(status: DomainStatus | None) -> str | None:
 
 def decide_power(
     *,
-    desired: str,
-    mode: str,
+    desired: PowerState,
+    mode: PowerOffMode,
     status: DomainStatus,
     now: datetime,
     graceful_since: datetime | None,
@@ -177,7 +178,7 @@ def _toward_suspended(status: DomainStatus) -> PowerDecision:
 def _toward_off(
     *,
     status: DomainStatus,
-    mode: str,
+    mode: PowerOffMode,
     now: datetime,
     graceful_since: datetime | None,
     last_graceful_request: datetime | None,

@@ -1,86 +1,60 @@
-"""One level-triggered pass over one LibvirtMachine: read, decide, act, report.
+"""One level-triggered pass over one LibvirtMachine: gather, decide, act, report.
 
 Every pass looks at the whole state again (the LibvirtMachine, its VirtualMachine, the catalog, the
 Secrets, and the domain as libvirt has it) and takes at most the steps needed to move toward the
 spec, so it converges from any starting point: a first pass, a pass after a crash between define
-and start, a pass after libvirtd restarted. The pure decisions live elsewhere (linkage, resolver,
-renderer, power state machine, status); this module sequences them around the two adapters.
+and start, a pass after libvirtd restarted.
 
-Crash safety: the domain UUID is the LibvirtMachine's uid and every volume name derives from the
-domain name, so a repeated step finds what an interrupted one made instead of making a second copy.
-When this pass creates a machine and a later step of the same pass fails, it removes what it made.
-
-Returns an `Outcome`: when to look again, or to back off after a failure.
+This module only sequences. Gathering is `inputs`; the decisions are pure (`linkage`, the
+resolver, `power`, `status`); the acts are `create`, `update`, `powering` and `teardown`. Each step
+returns what it learned, and the pass ends with one status write (none when nothing changed) and
+an `Outcome` that tells the work queue when to look again, or to back off after a failure.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as dt
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Protocol
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from catalog.image import LibvirtImage
-from catalog.lookup import Catalog
-from catalog.machineclass import LibvirtMachineClass
-from catalog.network import LibvirtNetwork
-from catalog.storage import LibvirtStorageClass
 from generic import constants as vmapi
 from generic.conditions import find_condition
 from generic.workqueue import Outcome
 from libvirt_provider import constants as c
 from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
-from libvirt_provider.cloudinit import build_cidata_iso
-from libvirt_provider.driver.base import (
-    AddressSource,
-    DomainState,
-    DomainStatus,
-    HostFacts,
-    Hypervisor,
-    InterfaceAddress,
-)
+from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import (
     ConflictError,
     ForeignDomainError,
     NotFoundError,
-    PermanentError,
     ProviderError,
     RetryableError,
 )
-from libvirt_provider.faults import crash_point
 from libvirt_provider.images.importer import ImageImporter
-from libvirt_provider.machine.linkage import check_link
-from libvirt_provider.machine.power import (
-    ON_STATES,
-    PowerAction,
-    decide_power,
-    is_settled,
-    observed_power_state,
-)
+from libvirt_provider.machine.create import Creation
+from libvirt_provider.machine.inputs import InputReader, PowerIntent, power_intent
+from libvirt_provider.machine.power import observed_power_state
+from libvirt_provider.machine.powering import PowerDriver, format_time
 from libvirt_provider.machine.status import (
-    NicAddressPlan,
     Readiness,
+    assess_readiness,
     compute_status,
-    select_addresses,
-    sources_for,
+    failed,
     status_patch,
 )
-from libvirt_provider.machine.update import DomainUpdater, ensure_volume
-from libvirt_provider.render import render_domain_xml
-from libvirt_provider.resolve import Resolution, resolve_machine
+from libvirt_provider.machine.store import MachineKey, MachineStore, Obj
+from libvirt_provider.machine.teardown import Teardown
+from libvirt_provider.machine.update import DomainUpdater
 from libvirt_provider.resolved import ResolvedMachine
 
 __all__ = ["MachineKey", "MachineReconciler", "MachineStore"]
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
 CONVERGING_DELAY = 2.0
 CONVERGING = Outcome(requeue_after=CONVERGING_DELAY)
@@ -90,78 +64,26 @@ AGAIN = Outcome(immediately=True)
 # a step that fails identically every time (a missing folder, a permission) is tried a few dozen
 # times an hour, never in a loop that creates and removes the domain.
 RETRY = Outcome(retry=True)
-# No libvirt event announces a DHCP lease, so a running machine without an address is polled:
-# every half second for the first minute, so Ready follows the lease closely; after that at a
-# tenth of the time waited so far (at most every 30 s), so a guest that never takes an address
-# costs a few passes an hour, not thousands.
-ADDRESS_POLL_DELAY = 0.5
-ADDRESS_POLL_PATIENCE = 60.0
-ADDRESS_POLL_MAX = 30.0
+
+_STARTING = Readiness(
+    ready=False,
+    reason=c.REASON_STARTING,
+    message="the domain was created and is starting",
+    up_to_date=True,
+    up_to_date_reason=c.REASON_UP_TO_DATE,
+    up_to_date_message="the domain matches the spec",
+)
 
 
-def address_poll_delay(waited: float) -> float:
-    """Seconds until the next look for an address, after `waited` seconds without one."""
-    if waited < ADDRESS_POLL_PATIENCE:
-        return ADDRESS_POLL_DELAY
-    return min(ADDRESS_POLL_MAX, waited / 10.0)
+@dataclass(frozen=True)
+class Report:
+    """What a pass concluded, for the status it writes."""
 
-
-# Condition reasons of the provider's own (the contract copies them verbatim to the VM).
-REASON_RUNNING = "Running"
-REASON_POWERED_OFF = "PoweredOff"
-REASON_SUSPENDED = "Suspended"
-REASON_STARTING = "Starting"
-REASON_WAITING_FOR_ADDRESS = "WaitingForAddress"
-REASON_STOPPING = "Stopping"
-REASON_FOREIGN_DOMAIN = "ForeignDomain"
-REASON_UP_TO_DATE = "UpToDate"
-REASON_GUEST_NOT_COMPLYING = "GuestNotComplying"
-REASON_IMPORTING_IMAGE = "ImportingImage"
-REASON_IMAGE_IMPORT_FAILED = "ImageImportFailed"
-
-
-@dataclass(frozen=True, order=True)
-class MachineKey:
-    namespace: str
-    name: str
-
-
-class MachineStore(Protocol):
-    """The Kubernetes side as the reconciler needs it (`KubeAdapter` in production)."""
-
-    def get_machine(self, namespace: str, name: str) -> Obj | None: ...
-    def get_virtual_machine(self, namespace: str, name: str) -> Obj | None: ...
-    def list_cluster(self, plural: str) -> list[Obj]: ...
-    def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None: ...
-    def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None: ...
-    def set_finalizers(
-        self, namespace: str, name: str, finalizers: list[str], resource_version: str
-    ) -> None: ...
-    def event(self, obj: Obj, *, reason: str, message: str, warning: bool = False) -> None: ...
-
-
-@dataclass
-class _Graceful:
-    since: dt.datetime
-    last: dt.datetime
-
-
-@dataclass
-class _Pass:
-    """What one pass learned, for the status it writes at the end."""
-
-    obj: Obj
-    machine: LibvirtMachine
-    domain_name: str
-    # The linked VirtualMachine, once the link is verified: problems are told on it too.
-    linked_vm: Obj | None = None
+    readiness: Readiness
     domain_uuid: str | None = None
     power_state: str | None = None
-    readiness: Readiness | None = None
     addresses: list[dict[str, str]] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
-    # Set when a volume the spec added cannot be made yet: the definition waits with it.
-    waiting_for_image: str | None = None
     shutdown_requested_at: dt.datetime | None = None
 
 
@@ -177,21 +99,24 @@ class MachineReconciler:
         console_log_dir: str | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
+        images = images or ImageImporter(hypervisor)
         self._store = store
-        self._images = images or ImageImporter(hypervisor)
-        # Restricts the domain types offered to the resolver (e.g. a host whose /dev/kvm exists
-        # but cannot run guests is told to offer only "qemu").
-        self._domain_types = domain_types
-        self._console_log_dir = console_log_dir
         self._hv = hypervisor
-        self._updater = DomainUpdater(hypervisor=hypervisor, events=store, images=self._images)
         self._host = host
         self._clock = clock
-        self._graceful: dict[str, _Graceful] = {}
-        # Since when each running machine has been waiting for its first address.
-        self._address_wait: dict[str, dt.datetime] = {}
-
-    # -- entry -------------------------------------------------------------------------------
+        self._inputs = InputReader(
+            store=store,
+            hypervisor=hypervisor,
+            host=host,
+            domain_types=domain_types,
+            console_log_dir=console_log_dir,
+        )
+        self._creation = Creation(hypervisor=hypervisor, events=store, images=images)
+        self._updater = DomainUpdater(hypervisor=hypervisor, events=store, images=images)
+        self._power = PowerDriver(hypervisor=hypervisor, events=store, clock=clock)
+        self._teardown = Teardown(
+            hypervisor=hypervisor, events=store, console_log_dir=console_log_dir
+        )
 
     def reconcile(self, key: MachineKey) -> Outcome:
         obj = self._store.get_machine(key.namespace, key.name)
@@ -200,332 +125,136 @@ class MachineReconciler:
         try:
             machine = LibvirtMachine.model_validate(obj)
         except ValidationError as err:
-            self._report_invalid(obj, err)
+            message = _validation_message("LibvirtMachine", err)
+            self._store.event(obj, reason=c.REASON_INVALID_SPEC, message=message, warning=True)
             return DONE
         if machine.metadata.labels.get(c.HOST_LABEL) != self._host:
             return DONE  # another host's machine: its own daemon reconciles it
-        p = _Pass(
-            obj=obj,
-            machine=machine,
-            domain_name=naming.domain_name(key.namespace, key.name),
-        )
-        if (obj.get("metadata") or {}).get("deletionTimestamp"):
-            return self._delete(p)
-        if c.FINALIZER not in ((obj.get("metadata") or {}).get("finalizers") or []):
-            self._add_finalizer(p)
+        domain_name = naming.domain_name(key.namespace, key.name)
+        meta = obj.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return self._delete(obj, machine, domain_name)
+        if c.FINALIZER not in (meta.get("finalizers") or []):
+            self._set_finalizers(obj, [*(meta.get("finalizers") or []), c.FINALIZER])
             return AGAIN
+        vm: Obj | None = None
         try:
-            outcome = self._converge(p)
-        except RetryableError as err:
-            self._fail(
-                p, vmapi.REASON_PROVIDER_ERROR, f"libvirt failed (retrying with backoff): {err}"
-            )
-            outcome = RETRY
+            linked = self._inputs.linked_vm(obj, machine)
+            vm = linked.vm
+            if vm is None:
+                link = linked.link
+                reason = link.reason or c.REASON_NOT_LINKED
+                report = self._failed(obj, None, reason, link.message or "not linked")
+                outcome = DONE
+            else:
+                report, outcome = self._converge(obj, machine, vm, domain_name)
         except ProviderError as err:
-            self._fail(p, vmapi.REASON_PROVIDER_ERROR, str(err))
-            outcome = RETRY
-        self._write_status(p)
+            report, outcome = self._failed(obj, vm, *_provider_problem(err)), RETRY
+        self._write_status(obj, machine, domain_name, report)
         return outcome
 
     # -- the normal path ---------------------------------------------------------------------
 
-    def _converge(self, p: _Pass) -> Outcome:
-        meta = p.machine.metadata
-        vm_name = meta.annotations.get(vmapi.LINK_ANNOTATION)
-        vm_obj = self._store.get_virtual_machine(meta.namespace, vm_name) if vm_name else None
-        link = check_link(p.obj, vm_obj)
-        if not link.linked or vm_obj is None:
-            self._fail(p, link.reason or "NotLinked", link.message or "not linked")
-            return DONE
-        p.linked_vm = vm_obj
-        spec = vm_obj.get("spec") or {}
-        desired_power = str(spec.get("powerState") or vmapi.POWERED_ON)
-        power_off_mode = str(spec.get("powerOffMode") or vmapi.POWER_OFF_TRY_SOFT)
-
+    def _converge(
+        self, obj: Obj, machine: LibvirtMachine, vm: Obj, domain_name: str
+    ) -> tuple[Report, Outcome]:
         try:
-            existing = self._hv.lookup(uuid=meta.uid, name=p.domain_name)
+            existing = self._hv.lookup(uuid=machine.metadata.uid, name=domain_name)
         except ForeignDomainError as err:
-            self._fail(p, REASON_FOREIGN_DOMAIN, str(err))
-            return DONE
-
-        resolution = self._resolve(p, vm_obj)
+            return self._failed(obj, vm, c.REASON_FOREIGN_DOMAIN, str(err)), DONE
+        intent = power_intent(vm)
+        resolution = self._inputs.resolve(obj, machine, vm)
         if resolution.machine is None:
-            self._fail(p, resolution.problems[0].reason, resolution.message())
-            if existing is not None:
-                p.domain_uuid = existing.uuid
-                p.power_state = observed_power_state(self._hv.status(existing.uuid))
-            return DONE
+            report = self._failed(obj, vm, resolution.problems[0].reason, resolution.message())
+            if existing is None:
+                return report, DONE
+            state = observed_power_state(self._hv.status(existing.uuid))
+            return Report(report.readiness, domain_uuid=existing.uuid, power_state=state), DONE
         plan = resolution.machine
         if existing is None:
-            waiting = self._wait_for_images(p, plan)
-            if waiting is not None:
-                return waiting
-            self._create(p, plan, desired_power)
-            return CONVERGING
-        p.domain_uuid = existing.uuid
-        # Updating the definition, live changes and disk growth leave the power state as it is:
-        # one read serves them and the power decision.
-        status = self._hv.status(existing.uuid)
-        outcome = self._updater.update(p.obj, existing.uuid, plan, status)
-        p.pending, p.waiting_for_image = outcome.pending, outcome.waiting_for_image
-        self._hv.set_autostart(existing.uuid, plan.autostart)
-        return self._power_and_observe(p, plan, desired_power, power_off_mode, status)
-
-    def _resolve(self, p: _Pass, vm_obj: Obj) -> Resolution:
-        catalog = Catalog.of(
-            images=_parse_all(self._store, c.IMAGE_PLURAL, LibvirtImage),
-            machine_classes=_parse_all(self._store, c.MACHINE_CLASS_PLURAL, LibvirtMachineClass),
-            networks=_parse_all(self._store, c.NETWORK_PLURAL, LibvirtNetwork),
-            storage_classes=_parse_all(self._store, c.STORAGE_CLASS_PLURAL, LibvirtStorageClass),
-        )
-        return resolve_machine(
-            vm_name=str((vm_obj.get("metadata") or {}).get("name")),
-            vm_spec=vm_obj.get("spec") or {},
-            machine=p.obj,
-            catalog=catalog,
-            secrets=self._secrets(p.machine.metadata.namespace, vm_obj),
-            host=self._host_facts(),
-        )
-
-    def _secrets(self, namespace: str, vm_obj: Obj) -> dict[str, dict[str, bytes]]:
-        """The Secrets the VM's cloud-init names; a missing one is simply absent (a problem)."""
-        cloud_init = ((vm_obj.get("spec") or {}).get("bootstrap") or {}).get("cloudInit") or {}
-        found: dict[str, dict[str, bytes]] = {}
-        for selector in (cloud_init.get("userData"), cloud_init.get("networkData")):
-            name = selector.get("name") if isinstance(selector, dict) else None
-            if not isinstance(name, str) or name in found:
-                continue
-            raw = self._store.get_secret_data(namespace, name)
-            if raw is not None:
-                found[name] = {k: base64.b64decode(v) for k, v in raw.items()}
-        return found
-
-    def _host_facts(self) -> HostFacts:
-        facts = replace(self._hv.host_facts(), console_log_dir=self._console_log_dir)
-        if self._domain_types is None:
-            return facts
-        return replace(facts, domain_types=facts.domain_types & self._domain_types)
-
-    def _create(self, p: _Pass, plan: ResolvedMachine, desired_power: str) -> None:
-        made_volumes: list[tuple[str, str]] = []
-        defined = False
+            return self._create(obj, vm, plan, intent)
         try:
-            for volume in plan.volumes:
-                if ensure_volume(self._hv, volume):
-                    made_volumes.append((volume.pool, volume.volume))
-            if plan.cloud_init is not None:
-                ci = plan.cloud_init
-                if self._hv.find_volume(ci.pool, ci.volume) is None:
-                    self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
-                    made_volumes.append((ci.pool, ci.volume))
-            crash_point("create:after-volumes")
-            ref = self._hv.define(render_domain_xml(plan.domain))
-            defined = True
-            crash_point("create:after-define")
-            self._hv.set_autostart(ref.uuid, plan.autostart)
-            p.domain_uuid = ref.uuid
-            self._store.event(p.obj, reason="Defined", message=f"defined domain {ref.name}")
-            if desired_power == vmapi.POWERED_ON:
-                self._hv.start(ref.uuid)
-                crash_point("create:after-start")
-                self._store.event(p.obj, reason="Started", message=f"started domain {ref.name}")
-        except ProviderError:
-            self._undo_create(p, defined=defined, volumes=made_volumes)
-            raise
-        p.power_state = observed_power_state(self._hv.status(str(plan.domain.uuid)))
-        p.readiness = Readiness(
-            ready=False,
-            reason=REASON_STARTING,
-            message="the domain was created and is starting",
-            up_to_date=True,
-            up_to_date_reason=REASON_UP_TO_DATE,
-            up_to_date_message="the domain matches the spec",
-        )
+            return self._bring_up_to_date(obj, plan, intent, existing.uuid)
+        except ProviderError as err:
+            report = self._failed(obj, vm, *_provider_problem(err))
+            return Report(report.readiness, domain_uuid=existing.uuid), RETRY
 
-    def _wait_for_images(self, p: _Pass, plan: ResolvedMachine) -> Outcome | None:
-        """None when every base image is in the pool; else report the import and come back."""
-        for volume in plan.volumes:
-            if volume.base is None:
-                continue
-            state = self._images.ensure(volume.base)
-            if state.ready:
-                continue
-            name = volume.base.image
-            if state.failed:
-                self._fail(p, REASON_IMAGE_IMPORT_FAILED, f"image {name!r}: {state.message}")
-                return RETRY
-            progress = (
-                f"{state.bytes_done} of {state.bytes_total} bytes"
-                if state.bytes_total
-                else "starting"
-            )
-            p.readiness = Readiness(
+    def _create(
+        self, obj: Obj, vm: Obj, plan: ResolvedMachine, intent: PowerIntent
+    ) -> tuple[Report, Outcome]:
+        wait = self._creation.image_wait(plan)
+        if wait is not None and wait.failed:
+            return self._failed(obj, vm, c.REASON_IMAGE_IMPORT_FAILED, wait.message), RETRY
+        if wait is not None:
+            readiness = Readiness(
                 ready=False,
-                reason=REASON_IMPORTING_IMAGE,
-                message=f"importing image {name!r} into pool {volume.base.pool!r}: {progress}",
+                reason=c.REASON_IMPORTING_IMAGE,
+                message=wait.message,
                 up_to_date=False,
-                up_to_date_reason=REASON_IMPORTING_IMAGE,
+                up_to_date_reason=c.REASON_IMPORTING_IMAGE,
                 up_to_date_message="the machine is created once its image is imported",
             )
-            return CONVERGING
-        return None
+            return Report(readiness), CONVERGING
+        uuid = self._creation.create(obj, plan, intent.desired)
+        state = observed_power_state(self._hv.status(uuid))
+        return Report(_STARTING, domain_uuid=uuid, power_state=state), CONVERGING
 
-    def _undo_create(self, p: _Pass, *, defined: bool, volumes: list[tuple[str, str]]) -> None:
-        uuid = p.machine.metadata.uid
-        try:
-            if defined:
-                self._remove_domain(uuid)
-            for pool, name in volumes:
-                self._hv.delete_volume(pool, name)
-        except ProviderError as err:
-            log.warning("cleaning up a failed create of %s left something: %s", p.domain_name, err)
-        p.domain_uuid = None
-
-    def _power_and_observe(
-        self, p: _Pass, plan: ResolvedMachine, desired: str, mode: str, status: DomainStatus
-    ) -> Outcome:
-        uuid = str(plan.domain.uuid)
-        now = self._clock()
-        if desired == vmapi.POWERED_OFF and uuid not in self._graceful:
-            # A restarted daemon goes on with the power-off an earlier one began.
-            started = _parse_time((p.obj.get("status") or {}).get("shutdownRequestedAt"))
-            if started is not None:
-                self._graceful[uuid] = _Graceful(since=started, last=started)
-        graceful = self._graceful.get(uuid) if desired == vmapi.POWERED_OFF else None
-        if desired != vmapi.POWERED_OFF:
-            self._graceful.pop(uuid, None)
-        decision = decide_power(
-            desired=desired,
-            mode=mode,
-            status=status,
-            now=now,
-            graceful_since=graceful.since if graceful else None,
-            last_graceful_request=graceful.last if graceful else None,
-            timeout=dt.timedelta(seconds=plan.shutdown_timeout_seconds),
+    def _bring_up_to_date(
+        self, obj: Obj, plan: ResolvedMachine, intent: PowerIntent, uuid: str
+    ) -> tuple[Report, Outcome]:
+        # Updating the definition, live changes and disk growth leave the power state as it is:
+        # one read serves them and the power decision.
+        status = self._hv.status(uuid)
+        update = self._updater.update(obj, uuid, plan, status)
+        self._hv.set_autostart(uuid, plan.autostart)
+        power = self._power.drive(
+            obj, plan, desired=intent.desired, mode=intent.mode, status=status
         )
-        if decision.action is not PowerAction.NONE:
-            self._act(p, uuid, decision.action)
-            if decision.action is PowerAction.SHUTDOWN:
-                if decision.graceful_started or graceful is None:
-                    self._graceful[uuid] = _Graceful(since=now, last=now)
-                else:
-                    graceful.last = now
-            status = self._hv.status(uuid)
-        if status.state is DomainState.SHUTOFF:
-            self._graceful.pop(uuid, None)
-        if uuid in self._graceful:
-            p.shutdown_requested_at = self._graceful[uuid].since
-
-        p.power_state = observed_power_state(status)
-        p.addresses = self._observe_addresses(p, plan, uuid, running=status.state in ON_STATES)
-        settled = is_settled(desired, status)
-        p.readiness = self._readiness(p, desired, settled, decision.problem)
-        if not settled:
-            return CONVERGING
-        if desired == vmapi.POWERED_ON and not p.addresses:
-            since = self._address_wait.setdefault(uuid, now)
-            return Outcome(requeue_after=address_poll_delay((now - since).total_seconds()))
-        self._address_wait.pop(uuid, None)
-        return DONE
-
-    def _act(self, p: _Pass, uuid: str, action: PowerAction) -> None:
-        steps: dict[PowerAction, tuple[Callable[[str], None], str, str]] = {
-            PowerAction.START: (self._hv.start, "Started", "started the domain"),
-            PowerAction.RESUME: (self._hv.resume, "Resumed", "resumed the paused domain"),
-            PowerAction.WAKE: (self._hv.start, "Woken", "woke the domain"),
-            PowerAction.SHUTDOWN: (
-                self._hv.shutdown,
-                "ShutdownRequested",
-                "pressed the ACPI power button",
-            ),
-            PowerAction.DESTROY: (self._hv.destroy, "PoweredOff", "powered the domain off"),
-            PowerAction.MANAGED_SAVE: (
-                self._hv.managed_save,
-                "Suspended",
-                "saved the domain's memory and stopped it",
-            ),
-            PowerAction.DISCARD_SAVED_STATE: (
-                self._hv.discard_saved_state,
-                "SavedStateDiscarded",
-                "dropped the saved memory: the next start is a cold boot",
-            ),
-        }
-        call, reason, message = steps[action]
-        try:
-            call(uuid)
-        except ConflictError as err:
-            # The domain changed state under us (e.g. the guest shut itself down); next pass sees.
-            log.info("%s on %s: %s", action.value, p.domain_name, err)
-            return
-        self._store.event(p.obj, reason=reason, message=message)
-
-    def _observe_addresses(
-        self, p: _Pass, plan: ResolvedMachine, uuid: str, *, running: bool
-    ) -> list[dict[str, str]]:
-        nics = [
-            NicAddressPlan(name=i.name, mac=i.mac, policy=i.address_source)
-            for i in plan.domain.interfaces
-        ]
-        observed: dict[AddressSource, list[InterfaceAddress]] = {}
-        if running:
-            wanted = {s for nic in nics for s in sources_for(nic.policy)}
-            for source in wanted:
-                try:
-                    observed[source] = self._hv.addresses(uuid, source)
-                except (RetryableError, PermanentError, ConflictError) as err:
-                    # No agent in the guest, no lease yet: not an error of the machine.
-                    log.debug("addresses of %s from %s: %s", p.domain_name, source.value, err)
-        previous = list((p.obj.get("status") or {}).get("addresses") or [])
-        return select_addresses(nics, observed, previous, running=running)
-
-    def _readiness(self, p: _Pass, desired: str, settled: bool, problem: str | None) -> Readiness:
-        if p.waiting_for_image is not None:
-            up = (False, REASON_IMPORTING_IMAGE, p.waiting_for_image)
-        elif p.pending:
-            up = (
-                False,
-                vmapi.REASON_REQUIRES_POWER_OFF,
-                "applied at the next power-off: " + "; ".join(p.pending),
-            )
-        else:
-            up = (True, REASON_UP_TO_DATE, "the domain matches the spec")
-        if problem is not None and not settled:
-            ready = (False, REASON_GUEST_NOT_COMPLYING, problem)
-        elif not settled:
-            reason = REASON_STARTING if desired == vmapi.POWERED_ON else REASON_STOPPING
-            ready = (False, reason, f"moving to {desired}; now {p.power_state or 'in transition'}")
-        elif desired == vmapi.POWERED_ON and not p.addresses:
-            ready = (False, REASON_WAITING_FOR_ADDRESS, "running; waiting for the guest's address")
-        elif desired == vmapi.POWERED_ON:
-            ready = (True, REASON_RUNNING, "running and reachable")
-        elif desired == vmapi.SUSPENDED:
-            ready = (True, REASON_SUSPENDED, problem or "suspended (memory saved to disk)")
-        else:
-            ready = (True, REASON_POWERED_OFF, "powered off as requested")
-        return Readiness(*ready, *up)
+        readiness = assess_readiness(
+            desired=intent.desired,
+            settled=power.settled,
+            problem=power.problem,
+            power_state=power.power_state,
+            has_addresses=bool(power.addresses),
+            waiting_for_image=update.waiting_for_image,
+            pending=update.pending,
+        )
+        report = Report(
+            readiness,
+            domain_uuid=uuid,
+            power_state=power.power_state,
+            addresses=power.addresses,
+            pending=update.pending,
+            shutdown_requested_at=power.shutdown_requested_at,
+        )
+        if not power.settled:
+            return report, CONVERGING
+        if power.address_poll is not None:
+            return report, Outcome(requeue_after=power.address_poll)
+        return report, DONE
 
     # -- deletion ----------------------------------------------------------------------------
 
-    def _delete(self, p: _Pass) -> Outcome:
-        meta = p.obj.get("metadata") or {}
+    def _delete(self, obj: Obj, machine: LibvirtMachine, domain_name: str) -> Outcome:
+        meta = obj.get("metadata") or {}
         if c.FINALIZER not in (meta.get("finalizers") or []):
             return DONE
-        uuid = p.machine.metadata.uid
+        uuid = machine.metadata.uid
         try:
-            self._teardown(p, uuid)
+            keep = self._volumes_to_keep(obj, machine)
+            self._teardown.run(obj, uuid=uuid, domain_name=domain_name, keep=keep)
         except ProviderError as err:
             message = f"cleanup failed, keeping the finalizer: {err}"
-            self._store.event(p.obj, reason="CleanupFailed", message=message, warning=True)
-            self._fail(p, vmapi.REASON_PROVIDER_ERROR, message)
-            self._write_status(p)
+            self._store.event(obj, reason=c.EVENT_CLEANUP_FAILED, message=message, warning=True)
+            report = self._failed(obj, None, vmapi.REASON_PROVIDER_ERROR, message)
+            self._write_status(obj, machine, domain_name, report)
             return RETRY
-        self._graceful.pop(uuid, None)
-        self._address_wait.pop(uuid, None)
+        self._power.forget(uuid)
         remaining = [f for f in meta.get("finalizers") or [] if f != c.FINALIZER]
         try:
             self._store.set_finalizers(
-                p.machine.metadata.namespace,
-                p.machine.metadata.name,
+                machine.metadata.namespace,
+                machine.metadata.name,
                 remaining,
                 str(meta.get("resourceVersion")),
             )
@@ -533,54 +262,14 @@ class MachineReconciler:
             return AGAIN
         return DONE
 
-    def _teardown(self, p: _Pass, uuid: str) -> None:
-        try:
-            ref = self._hv.lookup(uuid=uuid, name=p.domain_name)
-        except ForeignDomainError:
-            ref = None  # the domain holding our name is not ours: never touched
-        keep = self._volumes_to_keep(p)
-        if ref is not None:
-            self._remove_domain(uuid)
-            crash_point("delete:after-undefine")
-            self._store.event(p.obj, reason="Undefined", message=f"removed domain {ref.name}")
-        self._remove_console_log(p)
-        prefix = f"{p.domain_name}--"
-        for pool in sorted(self._hv.host_facts().pools):
-            for volume in self._hv.list_volumes(pool):
-                if volume.name.startswith(prefix) and (pool, volume.name) not in keep:
-                    try:
-                        self._hv.delete_volume(pool, volume.name)
-                    except NotFoundError:
-                        continue
-                    self._store.event(
-                        p.obj, reason="VolumeDeleted", message=f"deleted {pool}/{volume.name}"
-                    )
-
-    def _remove_domain(self, uuid: str) -> None:
-        if self._hv.status(uuid).state is not DomainState.SHUTOFF:
-            self._hv.destroy(uuid)
-        self._hv.undefine(uuid)
-
-    def _remove_console_log(self, p: _Pass) -> None:
-        # The log is a host file the domain wrote, not a volume: it goes with the machine.
-        path = naming.console_log_file(self._console_log_dir, p.domain_name)
-        if path is None:
-            return
-        try:
-            Path(path).unlink(missing_ok=True)
-        except OSError as err:
-            log.warning("could not remove the console log %s: %s", path, err)
-
-    def _volumes_to_keep(self, p: _Pass) -> set[tuple[str, str]]:
+    def _volumes_to_keep(self, obj: Obj, machine: LibvirtMachine) -> set[tuple[str, str]]:
         """Volumes whose disks say deleteOnTermination: false (needs the VM, still present while
         the generic controller waits for this object to go)."""
-        meta = p.machine.metadata
-        vm_name = meta.annotations.get(vmapi.LINK_ANNOTATION)
-        vm_obj = self._store.get_virtual_machine(meta.namespace, vm_name) if vm_name else None
-        if vm_obj is None or not check_link(p.obj, vm_obj).linked:
+        vm = self._inputs.linked_vm(obj, machine).vm
+        if vm is None:
             return set()
         try:
-            resolution = self._resolve(p, vm_obj)
+            resolution = self._inputs.resolve(obj, machine, vm)
         except ProviderError:
             return set()
         if resolution.machine is None:
@@ -591,87 +280,59 @@ class MachineReconciler:
 
     # -- reporting ---------------------------------------------------------------------------
 
-    def _add_finalizer(self, p: _Pass) -> None:
-        meta = p.obj.get("metadata") or {}
-        finalizers = [*(meta.get("finalizers") or []), c.FINALIZER]
+    def _set_finalizers(self, obj: Obj, finalizers: list[str]) -> None:
+        meta = obj.get("metadata") or {}
         # A conflict means the object changed meanwhile; the next pass reads it again.
         with contextlib.suppress(ConflictError, NotFoundError):
             self._store.set_finalizers(
-                p.machine.metadata.namespace,
-                p.machine.metadata.name,
+                str(meta.get("namespace")),
+                str(meta.get("name")),
                 finalizers,
                 str(meta.get("resourceVersion")),
             )
 
-    def _fail(self, p: _Pass, reason: str, message: str) -> None:
-        """Report a problem: conditions False with `reason`, and a Warning Event when it is new."""
+    def _failed(self, obj: Obj, vm: Obj | None, reason: str, message: str) -> Report:
+        """A problem: both conditions False with `reason`, and a Warning Event (on the machine
+        and on its linked VM) when it is new."""
         before = find_condition(
-            (p.obj.get("status") or {}).get("conditions"), vmapi.CONDITION_INFRASTRUCTURE_READY
-        )
-        p.readiness = Readiness(
-            ready=False,
-            reason=reason,
-            message=message,
-            up_to_date=False,
-            up_to_date_reason=reason,
-            up_to_date_message=message,
+            (obj.get("status") or {}).get("conditions"), vmapi.CONDITION_INFRASTRUCTURE_READY
         )
         if before is None or before.get("reason") != reason or before.get("message") != message:
-            self._store.event(p.obj, reason=reason, message=message, warning=True)
-            if p.linked_vm is not None:
-                self._store.event(p.linked_vm, reason=reason, message=message, warning=True)
+            self._store.event(obj, reason=reason, message=message, warning=True)
+            if vm is not None:
+                self._store.event(vm, reason=reason, message=message, warning=True)
+        return Report(failed(reason, message))
 
-    def _report_invalid(self, obj: Obj, err: ValidationError) -> None:
-        message = _validation_message("LibvirtMachine", err)
-        self._store.event(obj, reason=c.REASON_INVALID_SPEC, message=message, warning=True)
-
-    def _write_status(self, p: _Pass) -> None:
-        if p.readiness is None:
-            return
-        current = p.obj.get("status") or {}
+    def _write_status(
+        self, obj: Obj, machine: LibvirtMachine, domain_name: str, report: Report
+    ) -> None:
+        current = obj.get("status") or {}
         desired = compute_status(
             current=current,
-            power_state=p.power_state,
+            power_state=report.power_state,
             host=self._host,
-            domain_uuid=p.domain_uuid,
-            domain_name=p.domain_name,
-            addresses=p.addresses,
-            readiness=p.readiness,
-            generation=p.machine.metadata.generation,
-            pending_changes=p.pending,
-            now=_format_time(self._clock()),
-            shutdown_requested_at=_format_time(p.shutdown_requested_at)
-            if p.shutdown_requested_at is not None
+            domain_uuid=report.domain_uuid,
+            domain_name=domain_name,
+            addresses=report.addresses,
+            readiness=report.readiness,
+            generation=machine.metadata.generation,
+            pending_changes=report.pending,
+            now=format_time(self._clock()),
+            shutdown_requested_at=format_time(report.shutdown_requested_at)
+            if report.shutdown_requested_at is not None
             else None,
         )
         patch = status_patch(current, desired)
         if patch:
-            meta = p.machine.metadata
-            self._store.patch_machine_status(meta.namespace, meta.name, patch)
+            self._store.patch_machine_status(
+                machine.metadata.namespace, machine.metadata.name, patch
+            )
 
 
-def _parse_all(store: MachineStore, plural: str, model: Any) -> list[Any]:
-    parsed = []
-    for obj in store.list_cluster(plural):
-        try:
-            parsed.append(model.model_validate(obj))
-        except ValidationError as err:
-            name = (obj.get("metadata") or {}).get("name")
-            log.warning("ignoring invalid %s %s: %s", plural, name, err.error_count())
-    return parsed
-
-
-def _format_time(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_time(text: object) -> dt.datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return None
+def _provider_problem(err: ProviderError) -> tuple[str, str]:
+    if isinstance(err, RetryableError):
+        return vmapi.REASON_PROVIDER_ERROR, f"libvirt failed (retrying with backoff): {err}"
+    return vmapi.REASON_PROVIDER_ERROR, str(err)
 
 
 def _validation_message(kind: str, err: ValidationError) -> str:

@@ -18,13 +18,17 @@ from typing import Any
 
 from catalog.network import AddressSourcePolicy
 from generic import constants as vmapi
+from generic.api import PowerState
 from generic.conditions import DesiredCondition, merge_conditions
+from libvirt_provider import constants as c
 from libvirt_provider.driver.base import AddressSource, InterfaceAddress
 
 __all__ = [
     "NicAddressPlan",
     "Readiness",
+    "assess_readiness",
     "compute_status",
+    "failed",
     "provider_id",
     "select_addresses",
     "sources_for",
@@ -98,6 +102,55 @@ class Readiness:
     up_to_date: bool
     up_to_date_reason: str
     up_to_date_message: str
+
+
+def assess_readiness(
+    *,
+    desired: PowerState,
+    settled: bool,
+    problem: str | None,
+    power_state: str | None,
+    has_addresses: bool,
+    waiting_for_image: str | None,
+    pending: Sequence[str],
+) -> Readiness:
+    """The two conditions for a machine whose domain exists, from what this pass saw."""
+    if waiting_for_image is not None:
+        up = (False, c.REASON_IMPORTING_IMAGE, waiting_for_image)
+    elif pending:
+        up = (
+            False,
+            vmapi.REASON_REQUIRES_POWER_OFF,
+            "applied at the next power-off: " + "; ".join(pending),
+        )
+    else:
+        up = (True, c.REASON_UP_TO_DATE, "the domain matches the spec")
+    if problem is not None and not settled:
+        ready = (False, c.REASON_GUEST_NOT_COMPLYING, problem)
+    elif not settled:
+        reason = c.REASON_STARTING if desired == vmapi.POWERED_ON else c.REASON_STOPPING
+        ready = (False, reason, f"moving to {desired}; now {power_state or 'in transition'}")
+    elif desired == vmapi.POWERED_ON and not has_addresses:
+        ready = (False, c.REASON_WAITING_FOR_ADDRESS, "running; waiting for the guest's address")
+    elif desired == vmapi.POWERED_ON:
+        ready = (True, c.REASON_RUNNING, "running and reachable")
+    elif desired == vmapi.SUSPENDED:
+        ready = (True, c.REASON_SUSPENDED, problem or "suspended (memory saved to disk)")
+    else:
+        ready = (True, c.REASON_POWERED_OFF, "powered off as requested")
+    return Readiness(*ready, *up)
+
+
+def failed(reason: str, message: str) -> Readiness:
+    """Both conditions False for a problem that stops the machine from converging."""
+    return Readiness(
+        ready=False,
+        reason=reason,
+        message=message,
+        up_to_date=False,
+        up_to_date_reason=reason,
+        up_to_date_message=message,
+    )
 
 
 def compute_status(

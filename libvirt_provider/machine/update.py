@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from libvirt_provider import constants as c
 from libvirt_provider.cloudinit import build_cidata_iso
 from libvirt_provider.domain_parse import differences, owned_fields
 from libvirt_provider.driver.base import (
@@ -35,10 +36,11 @@ from libvirt_provider.live_update import (
     SetVcpus,
     plan_live_update,
 )
+from libvirt_provider.machine.store import EventSink
 from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolved import ResolvedMachine, VolumePlan
 
-__all__ = ["DomainUpdater", "EventSink", "UpdateOutcome", "create_volume", "ensure_volume"]
+__all__ = ["DomainUpdater", "UpdateOutcome", "create_volume", "ensure_volume"]
 
 Obj = Mapping[str, Any]
 
@@ -46,10 +48,6 @@ Obj = Mapping[str, Any]
 _LIVE_STATES = frozenset({DomainState.RUNNING, DomainState.BLOCKED, DomainState.PAUSED})
 # Failures that mean "not live, not now"; an unreachable libvirt (RetryableError) fails the pass.
 _REFUSED = (PermanentError, ConflictError, NotFoundError)
-
-
-class EventSink(Protocol):
-    def event(self, obj: Any, *, reason: str, message: str, warning: bool = False) -> None: ...
 
 
 @dataclass
@@ -132,7 +130,7 @@ class DomainUpdater:
             # Made at its planned size (an overlay at least its base's): nothing to grow.
             create_volume(self._hv, volume)
             self._events.event(
-                obj, reason="VolumeCreated", message=f"created {volume.pool}/{volume.volume}"
+                obj, reason=c.EVENT_VOLUME_CREATED, message=f"created {volume.pool}/{volume.volume}"
             )
         ci = plan.cloud_init
         if ci is not None and self._hv.find_volume(ci.pool, ci.volume) is None:
@@ -173,7 +171,7 @@ class DomainUpdater:
                 )
             self._events.event(
                 obj,
-                reason="DiskGrown",
+                reason=c.EVENT_DISK_GROWN,
                 message=f"grew {volume.volume} from {info.capacity_bytes} to "
                 f"{volume.capacity_bytes} bytes" + (" while running" if running else ""),
             )
@@ -190,7 +188,7 @@ class DomainUpdater:
                 self._hv.define(desired)
                 self._drop_unused_cloud_init(plan, current)
                 self._events.event(
-                    obj, reason="Redefined", message="applied: " + "; ".join(changes)
+                    obj, reason=c.EVENT_REDEFINED, message="applied: " + "; ".join(changes)
                 )
             return
         live = plan_live_update(current, desired)
@@ -208,7 +206,9 @@ class DomainUpdater:
                 applied.append(str(change))
         if applied:
             self._events.event(
-                obj, reason="UpdatedLive", message="applied while running: " + "; ".join(applied)
+                obj,
+                reason=c.EVENT_UPDATED_LIVE,
+                message="applied while running: " + "; ".join(applied),
             )
         out.pending.extend(str(c) for c in live.deferred)
 
@@ -217,7 +217,9 @@ class DomainUpdater:
         message = f"{change} (could not be applied live: {err})"
         out.pending.append(message)
         if message not in ((obj.get("status") or {}).get("pendingChanges") or []):
-            self._events.event(obj, reason="LiveUpdateFailed", message=message, warning=True)
+            self._events.event(
+                obj, reason=c.EVENT_LIVE_UPDATE_FAILED, message=message, warning=True
+            )
 
     def _apply_live(self, uuid: str, step: LiveStep) -> None:
         match step:

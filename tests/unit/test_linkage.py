@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from libvirt_provider.machine.linkage import (
+from libvirt_provider.constants import (
     REASON_LINK_MISMATCH,
     REASON_NOT_LINKED,
     REASON_OWNED_BY_ANOTHER,
     REASON_VIRTUAL_MACHINE_NOT_FOUND,
-    check_link,
 )
+from libvirt_provider.machine.linkage import check_link
 
 
 def machine(**meta: Any) -> dict[str, Any]:

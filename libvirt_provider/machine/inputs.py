@@ -1,0 +1,130 @@
+"""Gathering what one pass needs: the linked VirtualMachine and the machine resolved against the
+catalog, its Secrets and this host's facts.
+
+Reads only; the decisions are the resolver's (`libvirt_provider.resolve`) and the link check's
+(`linkage`).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from dataclasses import dataclass, replace
+from typing import Any, cast, get_args
+
+from pydantic import ValidationError
+
+from catalog.image import LibvirtImage
+from catalog.lookup import Catalog
+from catalog.machineclass import LibvirtMachineClass
+from catalog.network import LibvirtNetwork
+from catalog.storage import LibvirtStorageClass
+from generic import constants as vmapi
+from generic.api import PowerOffMode, PowerState
+from libvirt_provider import constants as c
+from libvirt_provider.api import LibvirtMachine
+from libvirt_provider.driver.base import HostFacts, Hypervisor
+from libvirt_provider.machine.linkage import Link, check_link
+from libvirt_provider.machine.store import MachineStore, Obj
+from libvirt_provider.resolve import Resolution, resolve_machine
+
+__all__ = ["InputReader", "LinkedVm", "PowerIntent", "power_intent"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PowerIntent:
+    desired: PowerState
+    mode: PowerOffMode
+
+
+def power_intent(vm: Obj) -> PowerIntent:
+    """The VM's power fields; the CRD's enums keep them valid, defaults fill them in."""
+    spec = vm.get("spec") or {}
+    desired = spec.get("powerState")
+    mode = spec.get("powerOffMode")
+    return PowerIntent(
+        desired=cast(PowerState, desired) if desired in get_args(PowerState) else vmapi.POWERED_ON,
+        mode=cast(PowerOffMode, mode)
+        if mode in get_args(PowerOffMode)
+        else vmapi.POWER_OFF_TRY_SOFT,
+    )
+
+
+@dataclass(frozen=True)
+class LinkedVm:
+    link: Link
+    vm: Obj | None
+    """The VirtualMachine, once the link is verified (problems are told on it too)."""
+
+
+class InputReader:
+    def __init__(
+        self,
+        *,
+        store: MachineStore,
+        hypervisor: Hypervisor,
+        host: str,
+        domain_types: frozenset[str] | None,
+        console_log_dir: str | None,
+    ) -> None:
+        self._store = store
+        self._hv = hypervisor
+        self._host = host
+        # Restricts the domain types offered to the resolver (e.g. a host whose /dev/kvm exists
+        # but cannot run guests is told to offer only "qemu").
+        self._domain_types = domain_types
+        self._console_log_dir = console_log_dir
+
+    def linked_vm(self, obj: Obj, machine: LibvirtMachine) -> LinkedVm:
+        meta = machine.metadata
+        vm_name = meta.annotations.get(vmapi.LINK_ANNOTATION)
+        vm = self._store.get_virtual_machine(meta.namespace, vm_name) if vm_name else None
+        link = check_link(obj, vm)
+        return LinkedVm(link=link, vm=vm if link.linked else None)
+
+    def resolve(self, obj: Obj, machine: LibvirtMachine, vm: Obj) -> Resolution:
+        catalog = Catalog.of(
+            images=self._parse_all(c.IMAGE_PLURAL, LibvirtImage),
+            machine_classes=self._parse_all(c.MACHINE_CLASS_PLURAL, LibvirtMachineClass),
+            networks=self._parse_all(c.NETWORK_PLURAL, LibvirtNetwork),
+            storage_classes=self._parse_all(c.STORAGE_CLASS_PLURAL, LibvirtStorageClass),
+        )
+        return resolve_machine(
+            vm_name=str((vm.get("metadata") or {}).get("name")),
+            vm_spec=vm.get("spec") or {},
+            machine=obj,
+            catalog=catalog,
+            secrets=self._secrets(machine.metadata.namespace, vm),
+            host=self.host_facts(),
+        )
+
+    def host_facts(self) -> HostFacts:
+        facts = replace(self._hv.host_facts(), console_log_dir=self._console_log_dir)
+        if self._domain_types is None:
+            return facts
+        return replace(facts, domain_types=facts.domain_types & self._domain_types)
+
+    def _secrets(self, namespace: str, vm: Obj) -> dict[str, dict[str, bytes]]:
+        """The Secrets the VM's cloud-init names; a missing one is simply absent (a problem)."""
+        cloud_init = ((vm.get("spec") or {}).get("bootstrap") or {}).get("cloudInit") or {}
+        found: dict[str, dict[str, bytes]] = {}
+        for selector in (cloud_init.get("userData"), cloud_init.get("networkData")):
+            name = selector.get("name") if isinstance(selector, dict) else None
+            if not isinstance(name, str) or name in found:
+                continue
+            raw = self._store.get_secret_data(namespace, name)
+            if raw is not None:
+                found[name] = {k: base64.b64decode(v) for k, v in raw.items()}
+        return found
+
+    def _parse_all(self, plural: str, model: Any) -> list[Any]:
+        parsed = []
+        for obj in self._store.list_cluster(plural):
+            try:
+                parsed.append(model.model_validate(obj))
+            except ValidationError as err:
+                name = (obj.get("metadata") or {}).get("name")
+                log.warning("ignoring invalid %s %s: %s", plural, name, err.error_count())
+        return parsed

@@ -1,0 +1,236 @@
+"""Moving an existing domain toward its desired power state, and watching for its addresses.
+
+The pure state machine (`power`) picks one action per pass; this module remembers what the
+decision needs between passes (when a graceful power-off began and when the button was last
+pressed, when a running machine started waiting for an address), performs the action, and
+reads the domain's addresses from the sources each NIC's network trusts.
+
+A graceful power-off's start is also kept in the machine's status (`shutdownRequestedAt`), so a
+restarted daemon goes on counting from it instead of starting the timeout again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from generic import constants as vmapi
+from generic.api import PowerOffMode, PowerState
+from libvirt_provider import constants as c
+from libvirt_provider.driver.base import (
+    AddressSource,
+    DomainState,
+    DomainStatus,
+    Hypervisor,
+    InterfaceAddress,
+)
+from libvirt_provider.errors import ConflictError, PermanentError, RetryableError
+from libvirt_provider.machine.power import (
+    ON_STATES,
+    PowerAction,
+    decide_power,
+    is_settled,
+    observed_power_state,
+)
+from libvirt_provider.machine.status import NicAddressPlan, select_addresses, sources_for
+from libvirt_provider.machine.store import EventSink, Obj
+from libvirt_provider.resolved import ResolvedMachine
+
+__all__ = [
+    "PowerDriver",
+    "PowerOutcome",
+    "address_poll_delay",
+    "format_time",
+    "parse_time",
+]
+
+log = logging.getLogger(__name__)
+
+# No libvirt event announces a DHCP lease, so a running machine without an address is polled:
+# every half second for the first minute, so Ready follows the lease closely; after that at a
+# tenth of the time waited so far (at most every 30 s), so a guest that never takes an address
+# costs a few passes an hour, not thousands.
+ADDRESS_POLL_DELAY = 0.5
+ADDRESS_POLL_PATIENCE = 60.0
+ADDRESS_POLL_MAX = 30.0
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def address_poll_delay(waited: float) -> float:
+    """Seconds until the next look for an address, after `waited` seconds without one."""
+    if waited < ADDRESS_POLL_PATIENCE:
+        return ADDRESS_POLL_DELAY
+    return min(ADDRESS_POLL_MAX, waited / 10.0)
+
+
+def format_time(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime(TIME_FORMAT)
+
+
+def parse_time(text: object) -> dt.datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return dt.datetime.strptime(text, TIME_FORMAT).replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+
+
+@dataclass
+class _Graceful:
+    since: dt.datetime
+    last: dt.datetime
+
+
+@dataclass(frozen=True)
+class PowerOutcome:
+    """What one pass saw and did about power and addresses."""
+
+    power_state: str | None
+    settled: bool
+    problem: str | None
+    addresses: list[dict[str, str]]
+    shutdown_requested_at: dt.datetime | None
+    address_poll: float | None
+    """Seconds until the next look for an address, while a running machine has none."""
+
+
+# The Event each action posts.
+_ACTION_EVENTS: dict[PowerAction, tuple[str, str]] = {
+    PowerAction.START: (c.EVENT_STARTED, "started the domain"),
+    PowerAction.RESUME: (c.EVENT_RESUMED, "resumed the paused domain"),
+    PowerAction.WAKE: (c.EVENT_WOKEN, "woke the domain"),
+    PowerAction.SHUTDOWN: (c.EVENT_SHUTDOWN_REQUESTED, "pressed the ACPI power button"),
+    PowerAction.DESTROY: (c.EVENT_POWERED_OFF, "powered the domain off"),
+    PowerAction.MANAGED_SAVE: (c.EVENT_SUSPENDED, "saved the domain's memory and stopped it"),
+    PowerAction.DISCARD_SAVED_STATE: (
+        c.EVENT_SAVED_STATE_DISCARDED,
+        "dropped the saved memory: the next start is a cold boot",
+    ),
+}
+
+
+class PowerDriver:
+    def __init__(
+        self,
+        *,
+        hypervisor: Hypervisor,
+        events: EventSink,
+        clock: Callable[[], dt.datetime],
+    ) -> None:
+        self._hv = hypervisor
+        self._events = events
+        self._clock = clock
+        self._calls: dict[PowerAction, Callable[[str], None]] = {
+            PowerAction.START: hypervisor.start,
+            PowerAction.RESUME: hypervisor.resume,
+            PowerAction.WAKE: hypervisor.start,
+            PowerAction.SHUTDOWN: hypervisor.shutdown,
+            PowerAction.DESTROY: hypervisor.destroy,
+            PowerAction.MANAGED_SAVE: hypervisor.managed_save,
+            PowerAction.DISCARD_SAVED_STATE: hypervisor.discard_saved_state,
+        }
+        self._graceful: dict[str, _Graceful] = {}
+        # Since when each running machine has been waiting for its first address.
+        self._address_wait: dict[str, dt.datetime] = {}
+
+    def forget(self, uuid: str) -> None:
+        """The machine is gone: drop what was remembered about it."""
+        self._graceful.pop(uuid, None)
+        self._address_wait.pop(uuid, None)
+
+    def drive(
+        self,
+        obj: Obj,
+        plan: ResolvedMachine,
+        *,
+        desired: PowerState,
+        mode: PowerOffMode,
+        status: DomainStatus,
+    ) -> PowerOutcome:
+        uuid = str(plan.domain.uuid)
+        now = self._clock()
+        graceful = self._graceful_for(uuid, desired, obj.get("status") or {})
+        decision = decide_power(
+            desired=desired,
+            mode=mode,
+            status=status,
+            now=now,
+            graceful_since=graceful.since if graceful else None,
+            last_graceful_request=graceful.last if graceful else None,
+            timeout=dt.timedelta(seconds=plan.shutdown_timeout_seconds),
+        )
+        if decision.action is not PowerAction.NONE:
+            self._act(obj, uuid, decision.action)
+            if decision.action is PowerAction.SHUTDOWN:
+                if decision.graceful_started or graceful is None:
+                    self._graceful[uuid] = _Graceful(since=now, last=now)
+                else:
+                    graceful.last = now
+            status = self._hv.status(uuid)
+        if status.state is DomainState.SHUTOFF:
+            self._graceful.pop(uuid, None)
+        running = status.state in ON_STATES
+        addresses = self._addresses(obj, plan, uuid, running=running)
+        settled = is_settled(desired, status)
+        poll = None
+        if settled and desired == vmapi.POWERED_ON and not addresses:
+            since = self._address_wait.setdefault(uuid, now)
+            poll = address_poll_delay((now - since).total_seconds())
+        else:
+            self._address_wait.pop(uuid, None)
+        pending = self._graceful.get(uuid)
+        return PowerOutcome(
+            power_state=observed_power_state(status),
+            settled=settled,
+            problem=decision.problem,
+            addresses=addresses,
+            shutdown_requested_at=pending.since if pending else None,
+            address_poll=poll,
+        )
+
+    def _graceful_for(
+        self, uuid: str, desired: PowerState, status: Mapping[str, Any]
+    ) -> _Graceful | None:
+        if desired != vmapi.POWERED_OFF:
+            self._graceful.pop(uuid, None)
+            return None
+        if uuid not in self._graceful:
+            # A restarted daemon goes on with the power-off an earlier one began.
+            started = parse_time(status.get("shutdownRequestedAt"))
+            if started is not None:
+                self._graceful[uuid] = _Graceful(since=started, last=started)
+        return self._graceful.get(uuid)
+
+    def _act(self, obj: Obj, uuid: str, action: PowerAction) -> None:
+        reason, message = _ACTION_EVENTS[action]
+        try:
+            self._calls[action](uuid)
+        except ConflictError as err:
+            # The domain changed state under us (e.g. the guest shut itself down); next pass sees.
+            log.info("%s on %s: %s", action.value, uuid, err)
+            return
+        self._events.event(obj, reason=reason, message=message)
+
+    def _addresses(
+        self, obj: Obj, plan: ResolvedMachine, uuid: str, *, running: bool
+    ) -> list[dict[str, str]]:
+        nics = [
+            NicAddressPlan(name=i.name, mac=i.mac, policy=i.address_source)
+            for i in plan.domain.interfaces
+        ]
+        observed: dict[AddressSource, list[InterfaceAddress]] = {}
+        if running:
+            wanted = {s for nic in nics for s in sources_for(nic.policy)}
+            for source in wanted:
+                try:
+                    observed[source] = self._hv.addresses(uuid, source)
+                except (RetryableError, PermanentError, ConflictError) as err:
+                    # No agent in the guest, no lease yet: not an error of the machine.
+                    log.debug("addresses of %s from %s: %s", plan.domain.name, source.value, err)
+        previous = list((obj.get("status") or {}).get("addresses") or [])
+        return select_addresses(nics, observed, previous, running=running)

@@ -1,0 +1,34 @@
+"""The Kubernetes side as the machine loop needs it, and the key that names a machine.
+
+`adapters.kube.KubeAdapter` implements it in production; unit tests use an in-memory double.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["EventSink", "MachineKey", "MachineStore", "Obj"]
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, order=True)
+class MachineKey:
+    namespace: str
+    name: str
+
+
+class EventSink(Protocol):
+    def event(self, obj: Any, *, reason: str, message: str, warning: bool = False) -> None: ...
+
+
+class MachineStore(EventSink, Protocol):
+    def get_machine(self, namespace: str, name: str) -> Obj | None: ...
+    def get_virtual_machine(self, namespace: str, name: str) -> Obj | None: ...
+    def list_cluster(self, plural: str) -> list[Obj]: ...
+    def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None: ...
+    def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None: ...
+    def set_finalizers(
+        self, namespace: str, name: str, finalizers: list[str], resource_version: str
+    ) -> None: ...
