@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from generic import constants as c
 from generic.conditions import find_condition
 from generic.contract import read_provider_status
 from generic.errors import ApiError, ConflictError, KindNotServedError
+from generic.formats import merge_patch, utc_now
 from generic.gateway import ClusterGateway, EventType, ProviderKind
 from generic.linking import (
     Link,
@@ -30,10 +30,10 @@ from generic.linking import (
     describe_ref,
     disowned_owner_references,
 )
-from generic.status import Observation, desired_status, status_patch
+from generic.status import Observation, desired_status
 from generic.workqueue import Outcome
 
-__all__ = ["Outcome", "Reconciler", "utc_now"]
+__all__ = ["Outcome", "Reconciler"]
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,6 @@ log = logging.getLogger(__name__)
 _OWN_REASONS = frozenset({c.REASON_NOT_ADOPTED, c.REASON_INVALID_PROVIDER_STATUS})
 DONE = Outcome()
 RETRY = Outcome(retry=True)
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -143,7 +139,7 @@ class Reconciler:
     def _report(self, vm: Mapping[str, Any], observation: Observation) -> None:
         desired = desired_status(vm, observation, now=self._clock())
         current = vm.get("status")
-        patch = status_patch(current, desired)
+        patch = merge_patch(current, desired)
         if patch is None:
             return
         self._gw.patch_vm_status(vm, patch)

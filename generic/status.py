@@ -17,7 +17,7 @@ from generic.conditions import DesiredCondition, merge_conditions
 from generic.contract import ProviderReading, ReportedCondition
 from generic.linking import Link, LinkAssessment
 
-__all__ = ["Observation", "desired_status", "status_patch"]
+__all__ = ["Observation", "desired_status"]
 
 
 @dataclass(frozen=True)
@@ -134,13 +134,3 @@ def desired_status(vm: Mapping[str, Any], observation: Observation, *, now: str)
             status["failureReason"], status["failureMessage"] = failure
     validated = VirtualMachineStatus.model_validate(status)
     return validated.model_dump(by_alias=True, exclude_none=True)
-
-
-def status_patch(current: object, desired: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The JSON merge patch of `status` from `current` to `desired`, or None if equal."""
-    now = current if isinstance(current, dict) else {}
-    if now == desired:
-        return None
-    patch: dict[str, Any] = {key: None for key in now if key not in desired}
-    patch.update({key: value for key, value in desired.items() if now.get(key) != value})
-    return patch

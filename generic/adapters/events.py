@@ -7,7 +7,6 @@ the caller: a problem is logged and the reconcile goes on.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import uuid
@@ -20,15 +19,12 @@ from urllib3.exceptions import HTTPError
 
 from generic.adapters.kubeclient import REQUEST_TIMEOUT
 from generic.events import EventKey, EventSeries
+from generic.formats import utc_now
 from generic.gateway import EventType
 
 __all__ = ["EventRecorder"]
 
 log = logging.getLogger(__name__)
-
-
-def _timestamp() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class EventRecorder:
@@ -108,7 +104,7 @@ class EventRecorder:
         self._core.patch_namespaced_event(
             name,
             namespace,
-            {"count": count, "lastTimestamp": _timestamp()},
+            {"count": count, "lastTimestamp": utc_now()},
             _request_timeout=REQUEST_TIMEOUT,
         )
 
@@ -124,7 +120,7 @@ class EventRecorder:
         kind: str | None,
     ) -> str:
         meta = involved.get("metadata") or {}
-        now = _timestamp()
+        now = utc_now()
         name = f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}"
         source: dict[str, str] = {"component": self._component}
         if self._host:

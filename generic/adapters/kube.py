@@ -12,17 +12,20 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
 from generic import constants as c
 from generic.adapters.events import EventRecorder
-from generic.adapters.kubeclient import REQUEST_TIMEOUT
+from generic.adapters.kubeclient import (
+    REQUEST_TIMEOUT,
+    ApiFailure,
+    ErrorFactory,
+    translated_api_errors,
+)
 from generic.errors import ApiError, ConflictError, GoneError, KindNotServedError
 from generic.gateway import EventType, ProviderKind
 
@@ -33,21 +36,18 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 
-@contextmanager
-def translate_errors(what: str) -> Iterator[None]:
+_ERRORS: dict[ApiFailure, ErrorFactory] = {
+    ApiFailure.NOT_FOUND: lambda detail, status: GoneError(detail, status=status),
+    ApiFailure.GONE: lambda detail, status: GoneError(detail, status=status),
+    ApiFailure.CONFLICT: lambda detail, status: ConflictError(detail, status=status),
+    ApiFailure.REJECTED: lambda detail, status: ApiError(detail, status=status),
+    ApiFailure.UNAVAILABLE: lambda detail, status: ApiError(detail, status=status),
+}
+
+
+def translate_errors(what: str) -> AbstractContextManager[None]:
     """Turn client exceptions raised inside the block into `generic.errors` classes."""
-    try:
-        yield
-    except ApiException as exc:
-        status = exc.status
-        detail = f"{what}: HTTP {status} {exc.reason}"
-        if status == 409:
-            raise ConflictError(detail, status=status) from None
-        if status in (404, 410):
-            raise GoneError(detail, status=status) from None
-        raise ApiError(detail, status=status) from None
-    except (HTTPError, OSError) as exc:
-        raise ApiError(f"{what}: {exc.__class__.__name__}: {exc}") from None
+    return translated_api_errors(what, _ERRORS)
 
 
 def _as_obj(value: object) -> Obj:

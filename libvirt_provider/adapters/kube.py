@@ -12,17 +12,20 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
 from generic import constants as vmapi
 from generic.adapters.events import EventRecorder
-from generic.adapters.kubeclient import REQUEST_TIMEOUT
+from generic.adapters.kubeclient import (
+    REQUEST_TIMEOUT,
+    ApiFailure,
+    ErrorFactory,
+    translated_api_errors,
+)
 from libvirt_provider import constants as c
 from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, RetryableError
 
@@ -37,21 +40,17 @@ COMPONENT = "libvirt-provider"
 STATUS_ATTEMPTS = 8
 
 
-@contextmanager
-def _translated() -> Iterator[None]:
-    try:
-        yield
-    except ApiException as err:
-        message = f"Kubernetes API: {err.status} {err.reason}"
-        if err.status == 404:
-            raise NotFoundError(message) from err
-        if err.status == 409:
-            raise ConflictError(message) from err
-        if err.status in (400, 403, 422):
-            raise PermanentError(message) from err
-        raise RetryableError(message) from err
-    except (HTTPError, OSError) as err:  # refused, reset, timed out (urllib3 wraps some)
-        raise RetryableError(f"Kubernetes API unreachable: {err}") from err
+_ERRORS: dict[ApiFailure, ErrorFactory] = {
+    ApiFailure.NOT_FOUND: lambda message, _: NotFoundError(message),
+    ApiFailure.GONE: lambda message, _: RetryableError(message),
+    ApiFailure.CONFLICT: lambda message, _: ConflictError(message),
+    ApiFailure.REJECTED: lambda message, _: PermanentError(message),
+    ApiFailure.UNAVAILABLE: lambda message, _: RetryableError(message),
+}
+
+
+def _translated() -> AbstractContextManager[None]:
+    return translated_api_errors("Kubernetes API", _ERRORS)
 
 
 class KubeAdapter:

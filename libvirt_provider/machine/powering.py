@@ -19,6 +19,7 @@ from typing import Any
 
 from generic import constants as vmapi
 from generic.api import PowerOffMode, PowerState
+from generic.formats import parse_time
 from libvirt_provider import constants as c
 from libvirt_provider.driver.base import (
     AddressSource,
@@ -43,8 +44,6 @@ __all__ = [
     "PowerDriver",
     "PowerOutcome",
     "address_poll_delay",
-    "format_time",
-    "parse_time",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,27 +56,12 @@ ADDRESS_POLL_DELAY = 0.5
 ADDRESS_POLL_PATIENCE = 60.0
 ADDRESS_POLL_MAX = 30.0
 
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-
 
 def address_poll_delay(waited: float) -> float:
     """Seconds until the next look for an address, after `waited` seconds without one."""
     if waited < ADDRESS_POLL_PATIENCE:
         return ADDRESS_POLL_DELAY
     return min(ADDRESS_POLL_MAX, waited / 10.0)
-
-
-def format_time(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime(TIME_FORMAT)
-
-
-def parse_time(text: object) -> dt.datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return dt.datetime.strptime(text, TIME_FORMAT).replace(tzinfo=dt.UTC)
-    except ValueError:
-        return None
 
 
 @dataclass

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from generic import constants as vmapi
 from generic.conditions import find_condition
+from generic.formats import format_time, merge_patch, validation_message
 from generic.workqueue import Outcome
 from libvirt_provider import constants as c
 from libvirt_provider import naming
@@ -39,13 +40,12 @@ from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.create import Creation
 from libvirt_provider.machine.inputs import InputReader, PowerIntent, power_intent
 from libvirt_provider.machine.power import observed_power_state
-from libvirt_provider.machine.powering import PowerDriver, format_time
+from libvirt_provider.machine.powering import PowerDriver
 from libvirt_provider.machine.status import (
     Readiness,
     assess_readiness,
     compute_status,
     failed,
-    status_patch,
 )
 from libvirt_provider.machine.store import MachineKey, MachineStore, Obj
 from libvirt_provider.machine.teardown import Teardown
@@ -125,7 +125,7 @@ class MachineReconciler:
         try:
             machine = LibvirtMachine.model_validate(obj)
         except ValidationError as err:
-            message = _validation_message("LibvirtMachine", err)
+            message = validation_message("LibvirtMachine", err)
             self._store.event(obj, reason=c.REASON_INVALID_SPEC, message=message, warning=True)
             return DONE
         if machine.metadata.labels.get(c.HOST_LABEL) != self._host:
@@ -322,7 +322,7 @@ class MachineReconciler:
             if report.shutdown_requested_at is not None
             else None,
         )
-        patch = status_patch(current, desired)
+        patch = merge_patch(current, desired)
         if patch:
             self._store.patch_machine_status(
                 machine.metadata.namespace, machine.metadata.name, patch
@@ -333,11 +333,3 @@ def _provider_problem(err: ProviderError) -> tuple[str, str]:
     if isinstance(err, RetryableError):
         return vmapi.REASON_PROVIDER_ERROR, f"libvirt failed (retrying with backoff): {err}"
     return vmapi.REASON_PROVIDER_ERROR, str(err)
-
-
-def _validation_message(kind: str, err: ValidationError) -> str:
-    parts = []
-    for e in err.errors()[:5]:
-        where = ".".join(str(x) for x in e["loc"])
-        parts.append(f"{where}: {e['msg']}")
-    return f"invalid {kind}: " + "; ".join(parts)

@@ -32,7 +32,6 @@ __all__ = [
     "provider_id",
     "select_addresses",
     "sources_for",
-    "status_patch",
 ]
 
 _POLICY_SOURCES: dict[AddressSourcePolicy, tuple[AddressSource, ...]] = {
@@ -203,13 +202,3 @@ def compute_status(
     if shutdown_requested_at is not None:
         status["shutdownRequestedAt"] = shutdown_requested_at
     return status
-
-
-def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch turning `current` into `desired`: changed keys, and null for removed ones."""
-    current = current or {}
-    patch: dict[str, Any] = {k: v for k, v in desired.items() if current.get(k) != v}
-    for key in current:
-        if key not in desired:
-            patch[key] = None
-    return patch

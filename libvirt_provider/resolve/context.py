@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from catalog.lookup import Catalog
 from generic.api import ObjectReference, VirtualMachineSpec
 from generic.constants import REASON_UNSUPPORTED_BY_PROVIDER
+from generic.formats import validation_details
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.constants import GROUP, REASON_INVALID_SPEC
 from libvirt_provider.naming import domain_name
@@ -80,14 +81,9 @@ class Resolution:
 
 
 def validation_problems(error: ValidationError, where: str) -> list[Problem]:
-    # include_input=False: the rejected value itself never reaches a message.
     return [
-        Problem(
-            REASON_INVALID_SPEC,
-            ".".join([where, *(str(part) for part in detail["loc"])]),
-            detail["msg"],
-        )
-        for detail in error.errors(include_input=False, include_url=False)
+        Problem(REASON_INVALID_SPEC, path, message)
+        for path, message in validation_details(error, where)
     ]
 
 

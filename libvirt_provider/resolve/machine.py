@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 from catalog.image import CdromBus, DiskBus, LibvirtImage
 from catalog.lookup import Catalog
 from generic.api import VirtualMachineSpec
+from generic.formats import validation_details
 from libvirt_provider.api import GraphicsType, LibvirtMachine
 from libvirt_provider.cloudinit import cloud_init_digest
 from libvirt_provider.constants import REASON_INVALID_SPEC
@@ -240,7 +241,7 @@ def _letters(index: int) -> str:
 
 def _short(error: Exception) -> str:
     if isinstance(error, ValidationError):
-        return "; ".join(d["msg"] for d in error.errors(include_input=False, include_url=False))
+        return "; ".join(message for _, message in validation_details(error))
     return str(error)
 
 

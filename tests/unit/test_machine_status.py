@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from catalog.network import AddressSourcePolicy
+from generic.formats import merge_patch
 from libvirt_provider.driver.base import AddressSource, InterfaceAddress
 from libvirt_provider.machine.status import (
     NicAddressPlan,
@@ -12,7 +13,6 @@ from libvirt_provider.machine.status import (
     compute_status,
     provider_id,
     select_addresses,
-    status_patch,
 )
 
 MAC0 = "52:54:00:00:00:01"
@@ -108,7 +108,7 @@ def test_an_unchanged_status_needs_no_patch_and_keeps_transition_times() -> None
     first = status(None, "t1")
     again = status(first, "t2")
     assert again == first
-    assert status_patch(first, again) == {}
+    assert merge_patch(first, again) is None
 
 
 def test_transition_time_moves_only_when_the_status_flips() -> None:
@@ -118,9 +118,9 @@ def test_transition_time_moves_only_when_the_status_flips() -> None:
     by_type = {c["type"]: c for c in second["conditions"]}
     assert by_type["InfrastructureReady"]["lastTransitionTime"] == "t2"
     assert by_type["UpToDate"]["lastTransitionTime"] == "t1"
-    patch = status_patch(first, second)
+    patch = merge_patch(first, second)
     assert set(patch) == {"conditions"}
 
 
 def test_a_removed_field_is_nulled_in_the_patch() -> None:
-    assert status_patch({"powerState": "PoweredOn", "a": 1}, {"a": 1}) == {"powerState": None}
+    assert merge_patch({"powerState": "PoweredOn", "a": 1}, {"a": 1}) == {"powerState": None}
