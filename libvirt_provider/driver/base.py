@@ -1,119 +1,48 @@
-"""The hypervisor interface the controller talks to, and the plain values that cross it.
+"""The hypervisor interface the controller talks to, split by role.
 
-The controller never sees a libvirt object: it asks this interface for facts and actions by
-domain UUID and volume name. The real adapter (`libvirt_driver`) and the in-memory double
-(`fake`) both satisfy it, so controller logic is unit-tested without a hypervisor and the e2e tests
-prove the real adapter.
+The controller never sees a libvirt object: it asks these interfaces for facts and actions by
+domain UUID and volume name. The real adapter (`libvirt_driver`) implements them all; a part of
+the code depends only on the roles it uses (the image code on `PoolAccess`: host facts and
+volumes), so its test doubles stay small. The plain values crossing the interface are in `types`.
 
 Methods raise the classes of `libvirt_provider.errors`; they never return libvirt error codes.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Protocol
 
+from libvirt_provider.driver.types import (
+    AddressSource,
+    DomainRef,
+    DomainStatus,
+    HostFacts,
+    InterfaceAddress,
+    LifecycleListener,
+    OverlaySpec,
+    VolumeInfo,
+)
+
 __all__ = [
-    "AddressSource",
-    "DomainRef",
-    "DomainState",
-    "DomainStatus",
-    "HostFacts",
+    "DomainControl",
+    "HostInfo",
     "Hypervisor",
-    "InterfaceAddress",
-    "LifecycleListener",
-    "OverlaySpec",
-    "VolumeInfo",
+    "LifecycleEvents",
+    "LiveOperations",
+    "PoolAccess",
+    "VolumeStore",
 ]
 
 
-class DomainState(enum.Enum):
-    """libvirt's domain states, one member each, so every state is mapped on purpose."""
+class HostInfo(Protocol):
+    """What the host offers: its name, architecture, domain types, pools and networks."""
 
-    NOSTATE = "nostate"
-    RUNNING = "running"
-    BLOCKED = "blocked"
-    PAUSED = "paused"
-    SHUTTING_DOWN = "shutting-down"
-    SHUTOFF = "shutoff"
-    CRASHED = "crashed"
-    PMSUSPENDED = "pmsuspended"
-
-
-class AddressSource(enum.StrEnum):
-    """Where an interface address was learned; recorded so users know how far to trust it."""
-
-    LEASE = "lease"
-    AGENT = "agent"
-    ARP = "arp"
-
-
-@dataclass(frozen=True)
-class DomainRef:
-    uuid: str
-    name: str
-
-
-@dataclass(frozen=True)
-class DomainStatus:
-    state: DomainState
-    # libvirt's reason code for the state (e.g. why it is shut off); kept for messages.
-    reason: int
-    has_managed_save: bool
-
-
-@dataclass(frozen=True)
-class InterfaceAddress:
-    mac: str
-    address: str
-    prefix: int
-    family: str  # "ipv4" or "ipv6"
-    source: AddressSource
-
-
-@dataclass(frozen=True)
-class VolumeInfo:
-    pool: str
-    name: str
-    path: str
-    capacity_bytes: int
-    allocation_bytes: int
-    format: str | None
-    backing_path: str | None
-
-
-@dataclass(frozen=True)
-class OverlaySpec:
-    """A copy-on-write volume over a base volume, grown to `capacity_bytes`."""
-
-    pool: str
-    name: str
-    backing_path: str
-    backing_format: str
-    capacity_bytes: int
-
-
-@dataclass(frozen=True)
-class HostFacts:
-    hostname: str
-    arch: str
-    # Domain types the host's capabilities offer for its arch, e.g. {"qemu", "kvm"}.
-    domain_types: frozenset[str]
-    pools: frozenset[str]
-    networks: frozenset[str]
-    # Where serial consoles are logged on this host (the daemon's setting, not libvirt's): None
-    # keeps no log. qemu (or virtlogd) must be able to write there.
-    console_log_dir: str | None = None
-
-
-LifecycleListener = Callable[[str], None]
-"""Called with a domain UUID whenever libvirt reports a lifecycle event for that domain."""
-
-
-class Hypervisor(Protocol):
     def host_facts(self) -> HostFacts: ...
+
+
+class DomainControl(Protocol):
+    """Defining, powering, inspecting and removing domains, by UUID."""
 
     def lookup(self, *, uuid: str, name: str) -> DomainRef | None:
         """The domain with this UUID; None if neither it nor any domain with `name` exists.
@@ -123,9 +52,7 @@ class Hypervisor(Protocol):
         ...
 
     def define(self, xml: str) -> DomainRef: ...
-
     def start(self, uuid: str) -> None: ...
-
     def set_autostart(self, uuid: str, autostart: bool) -> None:
         """Whether libvirtd starts the domain when it starts (a host reboot)."""
         ...
@@ -155,21 +82,20 @@ class Hypervisor(Protocol):
         ...
 
     def status(self, uuid: str) -> DomainStatus: ...
-
     def domain_xml(self, uuid: str, *, inactive: bool = False) -> str: ...
-
     def disk_sources(self, uuid: str) -> list[str]:
         """Paths of the disks and CD-ROMs of the persistent definition (pool volumes resolved)."""
         ...
 
     def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]: ...
 
+
+class VolumeStore(Protocol):
+    """Volumes in the host's storage pools: find, create, fill, grow, delete."""
+
     def find_volume(self, pool: str, name: str) -> VolumeInfo | None: ...
-
     def list_volumes(self, pool: str) -> list[VolumeInfo]: ...
-
     def create_overlay(self, spec: OverlaySpec) -> VolumeInfo: ...
-
     def create_blank(self, *, pool: str, name: str, capacity_bytes: int, format: str) -> VolumeInfo:
         """An empty volume (qcow2 or raw) of `capacity_bytes`."""
         ...
@@ -186,17 +112,20 @@ class Hypervisor(Protocol):
         half-written volume is removed."""
         ...
 
-    def grow_attached_disk(self, uuid: str, *, target: str, capacity_bytes: int) -> None:
-        """Grow the disk `target` (e.g. vda) of a running domain; qemu resizes its volume."""
-        ...
-
     def grow_volume(self, *, pool: str, name: str, capacity_bytes: int) -> VolumeInfo:
         """Grow a volume that is not in use by a running domain; shrinking is refused."""
         ...
 
     def delete_volume(self, pool: str, name: str) -> None: ...
 
-    # Live changes: each applies to the running domain and to its persistent definition at once.
+
+class LiveOperations(Protocol):
+    """Changes to a running domain; each applies to the running domain and to its persistent
+    definition at once."""
+
+    def grow_attached_disk(self, uuid: str, *, target: str, capacity_bytes: int) -> None:
+        """Grow the disk `target` (e.g. vda) of a running domain; qemu resizes its volume."""
+        ...
 
     def set_vcpus(self, uuid: str, count: int) -> None:
         """Online vCPUs (hot-plug within the definition's slots)."""
@@ -207,7 +136,6 @@ class Hypervisor(Protocol):
         ...
 
     def attach_device(self, uuid: str, xml: str) -> None: ...
-
     def detach_device(self, uuid: str, xml: str) -> None:
         """Ask the guest to release the device; the definition loses it at once."""
         ...
@@ -216,4 +144,16 @@ class Hypervisor(Protocol):
         """Replace this provider's element in `<metadata>` (the ownership marker)."""
         ...
 
+
+class LifecycleEvents(Protocol):
+    """libvirt's lifecycle events, by domain UUID."""
+
     def add_lifecycle_listener(self, listener: LifecycleListener) -> None: ...
+
+
+class PoolAccess(HostInfo, VolumeStore, Protocol):
+    """What the image code needs: the host's pools and their volumes."""
+
+
+class Hypervisor(HostInfo, DomainControl, VolumeStore, LiveOperations, LifecycleEvents, Protocol):
+    """Everything the machine loop uses."""

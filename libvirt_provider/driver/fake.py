@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from libvirt_provider.driver.base import (
+from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.types import (
     AddressSource,
     DomainRef,
     DomainState,
     DomainStatus,
     HostFacts,
-    Hypervisor,
     InterfaceAddress,
     LifecycleListener,
     OverlaySpec,

@@ -25,20 +25,20 @@ import libvirt
 from lxml import etree
 
 from libvirt_provider.constants import METADATA_NAMESPACE, METADATA_PREFIX
-from libvirt_provider.driver.base import (
+from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.libvirt_errors import translated
+from libvirt_provider.driver.pool_files import remove_stale_partials, write_into
+from libvirt_provider.driver.types import (
     AddressSource,
     DomainRef,
     DomainState,
     DomainStatus,
     HostFacts,
-    Hypervisor,
     InterfaceAddress,
     LifecycleListener,
     OverlaySpec,
     VolumeInfo,
 )
-from libvirt_provider.driver.libvirt_errors import translated
-from libvirt_provider.driver.pool_files import remove_stale_partials, write_into
 from libvirt_provider.driver.volume_xml import render_blank_volume, render_overlay_volume
 from libvirt_provider.errors import (
     ForeignDomainError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from lxml import etree
 from lxml.builder import E
 
-from libvirt_provider.driver.base import OverlaySpec
+from libvirt_provider.driver.types import OverlaySpec
 
 __all__ = ["render_blank_volume", "render_overlay_volume"]
 

@@ -27,7 +27,8 @@ from typing import Any, Final, Protocol, TypeVar
 from prometheus_client import Counter, Gauge
 
 from libvirt_provider import constants as c
-from libvirt_provider.driver.base import Hypervisor, VolumeInfo
+from libvirt_provider.driver.base import PoolAccess
+from libvirt_provider.driver.types import VolumeInfo
 from libvirt_provider.errors import NotFoundError, ProviderError
 from libvirt_provider.images.gc import CachedBase, PoolVolume, plan_collection, references
 from libvirt_provider.images.importer import ImageImporter, ImportRecord
@@ -80,7 +81,7 @@ class ImageCache:
         self,
         *,
         store: ImageStore,
-        hypervisor: Hypervisor,
+        hypervisor: PoolAccess,
         importer: ImageImporter,
         host: str,
         interval: float = 300.0,

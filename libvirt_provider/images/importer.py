@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Protocol
 
-from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.base import PoolAccess
 from libvirt_provider.errors import NotFoundError, ProviderError
 from libvirt_provider.images.digest import BackgroundDigest
 from libvirt_provider.images.names import marker_name
@@ -96,7 +96,7 @@ def _open_url(url: str) -> Download:
 class ImageImporter:
     def __init__(
         self,
-        hypervisor: Hypervisor,
+        hypervisor: PoolAccess,
         *,
         on_change: Callable[[BaseImage], None] = lambda _base: None,
         retry_after: float = 60.0,

@@ -23,7 +23,8 @@ from generic import constants as vmapi
 from generic.api import PowerOffMode, PowerState
 from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachine
-from libvirt_provider.driver.base import HostFacts, Hypervisor
+from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.types import HostFacts
 from libvirt_provider.machine.linkage import Link, check_link
 from libvirt_provider.machine.store import MachineStore, Obj
 from libvirt_provider.resolve import Resolution, resolve_machine

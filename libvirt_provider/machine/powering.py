@@ -21,13 +21,8 @@ from generic import constants as vmapi
 from generic.api import PowerOffMode, PowerState
 from generic.formats import parse_time
 from libvirt_provider import constants as c
-from libvirt_provider.driver.base import (
-    AddressSource,
-    DomainState,
-    DomainStatus,
-    Hypervisor,
-    InterfaceAddress,
-)
+from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.types import AddressSource, DomainState, DomainStatus, InterfaceAddress
 from libvirt_provider.errors import ConflictError, PermanentError, RetryableError
 from libvirt_provider.machine.power import (
     ON_STATES,

@@ -21,7 +21,7 @@ from generic import constants as vmapi
 from generic.api import PowerState
 from generic.conditions import DesiredCondition, merge_conditions
 from libvirt_provider import constants as c
-from libvirt_provider.driver.base import AddressSource, InterfaceAddress
+from libvirt_provider.driver.types import AddressSource, InterfaceAddress
 
 __all__ = [
     "NicAddressPlan",

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from libvirt_provider import constants as c
 from libvirt_provider import naming
-from libvirt_provider.driver.base import DomainState, Hypervisor
+from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.types import DomainState
 from libvirt_provider.errors import ForeignDomainError, NotFoundError
 from libvirt_provider.faults import crash_point
 from libvirt_provider.machine.store import EventSink, Obj

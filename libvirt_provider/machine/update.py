@@ -18,13 +18,8 @@ from typing import Any
 from libvirt_provider import constants as c
 from libvirt_provider.cloudinit import build_cidata_iso
 from libvirt_provider.domain_parse import differences, owned_fields
-from libvirt_provider.driver.base import (
-    DomainState,
-    DomainStatus,
-    Hypervisor,
-    OverlaySpec,
-    VolumeInfo,
-)
+from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.types import DomainState, DomainStatus, OverlaySpec, VolumeInfo
 from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, ProviderError
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.live_update import (

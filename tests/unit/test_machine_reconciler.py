@@ -17,8 +17,8 @@ from lxml import etree
 
 from generic.workqueue import Outcome
 from libvirt_provider import naming
-from libvirt_provider.driver.base import DomainState
 from libvirt_provider.driver.fake import FakeHypervisor
+from libvirt_provider.driver.types import DomainState
 from libvirt_provider.errors import PermanentError, RetryableError
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 from tests.unit.provider.builders import HOST, UID, ref

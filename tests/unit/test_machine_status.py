@@ -6,7 +6,7 @@ from typing import Any
 
 from catalog.network import AddressSourcePolicy
 from generic.formats import merge_patch
-from libvirt_provider.driver.base import AddressSource, InterfaceAddress
+from libvirt_provider.driver.types import AddressSource, InterfaceAddress
 from libvirt_provider.machine.status import (
     NicAddressPlan,
     Readiness,

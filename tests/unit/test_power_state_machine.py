@@ -14,7 +14,7 @@ from generic.constants import (
     POWERED_ON,
     SUSPENDED,
 )
-from libvirt_provider.driver.base import DomainState, DomainStatus
+from libvirt_provider.driver.types import DomainState, DomainStatus
 from libvirt_provider.machine.power import (
     PAUSED,
     PowerAction,

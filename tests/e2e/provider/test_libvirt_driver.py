@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from libvirt_provider.driver.base import AddressSource, DomainState, OverlaySpec
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from libvirt_provider.driver.types import AddressSource, DomainState, OverlaySpec
 from libvirt_provider.errors import (
     ConflictError,
     ForeignDomainError,

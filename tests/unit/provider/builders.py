@@ -10,7 +10,7 @@ from catalog.lookup import Catalog
 from catalog.machineclass import LibvirtMachineClass
 from catalog.network import LibvirtNetwork
 from catalog.storage import LibvirtStorageClass
-from libvirt_provider.driver.base import HostFacts
+from libvirt_provider.driver.types import HostFacts
 
 UID = "6f1d3c2a-8b4e-4d7a-9c1b-2e3f4a5b6c7d"
 SHA = "ab" * 32

@@ -1,0 +1,106 @@
+"""The plain values that cross the hypervisor interface: states, references, facts, volumes.
+
+Pure data, no I/O: the pure core (power state machine, status, resolver) uses them without
+depending on the interface or on libvirt.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "AddressSource",
+    "DomainRef",
+    "DomainState",
+    "DomainStatus",
+    "HostFacts",
+    "InterfaceAddress",
+    "LifecycleListener",
+    "OverlaySpec",
+    "VolumeInfo",
+]
+
+
+class DomainState(enum.Enum):
+    """libvirt's domain states, one member each, so every state is mapped on purpose."""
+
+    NOSTATE = "nostate"
+    RUNNING = "running"
+    BLOCKED = "blocked"
+    PAUSED = "paused"
+    SHUTTING_DOWN = "shutting-down"
+    SHUTOFF = "shutoff"
+    CRASHED = "crashed"
+    PMSUSPENDED = "pmsuspended"
+
+
+class AddressSource(enum.StrEnum):
+    """Where an interface address was learned; recorded so users know how far to trust it."""
+
+    LEASE = "lease"
+    AGENT = "agent"
+    ARP = "arp"
+
+
+@dataclass(frozen=True)
+class DomainRef:
+    uuid: str
+    name: str
+
+
+@dataclass(frozen=True)
+class DomainStatus:
+    state: DomainState
+    # libvirt's reason code for the state (e.g. why it is shut off); kept for messages.
+    reason: int
+    has_managed_save: bool
+
+
+@dataclass(frozen=True)
+class InterfaceAddress:
+    mac: str
+    address: str
+    prefix: int
+    family: str  # "ipv4" or "ipv6"
+    source: AddressSource
+
+
+@dataclass(frozen=True)
+class VolumeInfo:
+    pool: str
+    name: str
+    path: str
+    capacity_bytes: int
+    allocation_bytes: int
+    format: str | None
+    backing_path: str | None
+
+
+@dataclass(frozen=True)
+class OverlaySpec:
+    """A copy-on-write volume over a base volume, grown to `capacity_bytes`."""
+
+    pool: str
+    name: str
+    backing_path: str
+    backing_format: str
+    capacity_bytes: int
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str
+    arch: str
+    # Domain types the host's capabilities offer for its arch, e.g. {"qemu", "kvm"}.
+    domain_types: frozenset[str]
+    pools: frozenset[str]
+    networks: frozenset[str]
+    # Where serial consoles are logged on this host (the daemon's setting, not libvirt's): None
+    # keeps no log. qemu (or virtlogd) must be able to write there.
+    console_log_dir: str | None = None
+
+
+LifecycleListener = Callable[[str], None]
+"""Called with a domain UUID whenever libvirt reports a lifecycle event for that domain."""
