@@ -14,11 +14,12 @@ from typing import Any
 from generic.events import EventSeries
 from generic.workqueue import WorkQueue
 from libvirt_provider.adapters.operator import MachineController
-from libvirt_provider.driver.fake import FakeHypervisor
 from libvirt_provider.errors import RetryableError
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
+from tests.doubles.hypervisor import FakeHypervisor
+from tests.doubles.store import MemoryStore
 from tests.unit.provider.builders import HOST
-from tests.unit.test_machine_reconciler import KEY, MemoryStore, _hypervisor, _store
+from tests.unit.test_machine_reconciler import KEY, _hypervisor, _store
 
 HOUR = 3600.0
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

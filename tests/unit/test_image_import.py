@@ -7,10 +7,10 @@ import io
 import threading
 from typing import Any
 
-from libvirt_provider.driver.fake import FakeHypervisor
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.images.names import marker_name
 from libvirt_provider.resolved import BaseImage
+from tests.doubles.hypervisor import FakeHypervisor
 from tests.eventually import eventually
 
 DATA = b"qcow2-bytes" * 1000

@@ -7,9 +7,7 @@ left behind when a step fails, which the lab cannot provoke on demand.
 from __future__ import annotations
 
 import base64
-import copy
 import datetime as dt
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -17,10 +15,11 @@ from lxml import etree
 
 from generic.workqueue import Outcome
 from libvirt_provider import naming
-from libvirt_provider.driver.fake import FakeHypervisor
 from libvirt_provider.driver.types import DomainState
 from libvirt_provider.errors import PermanentError, RetryableError
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
+from tests.doubles.hypervisor import FakeHypervisor
+from tests.doubles.store import MemoryStore
 from tests.unit.provider.builders import HOST, UID, ref
 
 Obj = dict[str, Any]
@@ -28,48 +27,6 @@ NS = "default"
 HOST_LABEL = "infrastructure.vm-api.io/host"
 FINALIZER = "infrastructure.vm-api.io/libvirt-machine"
 DOMAIN = naming.domain_name(NS, "web")
-
-
-@dataclass
-class MemoryStore:
-    machines: dict[str, Obj] = field(default_factory=dict)
-    vms: dict[str, Obj] = field(default_factory=dict)
-    catalog: dict[str, list[Obj]] = field(default_factory=dict)
-    secrets: dict[str, dict[str, str]] = field(default_factory=dict)
-    events: list[tuple[str, str, str]] = field(default_factory=list)
-
-    def get_machine(self, namespace: str, name: str) -> Obj | None:
-        obj = self.machines.get(name)
-        return copy.deepcopy(obj) if obj else None
-
-    def get_virtual_machine(self, namespace: str, name: str) -> Obj | None:
-        obj = self.vms.get(name)
-        return copy.deepcopy(obj) if obj else None
-
-    def list_cluster(self, plural: str) -> list[Obj]:
-        return copy.deepcopy(self.catalog.get(plural, []))
-
-    def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
-        return self.secrets.get(name)
-
-    def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
-        current = self.machines[name].setdefault("status", {})
-        for key, value in status.items():
-            if value is None:
-                current.pop(key, None)
-            else:
-                current[key] = value
-
-    def set_finalizers(
-        self, namespace: str, name: str, finalizers: list[str], resource_version: str
-    ) -> None:
-        obj = self.machines[name]
-        obj["metadata"]["finalizers"] = finalizers
-        if obj["metadata"].get("deletionTimestamp") and not finalizers:
-            del self.machines[name]
-
-    def event(self, obj: Obj, *, reason: str, message: str, warning: bool = False) -> None:
-        self.events.append((obj["kind"], reason, message))
 
 
 def _store(**vm_spec: Any) -> MemoryStore:

@@ -10,7 +10,7 @@ import pytest
 from generic import constants as c
 from generic.errors import ApiError
 from generic.reconciler import Outcome, Reconciler
-from tests.unit.generic.fakes import KIND, FakeCluster
+from tests.doubles.cluster import KIND, FakeCluster
 
 READY_STATUS: dict[str, Any] = {
     "powerState": "PoweredOn",
