@@ -6,7 +6,7 @@ never by inspecting libvirt error codes::
 
     ProviderError (Exception)
     ├── NotFoundError             the object is not there (often: already done)
-    ├── ConflictError             something else holds the name or state we need
+    ├── StateConflictError        something else holds the name or state we need
     │   └── ForeignDomainError    a domain we do not own has this machine's name
     ├── RetryableError            transient: connection lost, busy, timed out; try again later
     └── PermanentError            retrying the same request cannot help; report it
@@ -16,12 +16,12 @@ never by inspecting libvirt error codes::
 from __future__ import annotations
 
 __all__ = [
-    "ConflictError",
     "ForeignDomainError",
     "NotFoundError",
     "PermanentError",
     "ProviderError",
     "RetryableError",
+    "StateConflictError",
     "UnsupportedError",
 ]
 
@@ -34,11 +34,11 @@ class NotFoundError(ProviderError):
     """The domain, volume, pool or network does not exist."""
 
 
-class ConflictError(ProviderError):
+class StateConflictError(ProviderError):
     """The requested name or state is held by something else."""
 
 
-class ForeignDomainError(ConflictError):
+class ForeignDomainError(StateConflictError):
     """A domain with this machine's name exists but is not this machine's (different UUID)."""
 
     def __init__(self, name: str, foreign_uuid: str) -> None:

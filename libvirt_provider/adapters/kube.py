@@ -27,7 +27,12 @@ from generic.adapters.kubeclient import (
     translated_api_errors,
 )
 from libvirt_provider import constants as c
-from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, RetryableError
+from libvirt_provider.errors import (
+    NotFoundError,
+    PermanentError,
+    RetryableError,
+    StateConflictError,
+)
 
 __all__ = ["KubeAdapter"]
 
@@ -43,7 +48,7 @@ STATUS_ATTEMPTS = 8
 _ERRORS: dict[ApiFailure, ErrorFactory] = {
     ApiFailure.NOT_FOUND: lambda message, _: NotFoundError(message),
     ApiFailure.GONE: lambda message, _: RetryableError(message),
-    ApiFailure.CONFLICT: lambda message, _: ConflictError(message),
+    ApiFailure.CONFLICT: lambda message, _: StateConflictError(message),
     ApiFailure.REJECTED: lambda message, _: PermanentError(message),
     ApiFailure.UNAVAILABLE: lambda message, _: RetryableError(message),
 }
@@ -165,11 +170,11 @@ class KubeAdapter:
                         _request_timeout=REQUEST_TIMEOUT,
                     )
                 return True
-            except ConflictError:
+            except StateConflictError:
                 obj = None
             except NotFoundError:
                 return False
-        raise ConflictError(
+        raise StateConflictError(
             f"LibvirtImage {name}: status still conflicting after {STATUS_ATTEMPTS} attempts"
         )
 

@@ -12,11 +12,11 @@ from contextlib import contextmanager
 import libvirt
 
 from libvirt_provider.errors import (
-    ConflictError,
     NotFoundError,
     PermanentError,
     ProviderError,
     RetryableError,
+    StateConflictError,
     UnsupportedError,
 )
 
@@ -55,7 +55,7 @@ def classify(err: libvirt.libvirtError) -> ProviderError:
     if code in _NOT_FOUND:
         return NotFoundError(message)
     if code in _CONFLICT:
-        return ConflictError(message)
+        return StateConflictError(message)
     if code in _RETRYABLE:
         return RetryableError(message)
     if code in _UNSUPPORTED or (
@@ -65,7 +65,7 @@ def classify(err: libvirt.libvirtError) -> ProviderError:
         return UnsupportedError(message)
     if code == libvirt.VIR_ERR_OPERATION_INVALID:
         # e.g. "domain is not running": the state moved under us; the next pass sees it.
-        return ConflictError(message)
+        return StateConflictError(message)
     return PermanentError(message)
 
 

@@ -23,7 +23,7 @@ from generic.formats import parse_time
 from libvirt_provider import constants as c
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import AddressSource, DomainState, DomainStatus, InterfaceAddress
-from libvirt_provider.errors import ConflictError, PermanentError, RetryableError
+from libvirt_provider.errors import PermanentError, RetryableError, StateConflictError
 from libvirt_provider.machine.power import (
     ON_STATES,
     PowerAction,
@@ -189,7 +189,7 @@ class PowerDriver:
         reason, message = _ACTION_EVENTS[action]
         try:
             self._calls[action](uuid)
-        except ConflictError as err:
+        except StateConflictError as err:
             # The domain changed state under us (e.g. the guest shut itself down); next pass sees.
             log.info("%s on %s: %s", action.value, uuid, err)
             return
@@ -208,7 +208,7 @@ class PowerDriver:
             for source in wanted:
                 try:
                     observed[source] = self._hv.addresses(uuid, source)
-                except (RetryableError, PermanentError, ConflictError) as err:
+                except (RetryableError, PermanentError, StateConflictError) as err:
                     # No agent in the guest, no lease yet: not an error of the machine.
                     log.debug("addresses of %s from %s: %s", plan.domain.name, source.value, err)
         previous = list((obj.get("status") or {}).get("addresses") or [])

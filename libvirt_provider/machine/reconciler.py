@@ -30,11 +30,11 @@ from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import (
-    ConflictError,
     ForeignDomainError,
     NotFoundError,
     ProviderError,
     RetryableError,
+    StateConflictError,
 )
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.create import Creation
@@ -258,7 +258,7 @@ class MachineReconciler:
                 remaining,
                 str(meta.get("resourceVersion")),
             )
-        except (ConflictError, NotFoundError):
+        except (StateConflictError, NotFoundError):
             return AGAIN
         return DONE
 
@@ -283,7 +283,7 @@ class MachineReconciler:
     def _set_finalizers(self, obj: Obj, finalizers: list[str]) -> None:
         meta = obj.get("metadata") or {}
         # A conflict means the object changed meanwhile; the next pass reads it again.
-        with contextlib.suppress(ConflictError, NotFoundError):
+        with contextlib.suppress(StateConflictError, NotFoundError):
             self._store.set_finalizers(
                 str(meta.get("namespace")),
                 str(meta.get("name")),

@@ -20,7 +20,7 @@ from libvirt_provider.cloudinit import build_cidata_iso
 from libvirt_provider.domain_parse import differences, owned_fields
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import DomainState, DomainStatus, OverlaySpec, VolumeInfo
-from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, ProviderError
+from libvirt_provider.errors import NotFoundError, PermanentError, ProviderError, StateConflictError
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.live_update import (
     AttachDevice,
@@ -42,7 +42,7 @@ Obj = Mapping[str, Any]
 # States in which libvirt changes a domain's devices and sizes live.
 _LIVE_STATES = frozenset({DomainState.RUNNING, DomainState.BLOCKED, DomainState.PAUSED})
 # Failures that mean "not live, not now"; an unreachable libvirt (RetryableError) fails the pass.
-_REFUSED = (PermanentError, ConflictError, NotFoundError)
+_REFUSED = (PermanentError, StateConflictError, NotFoundError)
 
 
 @dataclass

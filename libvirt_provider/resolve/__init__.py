@@ -17,7 +17,7 @@ their guest configuration), `bootstrap` (cloud-init), `machine` (firmware, assem
 
 from __future__ import annotations
 
-from libvirt_provider.resolve.context import HostFacts, Problem, Resolution, SecretData
+from libvirt_provider.resolve.context import HostOffer, Problem, Resolution, SecretData
 from libvirt_provider.resolve.machine import resolve_machine
 
-__all__ = ["HostFacts", "Problem", "Resolution", "SecretData", "resolve_machine"]
+__all__ = ["HostOffer", "Problem", "Resolution", "SecretData", "resolve_machine"]

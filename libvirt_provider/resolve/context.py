@@ -22,7 +22,7 @@ __all__ = [
     "LM",
     "VM",
     "Context",
-    "HostFacts",
+    "HostOffer",
     "Problem",
     "Resolution",
     "SecretData",
@@ -37,7 +37,7 @@ SecretData = Mapping[str, Mapping[str, bytes]]
 """Secret name -> key -> decoded value, for the Secrets the VM references (same namespace)."""
 
 
-class HostFacts(Protocol):
+class HostOffer(Protocol):
     """What the resolver needs to know about the host it resolves for."""
 
     @property
@@ -96,7 +96,7 @@ class Context:
     machine: LibvirtMachine
     catalog: Catalog
     secrets: SecretData
-    host: HostFacts
+    host: HostOffer
     problems: list[Problem] = field(default_factory=list)
 
     def problem(self, reason: str, where: str, message: str) -> None:

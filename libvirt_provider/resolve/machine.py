@@ -27,7 +27,7 @@ from libvirt_provider.resolve.context import (
     LM,
     VM,
     Context,
-    HostFacts,
+    HostOffer,
     Problem,
     Resolution,
     SecretData,
@@ -252,7 +252,7 @@ def resolve_machine(
     machine: LibvirtMachine | Mapping[str, Any],
     catalog: Catalog,
     secrets: SecretData,
-    host: HostFacts,
+    host: HostOffer,
 ) -> Resolution:
     """Resolve a linked VM + LibvirtMachine pair for `host`. Raw dicts are parsed here, so a spec
     the models refuse becomes a problem to report rather than an exception."""

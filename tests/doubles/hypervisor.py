@@ -28,11 +28,11 @@ from libvirt_provider.driver.types import (
     VolumeInfo,
 )
 from libvirt_provider.errors import (
-    ConflictError,
     ForeignDomainError,
     NotFoundError,
     PermanentError,
     ProviderError,
+    StateConflictError,
 )
 
 __all__ = ["FakeDomain", "FakeHypervisor"]
@@ -107,7 +107,7 @@ class FakeHypervisor:
         dom_uuid = root.findtext("uuid") or str(uuidlib.uuid4())
         for other in self.domains.values():
             if other.name == name and other.uuid != dom_uuid:
-                raise ConflictError(f"domain {name!r} already exists with uuid {other.uuid}")
+                raise StateConflictError(f"domain {name!r} already exists with uuid {other.uuid}")
         if dom_uuid in self.domains:
             self.domains[dom_uuid].xml = xml
         else:
@@ -119,7 +119,7 @@ class FakeHypervisor:
         self._enter("start")
         dom = self._dom(uuid)
         if dom.state is not DomainState.SHUTOFF:
-            raise ConflictError("domain is already running")
+            raise StateConflictError("domain is already running")
         dom.state = DomainState.RUNNING
         dom.has_managed_save = False
         self._notify(uuid)
@@ -132,7 +132,7 @@ class FakeHypervisor:
         self._enter("shutdown")
         dom = self._dom(uuid)
         if dom.state is not DomainState.RUNNING:
-            raise ConflictError("domain is not running")
+            raise StateConflictError("domain is not running")
         if dom.honours_power_button:
             dom.state = DomainState.SHUTOFF
             dom.addresses = []
@@ -142,7 +142,7 @@ class FakeHypervisor:
         self._enter("destroy")
         dom = self._dom(uuid)
         if dom.state is DomainState.SHUTOFF:
-            raise ConflictError("domain is not running")
+            raise StateConflictError("domain is not running")
         dom.state = DomainState.SHUTOFF
         dom.addresses = []
         self._notify(uuid)
@@ -151,7 +151,7 @@ class FakeHypervisor:
         self._enter("managed_save")
         dom = self._dom(uuid)
         if dom.state not in (DomainState.RUNNING, DomainState.PAUSED):
-            raise ConflictError("domain is not running")
+            raise StateConflictError("domain is not running")
         dom.state = DomainState.SHUTOFF
         dom.has_managed_save = True
         self._notify(uuid)
@@ -164,7 +164,7 @@ class FakeHypervisor:
         self._enter("resume")
         dom = self._dom(uuid)
         if dom.state is not DomainState.PAUSED:
-            raise ConflictError("domain is not paused")
+            raise StateConflictError("domain is not paused")
         dom.state = DomainState.RUNNING
         self._notify(uuid)
 
@@ -224,7 +224,7 @@ class FakeHypervisor:
     def create_overlay(self, spec: OverlaySpec) -> VolumeInfo:
         self._enter("create_overlay")
         if (spec.pool, spec.name) in self.volumes:
-            raise ConflictError(f"volume {spec.name!r} already exists in pool {spec.pool!r}")
+            raise StateConflictError(f"volume {spec.name!r} already exists in pool {spec.pool!r}")
         vol = VolumeInfo(
             pool=spec.pool,
             name=spec.name,
@@ -239,7 +239,7 @@ class FakeHypervisor:
 
     def _new_volume(self, pool: str, name: str, capacity: int, fmt: str) -> VolumeInfo:
         if (pool, name) in self.volumes:
-            raise ConflictError(f"volume {name!r} already exists in pool {pool!r}")
+            raise StateConflictError(f"volume {name!r} already exists in pool {pool!r}")
         vol = VolumeInfo(
             pool=pool,
             name=name,
@@ -309,7 +309,7 @@ class FakeHypervisor:
         self._enter(op)
         dom = self._dom(uuid)
         if dom.state is DomainState.SHUTOFF:
-            raise ConflictError(f"{op}: domain is not running")
+            raise StateConflictError(f"{op}: domain is not running")
         root = etree.fromstring(dom.xml.encode())
         edit(root)
         dom.xml = etree.tostring(root, encoding="unicode")

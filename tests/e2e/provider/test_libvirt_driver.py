@@ -11,10 +11,10 @@ import pytest
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.types import AddressSource, DomainState, OverlaySpec
 from libvirt_provider.errors import (
-    ConflictError,
     ForeignDomainError,
     NotFoundError,
     PermanentError,
+    StateConflictError,
 )
 from tests.e2e.conftest import LabInfo, guest_domain_xml
 from tests.eventually import eventually
@@ -159,7 +159,7 @@ def test_volume_operations(hv: LibvirtHypervisor, lab: LabInfo) -> None:
         assert uploaded.capacity_bytes == len(payload)
         with open(uploaded.path, "rb") as fh:
             assert fh.read() == payload
-        with pytest.raises(ConflictError):
+        with pytest.raises(StateConflictError):
             hv.upload_volume(pool=lab.pool, name=f"{prefix}-seed.iso", data=b"again")
     finally:
         for vol in hv.list_volumes(lab.pool):
