@@ -9,7 +9,8 @@ import yaml
 
 from generic.crdgen import missing_descriptions
 from libvirt_provider import constants as c
-from libvirt_provider.crds import CRDS, crd_path, crd_yaml, main
+from libvirt_provider.crds import CRDS, crd_path, crd_yaml
+from libvirt_provider.crds.__main__ import main
 
 
 def schema(spec_name: str) -> dict[str, Any]:

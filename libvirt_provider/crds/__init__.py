@@ -1,14 +1,11 @@
-"""CRDs of the `infrastructure.vm-api.io` group, generated from the pydantic models.
+"""CRDs of the `infrastructure.vm-api.io` group, generated from the pydantic models (pure).
 
-`python -m libvirt_provider.crds` rewrites `crds/infrastructure.vm-api.io_<plural>.yaml`; with
-`--check` it only fails when a committed file differs from what the models produce. The models are
-the one source of truth; the generator is `generic.crdgen`, shared with the VirtualMachine CRD.
+The models are the one source of truth; the generator is `generic.crdgen`, shared with the
+VirtualMachine CRD. Writing the files is `python -m libvirt_provider.crds` (`__main__.py`).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from catalog.image import LibvirtImageSpec, LibvirtImageStatus
@@ -16,13 +13,13 @@ from catalog.machineclass import LibvirtMachineClassSpec
 from catalog.network import LibvirtNetworkSpec
 from catalog.storage import LibvirtStorageClassSpec
 from generic.constants import CATEGORY, CONDITION_INFRASTRUCTURE_READY
-from generic.crdgen import CrdSpec, PrinterColumn, build_crd, render_yaml, write_if_changed
+from generic.crdgen import CrdSpec, PrinterColumn, build_crd, render_yaml
 from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachineSpec, LibvirtMachineStatus
 
-__all__ = ["CRDS", "CRD_DIR", "crd_path", "main"]
+__all__ = ["CRDS", "CRD_DIR", "crd_path", "crd_yaml"]
 
-CRD_DIR = Path(__file__).resolve().parents[1] / "crds"
+CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 CATALOG_CATEGORY = "libvirt-catalog"
 _READY = f'.status.conditions[?(@.type=="{CONDITION_INFRASTRUCTURE_READY}")]'
 
@@ -159,24 +156,3 @@ def crd_path(spec: CrdSpec) -> Path:
 
 def crd_yaml(spec: CrdSpec) -> str:
     return render_yaml(build_crd(spec), generator_module="libvirt_provider.crds")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m libvirt_provider.crds", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail if a file is out of date")
-    args = parser.parse_args(argv)
-    stale = []
-    for spec in CRDS:
-        path, text = crd_path(spec), crd_yaml(spec)
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(path)
-        elif write_if_changed(path, text):
-            print(f"wrote {path}")
-    for path in stale:
-        print(f"{path} is out of date: run python -m libvirt_provider.crds", file=sys.stderr)
-    return 1 if stale else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

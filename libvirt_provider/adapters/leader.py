@@ -1,0 +1,87 @@
+"""The generic controller, run by whichever daemon holds the `vm-api-generic-controller` Lease.
+
+Cluster-wide work runs in exactly one daemon at a time: `generic.adapters.lease` campaigns, and
+each term starts a fresh kopf operator for the generic controller and stops it when the term
+ends (kopf cancels every task of its loop when an operator stops, so an operator is not reused).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+import kopf
+from kubernetes import client
+
+from generic.adapters.lease import LeaseElector
+from generic.adapters.operator import configure_settings as configure_generic_settings
+from generic.adapters.operator import register as register_generic
+from generic.adapters.operator import register_login
+from libvirt_provider.adapters.kopf_thread import OperatorThread
+
+if TYPE_CHECKING:
+    from libvirt_provider.adapters.daemon import DaemonConfig
+
+__all__ = ["LEASE_NAME", "GenericLeader"]
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "vm-api-generic-controller"
+
+
+class GenericLeader:
+    """Runs the generic controller while this daemon holds the Lease: one kopf operator per
+    term, and a term starts only after the previous one's operator has stopped."""
+
+    def __init__(self, cfg: DaemonConfig, api: client.ApiClient) -> None:
+        self._cfg = cfg
+        self._api = api
+        self._operator: OperatorThread | None = None
+        self.identity = f"{cfg.host}-{os.getpid()}"
+        self._elector = LeaseElector(
+            api,
+            name=LEASE_NAME,
+            namespace=cfg.lease_namespace,
+            identity=self.identity,
+            on_start=self._lead,
+            on_stop=self._follow,
+        )
+
+    def start(self) -> None:
+        self._elector.start()
+
+    def stop(self) -> None:
+        """Stop the generic controller and hand the Lease back."""
+        self._elector.stop()
+
+    def problem(self) -> str | None:
+        if not self._elector.alive():
+            return "the leader election thread ended"
+        operator = self._operator
+        if self._elector.leading and operator is not None and not operator.alive():
+            return "this daemon leads, but its generic controller stopped"
+        return None
+
+    def _lead(self) -> None:
+        log.info("%s leads: starting the generic controller", self.identity)
+        registry = kopf.OperatorRegistry()
+        register_login(registry, kubeconfig=self._cfg.kubeconfig)
+        register_generic(
+            registry,
+            api_client=self._api,
+            workers=self._cfg.workers,
+            namespaces=self._cfg.generic_namespaces,
+        )
+        settings = kopf.OperatorSettings()
+        configure_generic_settings(settings)
+        self._operator = OperatorThread(
+            "generic-operator", registry, settings, namespaces=self._cfg.generic_namespaces
+        )
+        self._operator.start()
+
+    def _follow(self) -> None:
+        log.info("%s no longer leads: stopping the generic controller", self.identity)
+        if self._operator is not None:
+            self._operator.stop()
+            self._operator = None
