@@ -14,8 +14,8 @@ Threads, and why:
 - A small HTTP server (`health.py`) answers `/healthz` (liveness), `/readyz` (readiness: libvirt
   answers too) and `/metrics` (Prometheus).
 
-SIGTERM or SIGINT (`shutdown.py`) stops both operators, waits for in-flight reconciles, hands the Lease back,
-closes the libvirt connection, stops libvirt's event loop thread and exits 0, within
+SIGTERM or SIGINT (`shutdown.py`) stops both operators, waits for in-flight reconciles, hands the
+Lease back, closes the libvirt connection, stops libvirt's event loop thread and exits 0, within
 `stop_deadline` seconds even when the API server and libvirtd are gone.
 """
 

@@ -83,9 +83,54 @@ def _bytes(ctx: Context, text: str | int, where: str) -> int | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What the VM's instanceType asks for, from a LibvirtMachineClass or inline resources."""
+
+    cpus: int
+    memory: int
+    cpu_spec: CpuSpec | None = None
+    topology: CpuTopology | None = None
+    hugepage_kib: int | None = None
+
+
 def resolve_size(ctx: Context, domain_type: DomainType | None) -> Size | None:
-    instance = ctx.vm.instance_type
     where = f"{VM}.spec.instanceType"
+    request = _requested_size(ctx, where)
+    if request is None:
+        return None
+    memory_mib = math.ceil(request.memory / MIB)  # qemu sizes RAM in whole MiB anyway
+    cpu_spec = ctx.machine.spec.cpu or request.cpu_spec
+    mode = _cpu_mode(ctx, cpu_spec, domain_type, where)
+    max_cpus, max_mib = _hotplug_ceilings(ctx, request, memory_mib)
+    topology = request.topology
+    if topology is not None and topology.sockets * topology.cores * topology.threads != max_cpus:
+        ctx.problem(
+            REASON_INVALID_SPEC,
+            f"{LM}.spec.hotplug.maxCPUs",
+            f"the class's CPU topology gives {request.cpus} vCPUs, so maxCPUs cannot be {max_cpus}",
+        )
+        return None
+    try:
+        return Size(
+            cpu=Cpu(
+                vcpus=request.cpus,
+                max_vcpus=max_cpus,
+                mode=mode,
+                model=cpu_spec.model if cpu_spec is not None else None,
+                topology=topology,
+            ),
+            memory=Memory(
+                current_mib=memory_mib, max_mib=max_mib, hugepage_kib=request.hugepage_kib
+            ),
+        )
+    except ValidationError as error:
+        ctx.problems.extend(validation_problems(error, where))
+        return None
+
+
+def _requested_size(ctx: Context, where: str) -> _Request | None:
+    instance = ctx.vm.instance_type
     if instance is None:
         ctx.problem(
             REASON_INVALID_SPEC,
@@ -93,38 +138,42 @@ def resolve_size(ctx: Context, domain_type: DomainType | None) -> Size | None:
             "instanceType is required: name a LibvirtMachineClass or give resources",
         )
         return None
-    cpu_spec: CpuSpec | None = None
-    topology = None
-    hugepage_kib = None
-    if instance.name is not None:
-        profile = ctx.catalog.machine_classes.get(instance.name)
-        if profile is None:
-            ctx.problem(
-                REASON_REFERENCE_NOT_FOUND,
-                f"{where}.name",
-                f"LibvirtMachineClass {instance.name!r} not found",
-            )
-            return None
-        cpus = profile.spec.cpus
-        memory = _bytes(ctx, profile.spec.memory, f"LibvirtMachineClass {instance.name}")
-        cpu_spec = profile.spec.cpu
-        if profile.spec.topology is not None:
-            t = profile.spec.topology
-            topology = CpuTopology(sockets=t.sockets, cores=t.cores, threads=t.threads)
-        if profile.spec.hugepages is not None:
-            hugepage_kib = parse_quantity(profile.spec.hugepages.page_size) // 1024
-    else:
+    if instance.name is None:
         assert instance.resources is not None  # exactly one, by the model
-        cpus = instance.resources.cpus
         memory = _bytes(ctx, instance.resources.memory, f"{where}.resources.memory")
-    if memory is None:
-        return None
-    if memory < MIB:
+        request = None if memory is None else _Request(cpus=instance.resources.cpus, memory=memory)
+    else:
+        request = _class_size(ctx, instance.name, where)
+    if request is not None and request.memory < MIB:
         ctx.problem(REASON_INVALID_SPEC, where, "memory must be at least 1Mi")
         return None
-    memory_mib = math.ceil(memory / MIB)  # qemu sizes RAM in whole MiB anyway
+    return request
 
-    cpu_spec = ctx.machine.spec.cpu or cpu_spec
+
+def _class_size(ctx: Context, name: str, where: str) -> _Request | None:
+    profile = ctx.catalog.machine_classes.get(name)
+    if profile is None:
+        ctx.problem(
+            REASON_REFERENCE_NOT_FOUND, f"{where}.name", f"LibvirtMachineClass {name!r} not found"
+        )
+        return None
+    memory = _bytes(ctx, profile.spec.memory, f"LibvirtMachineClass {name}")
+    if memory is None:
+        return None
+    t = profile.spec.topology
+    hugepages = profile.spec.hugepages
+    return _Request(
+        cpus=profile.spec.cpus,
+        memory=memory,
+        cpu_spec=profile.spec.cpu,
+        topology=CpuTopology(sockets=t.sockets, cores=t.cores, threads=t.threads) if t else None,
+        hugepage_kib=parse_quantity(hugepages.page_size) // 1024 if hugepages else None,
+    )
+
+
+def _cpu_mode(
+    ctx: Context, cpu_spec: CpuSpec | None, domain_type: DomainType | None, where: str
+) -> CpuMode | None:
     mode = _CPU_MODES[cpu_spec.mode] if cpu_spec is not None else None
     if mode is None and domain_type is DomainType.KVM:
         mode = CpuMode.HOST_MODEL  # kvm's own default (kvm64) hides most host features
@@ -135,45 +184,29 @@ def resolve_size(ctx: Context, domain_type: DomainType | None) -> Size | None:
             "CPU mode HostPassthrough needs KVM, and this machine runs emulated (qemu); "
             "use Maximum or HostModel",
         )
+    return mode
 
-    max_cpus, max_mib = cpus, memory_mib
+
+def _hotplug_ceilings(ctx: Context, request: _Request, memory_mib: int) -> tuple[int, int]:
+    """The vCPU and memory (MiB) ceilings a running machine may grow to."""
+    max_cpus, max_mib = request.cpus, memory_mib
     hotplug = ctx.machine.spec.hotplug
     if hotplug is not None and hotplug.max_cpus is not None:
-        if hotplug.max_cpus < cpus:
+        if hotplug.max_cpus < request.cpus:
             ctx.problem(
                 REASON_INVALID_SPEC,
                 f"{LM}.spec.hotplug.maxCPUs",
-                f"maxCPUs {hotplug.max_cpus} is below the requested {cpus} vCPUs",
+                f"maxCPUs {hotplug.max_cpus} is below the requested {request.cpus} vCPUs",
             )
-        max_cpus = max(cpus, hotplug.max_cpus)
+        max_cpus = max(request.cpus, hotplug.max_cpus)
     if hotplug is not None and hotplug.max_memory is not None:
         ceiling = _bytes(ctx, hotplug.max_memory, f"{LM}.spec.hotplug.maxMemory")
         if ceiling is not None:
-            if ceiling < memory:
+            if ceiling < request.memory:
                 ctx.problem(
                     REASON_INVALID_SPEC,
                     f"{LM}.spec.hotplug.maxMemory",
                     f"maxMemory {hotplug.max_memory} is below the requested memory",
                 )
             max_mib = max(memory_mib, math.ceil(ceiling / MIB))
-    if topology is not None and topology.sockets * topology.cores * topology.threads != max_cpus:
-        ctx.problem(
-            REASON_INVALID_SPEC,
-            f"{LM}.spec.hotplug.maxCPUs",
-            f"the class's CPU topology gives {cpus} vCPUs, so maxCPUs cannot be {max_cpus}",
-        )
-        return None
-    try:
-        return Size(
-            cpu=Cpu(
-                vcpus=cpus,
-                max_vcpus=max_cpus,
-                mode=mode,
-                model=cpu_spec.model if cpu_spec is not None else None,
-                topology=topology,
-            ),
-            memory=Memory(current_mib=memory_mib, max_mib=max_mib, hugepage_kib=hugepage_kib),
-        )
-    except ValidationError as error:
-        ctx.problems.extend(validation_problems(error, where))
-        return None
+    return max_cpus, max_mib
