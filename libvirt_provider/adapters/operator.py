@@ -183,10 +183,6 @@ def register(
     images: ImageCache,
 ) -> None:
     """Put the LibvirtMachine controller's watches on `registry`."""
-    on_host = {c.HOST_LABEL: host}
-    image_specs = SpecChanges()
-    vm_events = _Fingerprints(vm_fingerprint)
-    machine_events = _Fingerprints(machine_fingerprint)
 
     @kopf.on.startup(registry=registry, id="libvirt-machine/startup")
     def _start(**_: Any) -> None:
@@ -196,8 +192,23 @@ def register(
     def _stop(**_: Any) -> None:
         controller.stop()
 
+    _watch_machines(registry, controller=controller, host=host, images=images)
+    _watch_virtual_machines(registry, controller=controller)
+    _watch_catalog(registry, controller=controller, images=images)
+
+
+def _watch_machines(
+    registry: kopf.OperatorRegistry, *, controller: MachineController, host: str, images: ImageCache
+) -> None:
+    machine_events = _Fingerprints(machine_fingerprint)
+
     @kopf.on.event(
-        GROUP, VERSION, c.MACHINE_PLURAL, labels=on_host, registry=registry, id="libvirt-machine"
+        GROUP,
+        VERSION,
+        c.MACHINE_PLURAL,
+        labels={c.HOST_LABEL: host},
+        registry=registry,
+        id="libvirt-machine",
     )
     def _machine(event: kopf.RawEvent, meta: kopf.Meta, **_: Any) -> None:
         deleted = event.get("type") == "DELETED"
@@ -210,6 +221,12 @@ def register(
         if deleted:
             images.request_pass()
 
+
+def _watch_virtual_machines(
+    registry: kopf.OperatorRegistry, *, controller: MachineController
+) -> None:
+    vm_events = _Fingerprints(vm_fingerprint)
+
     @kopf.on.event(
         vmapi.GROUP, vmapi.VERSION, vmapi.PLURAL, registry=registry, id="libvirt-machine/vm"
     )
@@ -221,6 +238,12 @@ def register(
         # an event changes nothing the machine's reconcile reads (spec, identity, deletion).
         if vm_events.changed((meta.namespace, str(meta.name)), event, meta):
             controller.on_linked_vm(MachineKey(meta.namespace, str(ref.get("name"))))
+
+
+def _watch_catalog(
+    registry: kopf.OperatorRegistry, *, controller: MachineController, images: ImageCache
+) -> None:
+    image_specs = SpecChanges()
 
     @kopf.on.event(
         GROUP, VERSION, c.IMAGE_PLURAL, registry=registry, id=f"libvirt-machine/{c.IMAGE_PLURAL}"
