@@ -43,10 +43,7 @@ def test_a_stopping_leader_releases_the_lease_to_the_next_daemon(
             lab, host="handover-b", log_name="e2e-handover-b.log", lease_namespace=lease_namespace
         )
         eventually(
-            lambda: (
-                "is a follower" in second_log.read_text()
-                or "trying to acquire" in second_log.read_text()
-            ),
+            lambda: "is waiting for the lease" in second_log.read_text(),
             timeout=60,
             what=f"the second daemon waiting for the Lease ({second_log})",
         )
