@@ -18,8 +18,8 @@ from libvirt_provider.errors import RetryableError
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 from tests.doubles.hypervisor import FakeHypervisor
 from tests.doubles.store import MemoryStore
+from tests.unit.machine.test_machine_reconciler import KEY, _hypervisor, _store
 from tests.unit.provider.builders import HOST
-from tests.unit.test_machine_reconciler import KEY, _hypervisor, _store
 
 HOUR = 3600.0
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

@@ -1,0 +1,1 @@
+"""Unit tests of the daemon's command line and start-up checks."""

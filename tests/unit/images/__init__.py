@@ -1,0 +1,1 @@
+"""Unit tests of images: import, cache status, collection, digests."""

@@ -1,0 +1,1 @@
+"""Unit tests of the machine loop: sequencing, power, status, linkage, backoff."""
