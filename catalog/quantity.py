@@ -3,6 +3,10 @@
 Parsed with `Decimal` so `1.5Gi` is exact, and refused when the result is not a whole number of
 bytes or is negative: a VM cannot have 0.3 bytes of memory, and guessing a rounding direction would
 silently change what the user asked for.
+
+Hostile input costs nothing: the text is at most 64 characters and the result at most `MAX_BYTES`,
+checked from the number's magnitude before any large value is built, so `1e999999` is refused at
+once instead of holding the GIL for a minute while a million-digit integer is made.
 """
 
 from __future__ import annotations
@@ -10,7 +14,11 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["QuantityError", "format_mebibytes", "parse_quantity"]
+__all__ = ["MAX_BYTES", "QuantityError", "format_mebibytes", "parse_quantity"]
+
+MAX_BYTES = 2**63 - 1
+"""The largest quantity accepted (8 EiB less a byte): Kubernetes' own quantities are int64."""
+_MAX_DIGITS = len(str(MAX_BYTES))
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
@@ -35,9 +43,16 @@ def parse_quantity(text: str) -> int:
         raise QuantityError(f"{text!r} is not a number") from error
     suffix = match["suffix"] or ""
     if match["exponent"] is not None:
-        value = number.scaleb(int(match["exponent"]))
+        exponent = int(match["exponent"])  # at most 62 digits: cheap
+        if number and number.adjusted() + exponent >= _MAX_DIGITS:
+            raise QuantityError(f"{text!r} is larger than {MAX_BYTES} bytes")
+        if number and number.adjusted() + exponent < -_MAX_DIGITS:
+            raise QuantityError(f"{text!r} is not a whole number of bytes")
+        value = number.scaleb(exponent) if number else Decimal(0)
     else:
         value = number * (_BINARY.get(suffix) or _DECIMAL[suffix])
+    if value > MAX_BYTES:
+        raise QuantityError(f"{text!r} is larger than {MAX_BYTES} bytes")
     if value < 0:
         raise QuantityError(f"{text!r} is negative")
     if value != value.to_integral_value():

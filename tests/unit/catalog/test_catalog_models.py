@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -13,7 +14,7 @@ from catalog.image import CdromBus, DiskBus, FirmwareType, LibvirtImageSpec, Nic
 from catalog.lookup import AmbiguousDefaultError, Catalog
 from catalog.machineclass import LibvirtMachineClassSpec
 from catalog.network import AddressSourcePolicy, LibvirtNetwork, LibvirtNetworkSpec
-from catalog.quantity import QuantityError, format_mebibytes, parse_quantity
+from catalog.quantity import MAX_BYTES, QuantityError, format_mebibytes, parse_quantity
 from catalog.storage import LibvirtStorageClass, LibvirtStorageClassSpec
 
 SHA = "0123456789abcdef" * 4
@@ -201,3 +202,25 @@ class TestStorageAndLookups:
             }
         )
         assert network.spec.default
+
+
+@pytest.mark.parametrize("text", ["1e200000", "1e999999", "1e9999999", "1e" + "9" * 62, "8Ei"])
+def test_huge_quantities_are_refused_at_once(text: str) -> None:
+    started = time.perf_counter()
+    with pytest.raises(QuantityError, match="larger than"):
+        parse_quantity(text)
+    assert time.perf_counter() - started < 0.05
+
+
+@given(
+    st.from_regex(
+        r"[+-]?\d{0,30}(\.\d{0,30})?([eE][+-]?\d{1,12}|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?",
+        fullmatch=True,
+    )
+)
+@settings(max_examples=300, deadline=50)
+def test_any_quantity_text_parses_or_is_refused_quickly(text: str) -> None:
+    try:
+        assert 0 <= parse_quantity(text) <= MAX_BYTES
+    except QuantityError:
+        pass
