@@ -26,7 +26,7 @@ from lxml import etree
 
 from libvirt_provider.constants import METADATA_NAMESPACE, METADATA_PREFIX
 from libvirt_provider.driver.base import Hypervisor
-from libvirt_provider.driver.libvirt_errors import translated
+from libvirt_provider.driver.libvirt_errors import is_missing, is_refused_flag, translated
 from libvirt_provider.driver.pool_files import remove_stale_partials, write_into
 from libvirt_provider.driver.types import (
     AddressSource,
@@ -284,12 +284,12 @@ class LibvirtHypervisor:
                 dom = conn.lookupByUUIDString(uuid)
                 return DomainRef(uuid=dom.UUIDString(), name=dom.name())
             except libvirt.libvirtError as err:
-                if err.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                if not is_missing(err):
                     raise
             try:
                 other = conn.lookupByName(name)
             except libvirt.libvirtError as err:
-                if err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                if is_missing(err):
                     return None
                 raise
             raise ForeignDomainError(name, other.UUIDString())
@@ -350,15 +350,7 @@ class LibvirtHypervisor:
                     dom.undefineFlags(flags)
                     return
                 except libvirt.libvirtError as err:
-                    message = err.get_error_message() or ""
-                    if (
-                        err.get_error_code()
-                        in (
-                            libvirt.VIR_ERR_NO_SUPPORT,
-                            libvirt.VIR_ERR_INVALID_ARG,
-                        )
-                        or "unsupported flags" in message
-                    ):
+                    if is_refused_flag(err):
                         last = err
                         continue
                     raise
@@ -432,7 +424,7 @@ class LibvirtHypervisor:
             try:
                 return _volume_info(pool, p.storageVolLookupByName(name))
             except libvirt.libvirtError as err:
-                if err.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL:
+                if is_missing(err):
                     return None
                 raise
 
@@ -654,7 +646,7 @@ class LibvirtHypervisor:
             try:
                 vol = p.storageVolLookupByName(name)
             except libvirt.libvirtError as err:
-                if err.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL:
+                if is_missing(err):
                     raise NotFoundError(f"volume {name!r} not found in pool {pool!r}") from err
                 raise
             vol.delete(0)

@@ -69,6 +69,21 @@ def classify(err: libvirt.libvirtError) -> ProviderError:
     return PermanentError(message)
 
 
+def is_missing(err: libvirt.libvirtError) -> bool:
+    """The domain, volume, pool or network asked for does not exist."""
+    return err.get_error_code() in _NOT_FOUND
+
+
+def is_refused_flag(err: libvirt.libvirtError) -> bool:
+    """The call's flags are unknown to this libvirt (older daemons report an invalid argument):
+    the caller may try again with fewer flags."""
+    code = err.get_error_code()
+    return code in (
+        libvirt.VIR_ERR_NO_SUPPORT,
+        libvirt.VIR_ERR_INVALID_ARG,
+    ) or "unsupported flags" in (err.get_error_message() or "")
+
+
 @contextmanager
 def translated() -> Iterator[None]:
     try:
