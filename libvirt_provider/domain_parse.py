@@ -20,8 +20,8 @@ from typing import Any
 from lxml import etree
 
 from libvirt_provider.constants import METADATA_NAMESPACE
-from libvirt_provider.render.cloudinit import CLOUD_INIT_ALIAS
-from libvirt_provider.render.console import GUEST_AGENT_CHANNEL
+from libvirt_provider.domainxml.cloudinit import CLOUD_INIT_ALIAS
+from libvirt_provider.domainxml.console import GUEST_AGENT_CHANNEL
 
 __all__ = [
     "Change",

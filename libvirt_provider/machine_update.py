@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from libvirt_provider.cloudinit import build_cidata_iso
 from libvirt_provider.domain_parse import differences, owned_fields
+from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.driver.base import (
     DomainState,
     DomainStatus,
@@ -35,7 +36,6 @@ from libvirt_provider.live_update import (
     SetVcpus,
     plan_live_update,
 )
-from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolved import ResolvedMachine, VolumePlan
 
 __all__ = ["DomainUpdater", "EventSink", "UpdateOutcome", "create_volume", "ensure_volume"]

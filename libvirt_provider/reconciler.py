@@ -38,6 +38,7 @@ from libvirt_provider import constants as c
 from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.cloudinit import build_cidata_iso
+from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.driver.base import (
     AddressSource,
     DomainState,
@@ -65,7 +66,6 @@ from libvirt_provider.power import (
     is_settled,
     observed_power_state,
 )
-from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolve import Resolution, resolve_machine
 from libvirt_provider.resolved import ResolvedMachine
 from libvirt_provider.status import (

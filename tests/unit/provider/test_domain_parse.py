@@ -10,7 +10,7 @@ from lxml import etree
 
 from catalog.image import DiskBus, ImageFormat, NicModel
 from libvirt_provider.domain_parse import diff_owned, differences, owned_fields, owner_marker
-from libvirt_provider.render import render_domain, render_domain_xml
+from libvirt_provider.domainxml import render_domain, render_domain_xml
 from libvirt_provider.resolved import Cpu, Disk, DomainSpec, InterfaceKind, Memory, Owner
 from tests.unit.render.cases import CASES, machine, nic
 from tests.unit.render.conftest import test_driver

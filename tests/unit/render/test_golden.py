@@ -12,7 +12,7 @@ import libvirt
 import pytest
 from lxml import etree
 
-from libvirt_provider.render import render_domain_xml
+from libvirt_provider.domainxml import render_domain_xml
 from tests.unit.render.cases import CASES
 from tests.unit.render.conftest import GOLDEN
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from lxml import etree
 from pydantic import ValidationError
 
+from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.naming import MAX_DOMAIN_NAME, domain_name, volume_name
-from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolved import Disk, Owner
 from tests.unit.render.cases import machine
 

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from lxml import etree
 
-from libvirt_provider.render.cloudinit import render_cloud_init
-from libvirt_provider.render.compute import render_cpu, render_memory
-from libvirt_provider.render.console import render_console, render_guest_agent
-from libvirt_provider.render.disks import needs_scsi_controller, render_disk, render_scsi_controller
-from libvirt_provider.render.firmware import render_features, render_os
-from libvirt_provider.render.metadata import render_metadata
-from libvirt_provider.render.nics import render_interface
+from libvirt_provider.domainxml.cloudinit import render_cloud_init
+from libvirt_provider.domainxml.compute import render_cpu, render_memory
+from libvirt_provider.domainxml.console import render_console, render_guest_agent
+from libvirt_provider.domainxml.disks import (
+    needs_scsi_controller,
+    render_disk,
+    render_scsi_controller,
+)
+from libvirt_provider.domainxml.firmware import render_features, render_os
+from libvirt_provider.domainxml.metadata import render_metadata
+from libvirt_provider.domainxml.nics import render_interface
 from libvirt_provider.resolved import DomainSpec
 
 __all__ = ["render_domain", "render_domain_xml"]

@@ -9,7 +9,7 @@ knows better: no PCI addresses, no firmware paths, no emulator path. libvirt fil
 
 from __future__ import annotations
 
-from libvirt_provider.render.domain import render_domain, render_domain_xml
+from libvirt_provider.domainxml.domain import render_domain, render_domain_xml
 
 __all__ = [
     "render_domain",
