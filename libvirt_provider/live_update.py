@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from lxml import etree
 
 from libvirt_provider.constants import METADATA_NAMESPACE
-from libvirt_provider.domain_parse import Change, diff_owned, owned_fields
+from libvirt_provider.domainxml import Change, diff_owned, owned_fields
 
 __all__ = [
     "AttachDevice",
@@ -97,7 +97,7 @@ def plan_live_update(current: str, desired: str) -> LivePlan:
     diff = diff_owned(want, have)
     # The cloud-init digest lives in the same metadata element as the marker and tags; writing
     # that element early would record media the guest has not been given. It waits with them.
-    metadata_waits = want.cloud_init_digest != have.cloud_init_digest
+    metadata_waits = want.ownership.cloud_init_digest != have.ownership.cloud_init_digest
     steps: list[tuple[Change, LiveStep]] = []
     deferred: list[Change] = []
     metadata_done = False

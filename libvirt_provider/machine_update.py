@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from libvirt_provider.cloudinit import build_cidata_iso
-from libvirt_provider.domain_parse import differences, owned_fields
-from libvirt_provider.domainxml import render_domain_xml
+from libvirt_provider.domainxml import differences, owned_fields, render_domain_xml
 from libvirt_provider.driver.base import (
     DomainState,
     DomainStatus,
@@ -237,7 +236,7 @@ class DomainUpdater:
         ci, media = plan.cloud_init, plan.domain.cloud_init
         if ci is None or media is None:
             return
-        if owned_fields(current).cloud_init_digest == media.digest:
+        if owned_fields(current).ownership.cloud_init_digest == media.digest:
             return
         with contextlib.suppress(NotFoundError):
             self._hv.delete_volume(ci.pool, ci.volume)
@@ -245,7 +244,7 @@ class DomainUpdater:
 
     def _drop_unused_cloud_init(self, plan: ResolvedMachine, previous: str) -> None:
         """A spec that no longer asks for cloud-init leaves its old volume unused: remove it."""
-        cdrom = owned_fields(previous).cdrom
+        cdrom = owned_fields(previous).cloud_init
         if plan.cloud_init is not None or cdrom is None or not cdrom.pool or not cdrom.volume:
             return
         if cdrom.volume.startswith(f"{plan.domain.name}--"):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from lxml import etree
 
-from libvirt_provider.domain_parse import differences
-from libvirt_provider.domainxml import render_domain_xml
+from libvirt_provider.domainxml import differences, render_domain_xml
 from libvirt_provider.resolved import DomainType
 from tests.unit.render.cases import CASES
 
