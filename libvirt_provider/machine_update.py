@@ -3,9 +3,9 @@
 A pass of the reconciler that finds the machine's domain hands it here: volumes the spec added are
 created, disks grown, and the definition compared with the desired one. Everything is applied at
 once while the domain is off (after the cloud-init volume is rewritten if its data changed); while
-it runs, what libvirt can change live is applied (`live_update.py` picks the steps) and the rest is
-returned as pending, for UpToDate=False/RequiresPowerOff until the next power cycle. A change
-libvirt refuses live joins the pending ones, with a Warning Event the first time.
+it runs, what libvirt can change live is applied (`domainxml.live_update` picks the steps) and the
+rest is returned as pending, for UpToDate=False/RequiresPowerOff until the next power cycle. A
+change libvirt refuses live joins the pending ones, with a Warning Event the first time.
 """
 
 from __future__ import annotations
@@ -16,7 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from libvirt_provider.cloudinit import build_cidata_iso
-from libvirt_provider.domainxml import differences, owned_fields, render_domain_xml
+from libvirt_provider.domainxml import (
+    AttachDevice,
+    DetachDevice,
+    LiveStep,
+    SetMemory,
+    SetMetadata,
+    SetVcpus,
+    differences,
+    owned_fields,
+    plan_live_update,
+    render_domain_xml,
+)
 from libvirt_provider.driver.base import (
     DomainState,
     DomainStatus,
@@ -26,15 +37,6 @@ from libvirt_provider.driver.base import (
 )
 from libvirt_provider.errors import ConflictError, NotFoundError, PermanentError, ProviderError
 from libvirt_provider.images import ImageImporter
-from libvirt_provider.live_update import (
-    AttachDevice,
-    DetachDevice,
-    LiveStep,
-    SetMemory,
-    SetMetadata,
-    SetVcpus,
-    plan_live_update,
-)
 from libvirt_provider.resolved import ResolvedMachine, VolumePlan
 
 __all__ = ["DomainUpdater", "EventSink", "UpdateOutcome", "create_volume", "ensure_volume"]

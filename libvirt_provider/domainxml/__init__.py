@@ -31,22 +31,40 @@ from libvirt_provider.domainxml.domain import (
     render_domain,
     render_domain_xml,
 )
+from libvirt_provider.domainxml.live_update import (
+    AttachDevice,
+    DetachDevice,
+    LivePlan,
+    LiveStep,
+    SetMemory,
+    SetMetadata,
+    SetVcpus,
+    plan_live_update,
+)
 from libvirt_provider.domainxml.metadata import OwnerMarker, owner_marker
 
 __all__ = [
+    "AttachDevice",
     "Change",
     "ChangeKey",
+    "DetachDevice",
     "DeviceAction",
     "DeviceEdit",
     "DeviceKind",
     "DomainDiff",
+    "LivePlan",
+    "LiveStep",
     "OwnedFields",
     "OwnerMarker",
+    "SetMemory",
+    "SetMetadata",
+    "SetVcpus",
     "Setting",
     "diff_owned",
     "differences",
     "owned_fields",
     "owner_marker",
+    "plan_live_update",
     "render_domain",
     "render_domain_xml",
 ]

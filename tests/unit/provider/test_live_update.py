@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lxml import etree
 
-from libvirt_provider.live_update import (
+from libvirt_provider.domainxml import (
     AttachDevice,
     DetachDevice,
     SetMemory,
