@@ -18,11 +18,8 @@ from libvirt_provider.domainxml import (
     render_domain_xml,
 )
 from libvirt_provider.resolved import Cpu, Disk, DomainSpec, InterfaceKind, Memory, Owner
-from tests.unit.render.cases import CASES, machine, nic
-from tests.unit.render.conftest import test_driver
-from tests.unit.render.test_field_coverage import leaf_paths, variants
-
-__all__ = ["test_driver"]
+from tests.unit.domainxml.cases import CASES, machine, nic
+from tests.unit.domainxml.test_field_coverage import leaf_paths, variants
 
 BASE = CASES["uefi-qemu-cloudinit"]
 
