@@ -40,6 +40,8 @@ class Host:
     domain_types = frozenset({"kvm", "qemu"})
     pools = frozenset({"default", "fast"})
     networks = frozenset({"lab", "prod"})
+    # No serial console log: the benchmark measures the domain XML, not the host's folders.
+    console_log_dir: str | None = None
 
 
 def catalog() -> Catalog:
