@@ -39,9 +39,9 @@ from catalog.machineclass import LibvirtMachineClass  # noqa: E402
 from catalog.network import LibvirtNetwork  # noqa: E402
 from catalog.storage import LibvirtStorageClass  # noqa: E402
 from libvirt_provider import naming  # noqa: E402
+from libvirt_provider.domainxml import render_domain_xml  # noqa: E402
 from libvirt_provider.driver.base import OverlaySpec  # noqa: E402
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor  # noqa: E402
-from libvirt_provider.render import render_domain_xml  # noqa: E402
 from libvirt_provider.resolve import resolve_machine  # noqa: E402
 from tests.e2e.conftest import LAB_SCRIPT, _parse_exports  # noqa: E402
 

@@ -27,8 +27,7 @@ from catalog.lookup import Catalog
 from catalog.machineclass import LibvirtMachineClass
 from catalog.network import LibvirtNetwork
 from catalog.storage import LibvirtStorageClass
-from libvirt_provider.domain_parse import diff_owned, owned_fields
-from libvirt_provider.render import render_domain, render_domain_xml
+from libvirt_provider.domainxml import diff_owned, owned_fields, render_domain, render_domain_xml
 from libvirt_provider.resolve import resolve_machine
 from libvirt_provider.resolved import DomainSpec
 
@@ -41,6 +40,8 @@ class Host:
     domain_types = frozenset({"kvm", "qemu"})
     pools = frozenset({"default", "fast"})
     networks = frozenset({"lab", "prod"})
+    # No serial console log: the benchmark measures the domain XML, not the host's folders.
+    console_log_dir: str | None = None
 
 
 def catalog() -> Catalog:

@@ -3,9 +3,9 @@
 A pass of the reconciler that finds the machine's domain hands it here: volumes the spec added are
 created, disks grown, and the definition compared with the desired one. Everything is applied at
 once while the domain is off (after the cloud-init volume is rewritten if its data changed); while
-it runs, what libvirt can change live is applied (`live_update.py` picks the steps) and the rest is
-returned as pending, for UpToDate=False/RequiresPowerOff until the next power cycle. A change
-libvirt refuses live joins the pending ones, with a Warning Event the first time.
+it runs, what libvirt can change live is applied (`domainxml.live_update` picks the steps) and the
+rest is returned as pending, for UpToDate=False/RequiresPowerOff until the next power cycle. A
+change libvirt refuses live joins the pending ones, with a Warning Event the first time.
 """
 
 from __future__ import annotations
@@ -17,22 +17,23 @@ from typing import Any
 
 from libvirt_provider import constants as c
 from libvirt_provider.cloudinit import build_cidata_iso
-from libvirt_provider.domain_parse import differences, owned_fields
-from libvirt_provider.driver.base import Hypervisor
-from libvirt_provider.driver.types import DomainState, DomainStatus, OverlaySpec, VolumeInfo
-from libvirt_provider.errors import NotFoundError, PermanentError, ProviderError, StateConflictError
-from libvirt_provider.images.importer import ImageImporter
-from libvirt_provider.live_update import (
+from libvirt_provider.domainxml import (
     AttachDevice,
     DetachDevice,
     LiveStep,
     SetMemory,
     SetMetadata,
     SetVcpus,
+    differences,
+    owned_fields,
     plan_live_update,
+    render_domain_xml,
 )
+from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.types import DomainState, DomainStatus, OverlaySpec, VolumeInfo
+from libvirt_provider.errors import NotFoundError, PermanentError, ProviderError, StateConflictError
+from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.store import EventSink
-from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolved import ResolvedMachine, VolumePlan
 
 __all__ = ["DomainUpdater", "UpdateOutcome", "create_volume", "ensure_volume"]
@@ -234,7 +235,7 @@ class DomainUpdater:
         ci, media = plan.cloud_init, plan.domain.cloud_init
         if ci is None or media is None:
             return
-        if owned_fields(current).cloud_init_digest == media.digest:
+        if owned_fields(current).ownership.cloud_init_digest == media.digest:
             return
         with contextlib.suppress(NotFoundError):
             self._hv.delete_volume(ci.pool, ci.volume)
@@ -242,7 +243,7 @@ class DomainUpdater:
 
     def _drop_unused_cloud_init(self, plan: ResolvedMachine, previous: str) -> None:
         """A spec that no longer asks for cloud-init leaves its old volume unused: remove it."""
-        cdrom = owned_fields(previous).cdrom
+        cdrom = owned_fields(previous).cloud_init
         if plan.cloud_init is not None or cdrom is None or not cdrom.pool or not cdrom.volume:
             return
         if cdrom.volume.startswith(f"{plan.domain.name}--"):

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tests.unit.render.conftest import domain_schema
+from tests.unit.domainxml.conftest import domain_schema
 
 __all__ = ["domain_schema"]

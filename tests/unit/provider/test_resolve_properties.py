@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
+from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.naming import MAX_DOMAIN_NAME
-from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolve import resolve_machine
 from tests.unit.provider import builders as b
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from lxml import etree
 
-from libvirt_provider.render import render_domain_xml
+from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.resolve import resolve_machine
 from tests.unit.provider import builders as b
 

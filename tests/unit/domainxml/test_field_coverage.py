@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from libvirt_provider.render import render_domain_xml
+from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.resolved import DomainSpec
-from tests.unit.render.cases import CASES
+from tests.unit.domainxml.cases import CASES
 
 Path = tuple[str, ...]
 

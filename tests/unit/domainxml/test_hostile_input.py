@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from lxml import etree
 from pydantic import ValidationError
 
+from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.naming import MAX_DOMAIN_NAME, domain_name, volume_name
-from libvirt_provider.render import render_domain_xml
 from libvirt_provider.resolved import Disk, Owner
-from tests.unit.render.cases import machine
+from tests.unit.domainxml.cases import machine
 
 DNS_LABEL = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 DNS_SUBDOMAIN = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?(\.[a-z0-9]{1,20}){0,8}\Z")

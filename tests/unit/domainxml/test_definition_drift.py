@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from lxml import etree
 
-from libvirt_provider.domain_parse import differences
-from libvirt_provider.render import render_domain_xml
+from libvirt_provider.domainxml import differences, render_domain_xml
 from libvirt_provider.resolved import DomainType
-from tests.unit.render.cases import CASES
+from tests.unit.domainxml.cases import CASES
 
 
 def _with_libvirt_default_cpu(xml: str, model: str = "qemu64") -> str:

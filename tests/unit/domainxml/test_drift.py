@@ -9,14 +9,17 @@ import pytest
 from lxml import etree
 
 from catalog.image import DiskBus, ImageFormat, NicModel
-from libvirt_provider.domain_parse import diff_owned, differences, owned_fields, owner_marker
-from libvirt_provider.render import render_domain, render_domain_xml
+from libvirt_provider.domainxml import (
+    diff_owned,
+    differences,
+    owned_fields,
+    owner_marker,
+    render_domain,
+    render_domain_xml,
+)
 from libvirt_provider.resolved import Cpu, Disk, DomainSpec, InterfaceKind, Memory, Owner
-from tests.unit.render.cases import CASES, machine, nic
-from tests.unit.render.conftest import test_driver
-from tests.unit.render.test_field_coverage import leaf_paths, variants
-
-__all__ = ["test_driver"]
+from tests.unit.domainxml.cases import CASES, machine, nic
+from tests.unit.domainxml.test_field_coverage import leaf_paths, variants
 
 BASE = CASES["uefi-qemu-cloudinit"]
 
@@ -143,7 +146,7 @@ def test_the_ownership_marker_is_read_back_and_absent_on_foreign_domains() -> No
     assert (marker.namespace, marker.uid) == ("default", str(BASE.uuid))
     foreign = etree.fromstring("<domain type='kvm'><name>x</name></domain>")
     assert owner_marker(foreign) is None
-    assert owned_fields(foreign).owner is None
+    assert owned_fields(foreign).ownership.owner is None
 
 
 def test_owner_identity_changes_are_reported() -> None:

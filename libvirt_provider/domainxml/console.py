@@ -1,16 +1,27 @@
 """Serial console, graphics, and the guest-agent channel.
 
 Graphics listen on loopback only: exposing a VNC or SPICE server on the host's addresses would hand
-the guest's console to anyone who can reach the host. Reaching it is an SSH tunnel away.
+the guest's console to anyone who can reach the host. Reaching it is an SSH tunnel away. None of
+these devices is attached or detached on a running domain.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lxml import etree
 
+from libvirt_provider.domainxml.changes import Change, Compared, Setting, compare
 from libvirt_provider.resolved import Console, Graphics
 
-__all__ = ["GUEST_AGENT_CHANNEL", "render_console", "render_guest_agent"]
+__all__ = [
+    "GUEST_AGENT_CHANNEL",
+    "ConsoleFacts",
+    "compare_console",
+    "parse_console",
+    "render_console",
+    "render_guest_agent",
+]
 
 GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
 
@@ -37,3 +48,35 @@ def render_guest_agent(devices: etree._Element) -> None:
     # No path: libvirt creates the socket under its own state directory.
     channel = etree.SubElement(devices, "channel", type="unix")
     etree.SubElement(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
+
+
+@dataclass(frozen=True)
+class ConsoleFacts:
+    serial: bool
+    serial_log: str | None
+    graphics: tuple[str, ...]
+    guest_agent: bool
+
+
+def parse_console(root: etree._Element) -> ConsoleFacts:
+    log = root.find("devices/serial/log")
+    return ConsoleFacts(
+        serial=root.find("devices/serial") is not None,
+        serial_log=log.get("file") if log is not None else None,
+        graphics=tuple(sorted(g.get("type") or "" for g in root.findall("devices/graphics"))),
+        guest_agent=any(
+            t.get("name") == GUEST_AGENT_CHANNEL for t in root.findall("devices/channel/target")
+        ),
+    )
+
+
+_COMPARED: tuple[Compared[ConsoleFacts], ...] = (
+    Compared(Setting.SERIAL_CONSOLE, lambda f: f.serial),
+    Compared(Setting.SERIAL_CONSOLE_LOG, lambda f: f.serial_log),
+    Compared(Setting.GRAPHICS, lambda f: f.graphics),
+    Compared(Setting.GUEST_AGENT, lambda f: f.guest_agent),
+)
+
+
+def compare_console(desired: ConsoleFacts, observed: ConsoleFacts) -> list[Change]:
+    return compare(desired, observed, _COMPARED)

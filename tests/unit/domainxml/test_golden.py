@@ -1,6 +1,6 @@
 """Golden files: each resolved domain renders to a reviewed XML file that libvirt itself accepts.
 
-Regenerate with `UPDATE_GOLDEN=1 pytest tests/unit/render` and review the diff like code.
+Regenerate with `UPDATE_GOLDEN=1 pytest tests/unit/domainxml` and review the diff like code.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import libvirt
 import pytest
 from lxml import etree
 
-from libvirt_provider.render import render_domain_xml
-from tests.unit.render.cases import CASES
-from tests.unit.render.conftest import GOLDEN
+from libvirt_provider.domainxml import render_domain_xml
+from tests.unit.domainxml.cases import CASES
+from tests.unit.domainxml.conftest import GOLDEN
 
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 

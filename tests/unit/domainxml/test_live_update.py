@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from lxml import etree
 
-from libvirt_provider.live_update import (
+from catalog.image import DiskBus, ImageFormat
+from libvirt_provider.domainxml import (
     AttachDevice,
     DetachDevice,
+    DeviceAction,
+    DeviceEdit,
+    DeviceKind,
     SetMemory,
     SetMetadata,
     SetVcpus,
     plan_live_update,
+    render_domain_xml,
 )
+from libvirt_provider.resolved import Disk
+from tests.unit.domainxml.cases import machine
 
 NS = "https://infrastructure.vm-api.io/libvirt-machine/v1alpha1"
 
@@ -72,3 +79,37 @@ def test_tags_change_live_unless_the_cloud_init_data_changes_too() -> None:
     assert not both.steps
     assert sorted(c.what for c in both.deferred) == ["cloud-init data", "tags"]
     assert "d2" not in " ".join(str(c) for c in both.deferred)
+
+
+def _with_data_disk(bus: DiskBus) -> tuple[str, str]:
+    base = machine("hotplug-disk")
+    data = Disk(
+        name="data",
+        pool="p",
+        volume="data.raw",
+        format=ImageFormat.RAW,
+        bus=bus,
+        target="vdb" if bus is DiskBus.VIRTIO else "sdb",
+        serial="data",
+    )
+    grown = base.model_copy(update={"disks": (*base.disks, data)})
+    return render_domain_xml(base), render_domain_xml(grown)
+
+
+def test_a_data_disk_is_attached_and_detached_as_the_documents_have_it() -> None:
+    without, with_disk = _with_data_disk(DiskBus.VIRTIO)
+    [(change, step)] = plan_live_update(without, with_disk).steps
+    assert change.key == DeviceEdit(DeviceKind.DISK, "ua-disk-data", DeviceAction.ADDED)
+    assert isinstance(step, AttachDevice)
+    assert etree.fromstring(step.xml).find("alias").get("name") == "ua-disk-data"  # type: ignore[union-attr]
+    [(change, step)] = plan_live_update(with_disk, without).steps
+    assert str(change).startswith("disk ua-disk-data removed")
+    assert isinstance(step, DetachDevice)
+    assert etree.fromstring(step.xml).find("target").get("dev") == "vdb"  # type: ignore[union-attr]
+
+
+def test_a_sata_data_disk_waits_for_the_power_cycle() -> None:
+    without, with_disk = _with_data_disk(DiskBus.SATA)
+    plan = plan_live_update(without, with_disk)
+    assert not plan.steps
+    assert [c.what for c in plan.deferred] == ["disk ua-disk-data added"]

@@ -1,4 +1,4 @@
-"""Shared fixtures of the renderer tests: libvirt's RelaxNG schema and its test driver."""
+"""Shared fixtures of the domain XML tests: libvirt's RelaxNG schema and its test driver."""
 
 from __future__ import annotations
 
