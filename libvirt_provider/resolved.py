@@ -29,7 +29,7 @@ __all__ = [
     "Cpu",
     "CpuMode",
     "CpuTopology",
-    "Disk",
+    "DomainDisk",
     "DomainSpec",
     "DomainType",
     "FirmwareKind",
@@ -165,7 +165,7 @@ class OsBoot(ResolvedModel):
         return self
 
 
-class Disk(ResolvedModel):
+class DomainDisk(ResolvedModel):
     """A disk backed by a pool volume. The boot disk is listed first and has `boot` set."""
 
     name: AliasName
@@ -223,7 +223,7 @@ class DomainSpec(ResolvedModel):
     cpu: Cpu
     memory: Memory
     os: OsBoot
-    disks: tuple[Disk, ...] = Field(min_length=1)
+    disks: tuple[DomainDisk, ...] = Field(min_length=1)
     cloud_init: CloudInitMedia | None = None
     interfaces: tuple[Interface, ...] = ()
     console: Console = Field(default_factory=Console)

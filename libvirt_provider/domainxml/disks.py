@@ -18,7 +18,7 @@ from lxml import etree
 
 from catalog.image import CdromBus, DiskBus
 from libvirt_provider.domainxml.changes import Change, DeviceKind, compare_devices
-from libvirt_provider.resolved import Disk, DomainSpec
+from libvirt_provider.resolved import DomainDisk, DomainSpec
 
 __all__ = [
     "DiskFacts",
@@ -38,7 +38,7 @@ def disk_alias(name: str) -> str:
     return f"ua-disk-{name}"
 
 
-def render_disk(devices: etree._Element, disk: Disk) -> None:
+def render_disk(devices: etree._Element, disk: DomainDisk) -> None:
     element = etree.SubElement(devices, "disk", type="volume", device="disk")
     # discard=unmap lets a guest's TRIM shrink qcow2 allocations on the host.
     etree.SubElement(element, "driver", name="qemu", type=disk.format.value, discard="unmap")

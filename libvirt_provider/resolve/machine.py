@@ -39,7 +39,7 @@ from libvirt_provider.resolved import (
     CloudInitData,
     CloudInitMedia,
     Console,
-    Disk,
+    DomainDisk,
     DomainSpec,
     DomainType,
     FirmwareKind,
@@ -150,7 +150,7 @@ def _assemble(
 ) -> Resolution:
     targets = _TargetNames()
     disks = [
-        Disk(
+        DomainDisk(
             name="boot" if plan.disk == "boot" and index == 0 else f"data-{plan.disk}",
             pool=plan.pool,
             volume=plan.volume,

@@ -14,7 +14,7 @@ from libvirt_provider.resolved import (
     Cpu,
     CpuMode,
     CpuTopology,
-    Disk,
+    DomainDisk,
     DomainSpec,
     DomainType,
     FirmwareKind,
@@ -30,8 +30,8 @@ POOL = "vmapi-lab"
 _NS = uuid.UUID("0b5f0c8e-6a2f-4a8e-9d0c-6f0c3b1f1a00")
 
 
-def boot_disk(domain: str, *, bus: DiskBus = DiskBus.VIRTIO, target: str = "vda") -> Disk:
-    return Disk(
+def boot_disk(domain: str, *, bus: DiskBus = DiskBus.VIRTIO, target: str = "vda") -> DomainDisk:
+    return DomainDisk(
         name="boot",
         pool=POOL,
         volume=f"{domain}--boot.qcow2",
@@ -163,7 +163,7 @@ def _cases() -> dict[str, DomainSpec]:
         os=OsBoot(machine_type="pc", firmware=FirmwareKind.BIOS),
         disks=(
             boot_disk(domain, bus=DiskBus.SATA, target="sda"),
-            Disk(
+            DomainDisk(
                 name="logs",
                 pool="fast",
                 volume=f"{domain}--logs.raw",
@@ -196,7 +196,7 @@ def _cases() -> dict[str, DomainSpec]:
         disks=(
             boot_disk(domain),
             *(
-                Disk(
+                DomainDisk(
                     name=f"data{i}",
                     pool=POOL if i % 2 else "bulk",
                     volume=f"{domain}--data{i}.{'qcow2' if i % 2 else 'raw'}",

@@ -16,7 +16,15 @@ from libvirt_provider.domainxml import (
     owned_fields,
     render_domain_xml,
 )
-from libvirt_provider.resolved import Console, Cpu, CpuMode, Disk, Graphics, InterfaceKind, Memory
+from libvirt_provider.resolved import (
+    Console,
+    Cpu,
+    CpuMode,
+    DomainDisk,
+    Graphics,
+    InterfaceKind,
+    Memory,
+)
 from tests.unit.domainxml.cases import machine, nic
 
 
@@ -66,7 +74,7 @@ def test_changes_from_every_area_come_in_setting_order_then_disks_then_interface
         cpu=Cpu(vcpus=1, max_vcpus=2, mode=CpuMode.HOST_MODEL),
         memory=Memory(current_mib=512, max_mib=1024),
     )
-    data = Disk(
+    data = DomainDisk(
         name="data",
         pool="p",
         volume="data.raw",

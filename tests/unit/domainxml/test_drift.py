@@ -17,7 +17,7 @@ from libvirt_provider.domainxml import (
     render_domain,
     render_domain_xml,
 )
-from libvirt_provider.resolved import Cpu, Disk, DomainSpec, InterfaceKind, Memory, Owner
+from libvirt_provider.resolved import Cpu, DomainDisk, DomainSpec, InterfaceKind, Memory, Owner
 from tests.unit.domainxml.cases import CASES, machine, nic
 from tests.unit.domainxml.test_field_coverage import leaf_paths, variants
 
@@ -92,7 +92,7 @@ class TestDriftIsClassified:
 
     def test_data_disks_hot_plug_and_the_boot_disk_does_not(self) -> None:
         base = machine("disks")
-        data = Disk(
+        data = DomainDisk(
             name="data-x",
             pool="p",
             volume="x.raw",

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.naming import MAX_DOMAIN_NAME, domain_name, volume_name
-from libvirt_provider.resolved import Disk, Owner
+from libvirt_provider.resolved import DomainDisk, Owner
 from tests.unit.domainxml.cases import machine
 
 DNS_LABEL = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
@@ -89,7 +89,7 @@ def test_xml_metacharacters_in_tags_are_escaped_and_survive(key: str, value: str
 )
 def test_path_like_or_hostile_volume_names_are_refused(volume: str) -> None:
     with pytest.raises(ValidationError, match="volume"):
-        Disk(
+        DomainDisk(
             name="boot",
             pool="p",
             volume=volume,
@@ -104,7 +104,7 @@ def test_path_like_or_hostile_volume_names_are_refused(volume: str) -> None:
 @pytest.mark.parametrize("name", ["../x", "a/b", "with space", "ä", "x" * 64])
 def test_hostile_device_names_are_refused(name: str) -> None:
     with pytest.raises(ValidationError, match="name"):
-        Disk(
+        DomainDisk(
             name=name,
             pool="p",
             volume="v",

@@ -17,7 +17,7 @@ from libvirt_provider.domainxml import (
     plan_live_update,
     render_domain_xml,
 )
-from libvirt_provider.resolved import Disk
+from libvirt_provider.resolved import DomainDisk
 from tests.unit.domainxml.cases import machine
 
 NS = "https://infrastructure.vm-api.io/libvirt-machine/v1alpha1"
@@ -83,7 +83,7 @@ def test_tags_change_live_unless_the_cloud_init_data_changes_too() -> None:
 
 def _with_data_disk(bus: DiskBus) -> tuple[str, str]:
     base = machine("hotplug-disk")
-    data = Disk(
+    data = DomainDisk(
         name="data",
         pool="p",
         volume="data.raw",
