@@ -102,7 +102,12 @@ class InputReader:
         )
 
     def host_facts(self) -> HostFacts:
-        facts = replace(self._hv.host_facts(), console_log_dir=self._console_log_dir)
+        # The host's name is the daemon's --host (the value of the host label that shards the
+        # machines), never libvirt's own idea of its hostname: spec.host, failureDomain and a
+        # storage class's per-host pools all name hosts as users label them.
+        facts = replace(
+            self._hv.host_facts(), hostname=self._host, console_log_dir=self._console_log_dir
+        )
         if self._domain_types is None:
             return facts
         return replace(facts, domain_types=facts.domain_types & self._domain_types)

@@ -190,7 +190,7 @@ def compute_status(
         ),
         "addresses": addresses,
         "providerMetadata": {"host": host, "domainName": domain_name},
-        "pendingChanges": pending_changes,
+        "pendingChanges": _bounded(pending_changes),
     }
     if generation is not None:
         status["observedGeneration"] = generation
@@ -202,3 +202,16 @@ def compute_status(
     if shutdown_requested_at is not None:
         status["shutdownRequestedAt"] = shutdown_requested_at
     return status
+
+
+# The CRD's bounds on status.pendingChanges: a longer list would make every status patch fail.
+MAX_PENDING_CHANGES = 64
+MAX_PENDING_CHANGE_LENGTH = 1024
+
+
+def _bounded(changes: Sequence[str]) -> list[str]:
+    items = [change[:MAX_PENDING_CHANGE_LENGTH] for change in changes]
+    if len(items) <= MAX_PENDING_CHANGES:
+        return items
+    kept = MAX_PENDING_CHANGES - 1
+    return [*items[:kept], f"... and {len(items) - kept} more changes"]

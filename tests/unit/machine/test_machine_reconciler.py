@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -413,3 +414,12 @@ def test_a_restarted_daemon_keeps_the_graceful_timeout_an_earlier_one_began() ->
     assert "destroy" in hv.calls
     assert hv.domains[UID].state is DomainState.SHUTOFF
     assert "shutdownRequestedAt" not in store.machines["web"]["status"]
+
+
+def test_spec_host_is_compared_with_the_daemons_host_not_libvirts_hostname() -> None:
+    store = _store()
+    store.machines["web"]["spec"]["host"] = HOST.hostname
+    hv = FakeHypervisor(facts=replace(HOST, hostname="whatever-libvirt-calls-itself"))
+    hv.add_volume("vmapi-lab", "guest.qcow2", capacity_bytes=1 << 28)
+    _reconciler(store, hv).reconcile(KEY)
+    assert hv.domains[UID].state is DomainState.RUNNING

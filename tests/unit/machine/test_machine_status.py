@@ -124,3 +124,22 @@ def test_transition_time_moves_only_when_the_status_flips() -> None:
 
 def test_a_removed_field_is_nulled_in_the_patch() -> None:
     assert merge_patch({"powerState": "PoweredOn", "a": 1}, {"a": 1}) == {"powerState": None}
+
+
+def test_pending_changes_stay_within_the_crds_bounds() -> None:
+    status = compute_status(
+        current=None,
+        power_state="PoweredOn",
+        host="h",
+        domain_uuid="u",
+        domain_name="d",
+        addresses=[],
+        readiness=Readiness(True, "Running", "m", False, "RequiresPowerOff", "m"),
+        generation=1,
+        pending_changes=[f"change {i} " + "x" * 2000 for i in range(71)],
+        now="2026-01-01T00:00:00Z",
+    )
+    pending = status["pendingChanges"]
+    assert len(pending) == 64
+    assert all(len(item) <= 1024 for item in pending)
+    assert pending[-1] == "... and 8 more changes"
