@@ -25,19 +25,22 @@ the case, atomically with respect to `ensure()`.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import logging
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from email.message import Message
-from typing import Protocol
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from libvirt_provider.driver.base import PoolAccess
 from libvirt_provider.errors import NotFoundError, ProviderError
 from libvirt_provider.images.digest import BackgroundDigest
-from libvirt_provider.images.names import marker_name
+from libvirt_provider.images.names import marker_name, shown_url
 from libvirt_provider.resolved import BaseImage
 
 __all__ = ["ImageImporter", "ImportRecord", "ImportState"]
@@ -46,6 +49,9 @@ log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
 PROGRESS_SECONDS = 5.0
+# An import that has not finished after this long is abandoned (its half-written volume removed)
+# and retried later: a server that trickles bytes must not hold a pool's volume for ever.
+IMPORT_DEADLINE = 3 * 3600.0
 
 Key = tuple[str, str]  # (pool, base volume)
 
@@ -88,8 +94,34 @@ class Download(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows at most a few redirects, and only to http(s): urllib would also follow one to
+    ftp, which the image's URL did not ask for."""
+
+    max_redirections = 5
+
+    def redirect_request(  # noqa: PLR0917 - urllib calls it positionally
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        if urlsplit(newurl).scheme not in ("http", "https"):
+            raise ProviderError(
+                f"{shown_url(req.full_url)} redirects to {urlsplit(newurl).scheme!r}: "
+                "only http and https are followed"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_HttpOnlyRedirects)
+
+
 def _open_url(url: str) -> Download:
-    response: Download = urllib.request.urlopen(url, timeout=30)
+    response: Download = _OPENER.open(url, timeout=30)
     return response
 
 
@@ -100,11 +132,13 @@ class ImageImporter:
         *,
         on_change: Callable[[BaseImage], None] = lambda _base: None,
         retry_after: float = 60.0,
+        deadline: float = IMPORT_DEADLINE,
         opener: Callable[[str], Download] = _open_url,
     ) -> None:
         self._hv = hypervisor
         self._on_change = on_change
         self._retry_after = retry_after
+        self._deadline = deadline
         self._open = opener
         self._lock = threading.Lock()
         self._jobs: dict[Key, _Job] = {}
@@ -203,18 +237,20 @@ class ImageImporter:
     def _download(self, base: BaseImage, job: _Job) -> None:
         assert base.url is not None
         assert base.sha256 is not None
+        url = shown_url(base.url)
+        give_up_at = time.monotonic() + self._deadline
         try:
             self._discard_unverified(base)
             digest = BackgroundDigest()
             with contextlib.closing(digest), self._open(base.url) as response:
                 length = response.headers.get("Content-Length")
                 if length is None:
-                    raise ProviderError(f"{base.url} sent no Content-Length; cannot stream it")
+                    raise ProviderError(f"{url} sent no Content-Length; cannot stream it")
                 job.total = int(length)
                 log.info(
                     "importing image %s from %s into %s/%s: %d bytes",
                     base.image,
-                    base.url,
+                    url,
                     base.pool,
                     base.volume,
                     job.total,
@@ -224,6 +260,11 @@ class ImageImporter:
                 def chunks() -> Iterator[bytes]:
                     reported = time.monotonic()
                     while chunk := response.read(CHUNK):
+                        if time.monotonic() > give_up_at:
+                            raise ProviderError(
+                                f"{url}: not finished after {self._deadline:.0f} s "
+                                f"({job.done} of {job.total} bytes); abandoned"
+                            )
                         digest.update(chunk)
                         job.done += len(chunk)
                         if time.monotonic() - reported > PROGRESS_SECONDS:
@@ -244,7 +285,7 @@ class ImageImporter:
             if actual != base.sha256:
                 self._hv.delete_volume(base.pool, base.volume)
                 raise ProviderError(
-                    f"image {base.image!r} from {base.url}: sha256 {actual} does not "
+                    f"image {base.image!r} from {url}: sha256 {actual} does not "
                     f"match the expected {base.sha256}; the download was discarded"
                 )
             self._hv.upload_volume(
@@ -259,7 +300,7 @@ class ImageImporter:
                 job.total,
             )
         except (OSError, ProviderError, ValueError) as err:
-            job.error = str(err) if isinstance(err, ProviderError) else f"{base.url}: {err}"
+            job.error = str(err) if isinstance(err, ProviderError) else f"{url}: {_no_url(err)}"
             log.warning("import of image %s failed: %s", base.image, job.error)
         finally:
             job.finished_at = time.monotonic()
@@ -274,3 +315,12 @@ class ImageImporter:
                 log.warning("discarding unverified image volume %s/%s", base.pool, name)
                 with contextlib.suppress(NotFoundError):
                     self._hv.delete_volume(base.pool, name)
+
+
+def _no_url(err: Exception) -> str:
+    """An error's text without the URL some of urllib's errors repeat (query string included)."""
+    if isinstance(err, urllib.error.HTTPError):
+        return f"HTTP {err.code} {err.reason}"
+    if isinstance(err, urllib.error.URLError):
+        return f"{err.reason}"
+    return str(err)

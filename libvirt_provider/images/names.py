@@ -1,4 +1,5 @@
-"""Names of the cached base images an http(s) LibvirtImage is imported into.
+"""Names of the cached base images an http(s) LibvirtImage is imported into, and how an image's
+URL may be shown.
 
 Spelled once here because three parties must agree on them: the importer writes them, the resolver
 points overlays at them, and the garbage collector may delete only volumes that carry exactly this
@@ -12,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from catalog.image import ImageFormat
 
@@ -21,6 +23,7 @@ __all__ = [
     "image_base_name",
     "marker_name",
     "parse_cached_name",
+    "shown_url",
 ]
 
 _PREFIX = "image-"
@@ -65,3 +68,14 @@ def image_base_name(image: Mapping[str, Any]) -> str | None:
     if not isinstance(http, Mapping) or not isinstance(http.get("sha256"), str):
         return None
     return base_volume_name(http["sha256"], str(spec.get("format") or ImageFormat.QCOW2.value))
+
+
+def shown_url(url: str) -> str:
+    """`url` as logs, status and Events may show it: no user info, query or fragment, which may
+    carry credentials (a pre-signed URL's token is in its query)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    hidden = "?…" if parts.query else ""
+    return urlunsplit((parts.scheme, host, parts.path, "", "")) + hidden

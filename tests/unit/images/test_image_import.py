@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import http.client
 import io
 import threading
+import urllib.request
 from typing import Any
 
-from libvirt_provider.images.importer import ImageImporter
-from libvirt_provider.images.names import marker_name
+import pytest
+
+from libvirt_provider.errors import ProviderError
+from libvirt_provider.images.importer import ImageImporter, _HttpOnlyRedirects
+from libvirt_provider.images.names import marker_name, shown_url
 from libvirt_provider.resolved import BaseImage
 from tests.doubles.hypervisor import FakeHypervisor
 from tests.eventually import eventually
@@ -146,3 +151,42 @@ def test_a_base_just_handed_out_is_spared_and_a_claimed_one_is_not_handed_out() 
         assert not state.ready
         assert not state.failed
     assert len(opened) == 1  # nothing was imported while the collector held it
+
+
+def test_a_url_is_never_shown_with_its_credentials_or_query() -> None:
+    url = "https://user:pw@images.example:8443/img/tiny.qcow2?X-Amz-Signature=s3cr3t#frag"
+    assert shown_url(url) == "https://images.example:8443/img/tiny.qcow2?…"
+    assert shown_url("http://h/a.qcow2") == "http://h/a.qcow2"
+
+
+def test_a_failed_import_reports_no_query_string() -> None:
+    hv, opened = FakeHypervisor(), []
+    secret = "X-Amz-Signature=s3cr3t"
+    base = _base(sha="00" * 32).model_copy(update={"url": f"http://127.0.0.1:1/t.qcow2?{secret}"})
+    importer = _importer(hv, opened)
+    eventually(lambda: importer.ensure(base).failed, timeout=10, what="import failed")
+    message = importer.ensure(base).message
+    assert "does not match" in message
+    assert "s3cr3t" not in message
+
+
+def test_an_import_past_its_deadline_is_abandoned_and_leaves_nothing() -> None:
+    hv = FakeHypervisor()
+
+    def opener(url: str) -> _Response:
+        return _Response(DATA * 4)
+
+    importer = ImageImporter(hv, opener=opener, retry_after=3600, deadline=0.0)
+    eventually(lambda: importer.ensure(_base()).failed, timeout=10, what="import abandoned")
+    assert "abandoned" in importer.ensure(_base()).message
+    assert ("default", _base().volume) not in hv.uploads
+
+
+def test_a_redirect_to_another_scheme_is_refused() -> None:
+    handler = _HttpOnlyRedirects()
+    request = urllib.request.Request("https://images.example/a.qcow2?token=t")
+    with pytest.raises(ProviderError, match="only http and https") as caught:
+        handler.redirect_request(
+            request, None, 302, "Found", http.client.HTTPMessage(), "ftp://elsewhere/a"
+        )
+    assert "token" not in str(caught.value)
