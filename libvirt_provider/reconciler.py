@@ -54,6 +54,7 @@ from libvirt_provider.errors import (
     RetryableError,
 )
 from libvirt_provider.faults import crash_point
+from libvirt_provider.guest_facts import guest_metadata
 from libvirt_provider.images import ImageImporter
 from libvirt_provider.linkage import check_link
 from libvirt_provider.machine_update import DomainUpdater, ensure_volume
@@ -140,6 +141,7 @@ class _Pass:
     power_state: str | None = None
     readiness: Readiness | None = None
     addresses: list[dict[str, str]] = field(default_factory=list)
+    guest: dict[str, str] = field(default_factory=dict)
     pending: list[str] = field(default_factory=list)
     # Set when a volume the spec added cannot be made yet: the definition waits with it.
     waiting_for_image: str | None = None
@@ -395,6 +397,7 @@ class MachineReconciler:
 
         p.power_state = observed_power_state(status)
         p.addresses = self._observe_addresses(p, plan, uuid, running=status.state in ON_STATES)
+        p.guest = self._observe_guest(p, uuid, running=status.state in ON_STATES)
         settled = is_settled(desired, status)
         p.readiness = self._readiness(p, desired, settled, decision.problem)
         if not settled:
@@ -452,6 +455,16 @@ class MachineReconciler:
                     log.debug("addresses of %s from %s: %s", p.domain_name, source.value, err)
         previous = list((p.obj.get("status") or {}).get("addresses") or [])
         return select_addresses(nics, observed, previous, running=running)
+
+    def _observe_guest(self, p: _Pass, uuid: str, *, running: bool) -> dict[str, str]:
+        if not running:
+            return {}
+        try:
+            info = self._hv.guest_info(uuid)
+        except (RetryableError, PermanentError, ConflictError) as err:
+            log.debug("guest info of %s: %s", p.domain_name, err)
+            return {}
+        return guest_metadata(info, running=running)
 
     def _readiness(self, p: _Pass, desired: str, settled: bool, problem: str | None) -> Readiness:
         if p.waiting_for_image is not None:
@@ -610,6 +623,7 @@ class MachineReconciler:
             domain_uuid=p.domain_uuid,
             domain_name=p.domain_name,
             addresses=p.addresses,
+            guest=p.guest,
             readiness=p.readiness,
             generation=p.machine.metadata.generation,
             pending_changes=p.pending,

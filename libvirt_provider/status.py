@@ -113,6 +113,7 @@ def compute_status(
     pending_changes: list[str],
     now: str,
     shutdown_requested_at: str | None = None,
+    guest: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole status to write; equal to `current` when nothing changed (so no patch is sent)."""
     current = current or {}
@@ -137,7 +138,8 @@ def compute_status(
             now=now,
         ),
         "addresses": addresses,
-        "providerMetadata": {"host": host, "domainName": domain_name},
+        # Guest facts (libvirt_provider.guest_facts) first: they may never shadow our own keys.
+        "providerMetadata": {**(guest or {}), "host": host, "domainName": domain_name},
         "pendingChanges": pending_changes,
     }
     if generation is not None:

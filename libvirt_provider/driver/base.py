@@ -11,8 +11,8 @@ Methods raise the classes of `libvirt_provider.errors`; they never return libvir
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "DomainRef",
     "DomainState",
     "DomainStatus",
+    "GuestInfo",
     "HostFacts",
     "Hypervisor",
     "InterfaceAddress",
@@ -71,6 +72,19 @@ class InterfaceAddress:
     prefix: int
     family: str  # "ipv4" or "ipv6"
     source: AddressSource
+
+
+@dataclass(frozen=True)
+class GuestInfo:
+    """What a running domain's qemu guest agent says about the guest.
+
+    `agent` is the agent channel's state as libvirt sees it (`connected` or `disconnected`);
+    `facts` holds libvirt's guest-info keys (`os.name`, `os.version`, `os.kernel-release`,
+    `hostname`, ...) and is empty unless the agent is connected and answered.
+    """
+
+    agent: str
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -163,6 +177,10 @@ class Hypervisor(Protocol):
         ...
 
     def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]: ...
+
+    def guest_info(self, uuid: str) -> GuestInfo | None:
+        """The guest agent's view of a running domain; None when it has no agent channel."""
+        ...
 
     def find_volume(self, pool: str, name: str) -> VolumeInfo | None: ...
 

@@ -30,6 +30,7 @@ from libvirt_provider.driver.base import (
     DomainRef,
     DomainState,
     DomainStatus,
+    GuestInfo,
     HostFacts,
     Hypervisor,
     InterfaceAddress,
@@ -47,6 +48,7 @@ from libvirt_provider.errors import (
     RetryableError,
     UnsupportedError,
 )
+from libvirt_provider.render.console import GUEST_AGENT_CHANNEL
 
 __all__ = ["LibvirtHypervisor"]
 
@@ -380,6 +382,28 @@ class LibvirtHypervisor:
             return found
 
         return self._call(addresses)
+
+    def guest_info(self, uuid: str) -> GuestInfo | None:
+        def info(conn: libvirt.virConnect) -> GuestInfo | None:
+            dom = self._domain(conn, uuid)
+            root = etree.fromstring(dom.XMLDesc(0).encode())
+            target = root.find(f"devices/channel/target[@name='{GUEST_AGENT_CHANNEL}']")
+            if target is None:
+                return None
+            # libvirt tracks the channel (virtio-serial port open in the guest) in the live XML;
+            # asking a disconnected agent would only wait for its timeout.
+            state = target.get("state") or "disconnected"
+            if state != "connected" or not dom.isActive():
+                return GuestInfo(agent=state)
+            types = libvirt.VIR_DOMAIN_GUEST_INFO_OS | libvirt.VIR_DOMAIN_GUEST_INFO_HOSTNAME
+            try:
+                raw: dict[str, Any] = dom.guestInfo(types, 0) or {}
+            except libvirt.libvirtError as err:
+                log.debug("guest info of %s: %s", dom.name(), err)
+                return GuestInfo(agent=state)
+            return GuestInfo(agent=state, facts={str(k): str(v) for k, v in raw.items()})
+
+        return self._call(info)
 
     # -- storage -----------------------------------------------------------------------------
 
