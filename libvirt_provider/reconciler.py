@@ -72,6 +72,7 @@ from libvirt_provider.status import (
     NicAddressPlan,
     Readiness,
     compute_status,
+    nics_without_address,
     select_addresses,
     sources_for,
     status_patch,
@@ -86,6 +87,10 @@ CONVERGING_DELAY = 2.0
 # No libvirt event announces a DHCP lease, so a running machine without an address is polled;
 # often enough that Ready follows the lease closely, cheap enough for many machines.
 ADDRESS_POLL_DELAY = 0.5
+# Once one NIC has an address the machine is Ready, but another NIC may still be waiting: a static
+# address only the guest agent reports appears when the guest's network configuration ran, well
+# after the first DHCP lease. Such a machine is polled too, less often.
+NIC_ADDRESS_POLL_DELAY = 5.0
 RETRY_DELAY = 10.0
 
 # Condition reasons of the provider's own (the contract copies them verbatim to the VM).
@@ -404,6 +409,9 @@ class MachineReconciler:
             return CONVERGING_DELAY
         if desired == vmapi.POWERED_ON and not p.addresses:
             return ADDRESS_POLL_DELAY
+        nic_names = [i.name for i in plan.domain.interfaces]
+        if desired == vmapi.POWERED_ON and nics_without_address(nic_names, p.addresses):
+            return NIC_ADDRESS_POLL_DELAY
         return None
 
     def _act(self, p: _Pass, uuid: str, action: PowerAction) -> None:

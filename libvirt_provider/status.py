@@ -25,6 +25,7 @@ __all__ = [
     "NicAddressPlan",
     "Readiness",
     "compute_status",
+    "nics_without_address",
     "provider_id",
     "select_addresses",
     "sources_for",
@@ -86,6 +87,12 @@ def select_addresses(
             found = [dict(p) for p in previous if p.get("interface") == nic.name]
         reported.extend(found)
     return reported
+
+
+def nics_without_address(names: Sequence[str], addresses: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The NICs, in order, that no reported address belongs to."""
+    known = {a.get("interface") for a in addresses}
+    return [name for name in names if name not in known]
 
 
 @dataclass(frozen=True)

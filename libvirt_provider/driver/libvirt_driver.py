@@ -162,6 +162,11 @@ class LibvirtHypervisor:
                 conn.domainEventRegisterAny(
                     None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
                 )
+                # A guest agent connecting or leaving changes the guest facts and agent addresses
+                # the status reports; its callback has the lifecycle one's shape.
+                conn.domainEventRegisterAny(
+                    None, libvirt.VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE, self._on_lifecycle, None
+                )
             except libvirt.libvirtError as err:
                 conn.close()
                 raise RetryableError(f"cannot set up the libvirt connection: {err}") from err

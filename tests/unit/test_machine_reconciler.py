@@ -19,7 +19,7 @@ from libvirt_provider import naming
 from libvirt_provider.driver.base import DomainState, GuestInfo
 from libvirt_provider.driver.fake import FakeHypervisor
 from libvirt_provider.errors import PermanentError, RetryableError
-from libvirt_provider.reconciler import MachineKey, MachineReconciler
+from libvirt_provider.reconciler import NIC_ADDRESS_POLL_DELAY, MachineKey, MachineReconciler
 from tests.unit.provider.builders import HOST, UID, ref
 
 Obj = dict[str, Any]
@@ -169,6 +169,20 @@ def test_the_machine_is_ready_once_its_nic_has_an_address() -> None:
     assert (ready["status"], ready["reason"]) == ("True", "Running")
     assert status["addresses"][0]["address"] == "10.0.0.9"
     assert status["providerID"] == f"libvirt://{HOST.hostname}/{UID}"
+
+
+def test_a_nic_still_without_an_address_keeps_the_machine_polled() -> None:
+    store, hv = _store(network={"interfaces": [{"name": "eth0"}, {"name": "eth1"}]}), _hypervisor()
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    macs = [
+        m.get("address")
+        for m in etree.fromstring(hv.domains[UID].xml.encode()).iterfind("devices/interface/mac")
+    ]
+    hv.give_lease(UID, macs[0], "10.0.0.9")
+    assert reconciler.reconcile(KEY) == NIC_ADDRESS_POLL_DELAY
+    hv.give_lease(UID, macs[1], "10.0.0.10")
+    assert reconciler.reconcile(KEY) is None
 
 
 def test_guest_facts_from_the_agent_appear_while_running_and_go_when_off() -> None:
