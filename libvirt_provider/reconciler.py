@@ -422,7 +422,7 @@ class MachineReconciler:
             PowerAction.SHUTDOWN: (
                 self._hv.shutdown,
                 "ShutdownRequested",
-                "pressed the ACPI power button",
+                "asked the guest to power off (its agent if connected, else the power button)",
             ),
             PowerAction.DESTROY: (self._hv.destroy, "PoweredOff", "powered the domain off"),
             PowerAction.MANAGED_SAVE: (

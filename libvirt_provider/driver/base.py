@@ -145,7 +145,8 @@ class Hypervisor(Protocol):
         ...
 
     def shutdown(self, uuid: str) -> None:
-        """Ask the guest to power off (ACPI power button)."""
+        """Ask the guest to power off: through its guest agent when one is connected, else with
+        the ACPI power button."""
         ...
 
     def destroy(self, uuid: str) -> None:

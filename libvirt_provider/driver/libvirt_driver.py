@@ -289,11 +289,11 @@ class LibvirtHypervisor:
         self._call(apply)
 
     def shutdown(self, uuid: str) -> None:
-        self._call(
-            lambda c: self._domain(c, uuid).shutdownFlags(
-                libvirt.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN
-            )
-        )
+        # Both methods named: libvirt's qemu driver then asks a connected guest agent first (an
+        # orderly `shutdown -P` in the guest, even where nothing handles the power button) and
+        # presses the ACPI power button when there is no agent or the agent call fails.
+        flags = libvirt.VIR_DOMAIN_SHUTDOWN_GUEST_AGENT | libvirt.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN
+        self._call(lambda c: self._domain(c, uuid).shutdownFlags(flags))
 
     def destroy(self, uuid: str) -> None:
         self._call(lambda c: self._domain(c, uuid).destroy())
