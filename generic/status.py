@@ -17,7 +17,7 @@ from generic.conditions import DesiredCondition, merge_conditions
 from generic.contract import ProviderReading, ReportedCondition
 from generic.linking import Link, LinkAssessment
 
-__all__ = ["Observation", "desired_status", "status_patch"]
+__all__ = ["Observation", "desired_status", "merge_patch", "status_patch"]
 
 
 @dataclass(frozen=True)
@@ -136,11 +136,27 @@ def desired_status(vm: Mapping[str, Any], observation: Observation, *, now: str)
     return validated.model_dump(by_alias=True, exclude_none=True)
 
 
+def merge_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) turning `current` into `desired`.
+
+    A merge patch merges objects key by key at every depth, so a key that left a nested map (say
+    `providerMetadata`) must be sent as null there too, or the server keeps it.
+    """
+    patch: dict[str, Any] = {key: None for key in current if key not in desired}
+    for key, value in desired.items():
+        old = current.get(key)
+        if old == value:
+            continue
+        if isinstance(old, Mapping) and isinstance(value, Mapping):
+            patch[key] = merge_patch(old, value)
+        else:
+            patch[key] = value
+    return patch
+
+
 def status_patch(current: object, desired: Mapping[str, Any]) -> dict[str, Any] | None:
     """The JSON merge patch of `status` from `current` to `desired`, or None if equal."""
     now = current if isinstance(current, dict) else {}
     if now == desired:
         return None
-    patch: dict[str, Any] = {key: None for key in now if key not in desired}
-    patch.update({key: value for key, value in desired.items() if now.get(key) != value})
-    return patch
+    return merge_patch(now, desired)

@@ -19,6 +19,7 @@ from typing import Any
 from catalog.network import AddressSourcePolicy
 from generic import constants as vmapi
 from generic.conditions import DesiredCondition, merge_conditions
+from generic.status import merge_patch
 from libvirt_provider.driver.base import AddressSource, InterfaceAddress
 
 __all__ = [
@@ -162,10 +163,6 @@ def compute_status(
 
 
 def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch turning `current` into `desired`: changed keys, and null for removed ones."""
-    current = current or {}
-    patch: dict[str, Any] = {k: v for k, v in desired.items() if current.get(k) != v}
-    for key in current:
-        if key not in desired:
-            patch[key] = None
-    return patch
+    """A merge patch turning `current` into `desired`: changed keys, and null for removed ones
+    (in nested maps too)."""
+    return merge_patch(current or {}, desired)

@@ -124,3 +124,10 @@ def test_transition_time_moves_only_when_the_status_flips() -> None:
 
 def test_a_removed_field_is_nulled_in_the_patch() -> None:
     assert status_patch({"powerState": "PoweredOn", "a": 1}, {"a": 1}) == {"powerState": None}
+
+
+def test_a_key_leaving_a_nested_map_is_nulled_there() -> None:
+    # A merge patch merges maps at every depth: only a null removes a key from providerMetadata.
+    before = {"providerMetadata": {"host": "h", "guestAgent": "connected"}, "a": 1}
+    after = {"providerMetadata": {"host": "h"}, "a": 1}
+    assert status_patch(before, after) == {"providerMetadata": {"guestAgent": None}}
