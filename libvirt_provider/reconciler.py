@@ -76,6 +76,7 @@ from libvirt_provider.status import (
     select_addresses,
     sources_for,
     status_patch,
+    waiting_for_address_message,
 )
 
 __all__ = ["MachineKey", "MachineReconciler", "MachineStore"]
@@ -404,7 +405,10 @@ class MachineReconciler:
         p.addresses = self._observe_addresses(p, plan, uuid, running=status.state in ON_STATES)
         p.guest = self._observe_guest(p, uuid, running=status.state in ON_STATES)
         settled = is_settled(desired, status)
-        p.readiness = self._readiness(p, desired, settled, decision.problem)
+        network_data = plan.cloud_init is not None and plan.cloud_init.network_config is not None
+        p.readiness = self._readiness(
+            p, desired, settled, decision.problem, network_data=network_data
+        )
         if not settled:
             return CONVERGING_DELAY
         if desired == vmapi.POWERED_ON and not p.addresses:
@@ -474,7 +478,15 @@ class MachineReconciler:
             return {}
         return guest_metadata(info, running=running)
 
-    def _readiness(self, p: _Pass, desired: str, settled: bool, problem: str | None) -> Readiness:
+    def _readiness(
+        self,
+        p: _Pass,
+        desired: str,
+        settled: bool,
+        problem: str | None,
+        *,
+        network_data: bool = False,
+    ) -> Readiness:
         if p.waiting_for_image is not None:
             up = (False, REASON_IMPORTING_IMAGE, p.waiting_for_image)
         elif p.pending:
@@ -491,7 +503,8 @@ class MachineReconciler:
             reason = REASON_STARTING if desired == vmapi.POWERED_ON else REASON_STOPPING
             ready = (False, reason, f"moving to {desired}; now {p.power_state or 'in transition'}")
         elif desired == vmapi.POWERED_ON and not p.addresses:
-            ready = (False, REASON_WAITING_FOR_ADDRESS, "running; waiting for the guest's address")
+            message = waiting_for_address_message(network_data=network_data)
+            ready = (False, REASON_WAITING_FOR_ADDRESS, message)
         elif desired == vmapi.POWERED_ON:
             ready = (True, REASON_RUNNING, "running and reachable")
         elif desired == vmapi.SUSPENDED:

@@ -31,6 +31,7 @@ __all__ = [
     "select_addresses",
     "sources_for",
     "status_patch",
+    "waiting_for_address_message",
 ]
 
 _POLICY_SOURCES: dict[AddressSourcePolicy, tuple[AddressSource, ...]] = {
@@ -94,6 +95,19 @@ def nics_without_address(names: Sequence[str], addresses: Sequence[Mapping[str, 
     """The NICs, in order, that no reported address belongs to."""
     known = {a.get("interface") for a in addresses}
     return [name for name in names if name not in known]
+
+
+def waiting_for_address_message(*, network_data: bool) -> str:
+    """Why a running machine is not Ready yet. When the guest configures its NICs from network-data
+    the provider wrote, a mistake there (no DHCP, no address, a MAC that matches no NIC) is the
+    usual reason none ever appears, so the message says where to look."""
+    if not network_data:
+        return "running; waiting for the guest's address"
+    return (
+        "running; waiting for the guest's address. The guest configures its NICs from the "
+        "cloud-init network-data (the networkData Secret or the VM's static settings): if no "
+        "address appears, that configuration is the likely cause (see the console log)"
+    )
 
 
 @dataclass(frozen=True)

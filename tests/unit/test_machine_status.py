@@ -13,6 +13,7 @@ from libvirt_provider.status import (
     provider_id,
     select_addresses,
     status_patch,
+    waiting_for_address_message,
 )
 
 MAC0 = "52:54:00:00:00:01"
@@ -131,3 +132,10 @@ def test_a_key_leaving_a_nested_map_is_nulled_there() -> None:
     before = {"providerMetadata": {"host": "h", "guestAgent": "connected"}, "a": 1}
     after = {"providerMetadata": {"host": "h"}, "a": 1}
     assert status_patch(before, after) == {"providerMetadata": {"guestAgent": None}}
+
+
+def test_waiting_for_an_address_names_the_network_data_only_when_there_is_some() -> None:
+    assert "network-data" not in waiting_for_address_message(network_data=False)
+    message = waiting_for_address_message(network_data=True)
+    assert "networkData Secret" in message
+    assert "likely cause" in message
