@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -59,12 +60,16 @@ BOOT_TIMEOUT = 300
 # power off: qemu-guest-agent's log line, and systemd-logind's.
 AGENT_SHUTDOWN = "guest-shutdown called"
 POWER_KEY = "Power key pressed"
+# cloud-init's warning (on the console) for user-data that is not valid YAML, and its last line.
+CLOUD_INIT_BAD_YAML = "Failed loading yaml blob"
+CLOUD_INIT_FINISHED = re.compile(r"Cloud-init v\. \S+ finished at")
 
 
 @dataclass(frozen=True)
 class Keys:
     declared: Path
     stranger: Path
+    optioned: Path
 
     def public(self, key: Path) -> str:
         return key.with_suffix(".pub").read_text().strip()
@@ -131,9 +136,9 @@ def ssh(
     )  # fmt: skip
 
 
-def ssh_ok(lab: LabInfo, key: Path, address: str, command: str) -> str | None:
+def ssh_ok(lab: LabInfo, key: Path, address: str, command: str, *, user: str = USER) -> str | None:
     """The command's output once it succeeds (None while the guest is not there yet)."""
-    proc = ssh(lab, key, address, command)
+    proc = ssh(lab, key, address, command, user=user)
     return proc.stdout if proc.returncode == 0 else None
 
 
@@ -148,14 +153,14 @@ def guest_metadata(api_client: client.ApiClient, m: Machine) -> dict[str, str]:
     return {k: v for k, v in metadata.items() if k.startswith("guest")}
 
 
-def lease_address(api_client: client.ApiClient, m: Machine) -> str:
+def lease_address(api_client: client.ApiClient, m: Machine, nic: str = "eth0") -> str:
     found: str = eventually(
         lambda: next(
-            (a["address"] for a in addresses(api_client, m) if a.get("interface") == "eth0"), None
+            (a["address"] for a in addresses(api_client, m) if a.get("interface") == nic), None
         ),
         timeout=BOOT_TIMEOUT,
         interval=1,
-        what="an address on eth0",
+        what=f"an address on {nic}",
     )
     return found
 
@@ -182,13 +187,15 @@ def _create_or_keep(custom: client.CustomObjectsApi, plural: str, body: dict[str
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
     folder = tmp_path_factory.mktemp("ssh")
-    for name in ("declared", "stranger"):
+    for name in ("declared", "stranger", "optioned"):
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"vmapi e2e {name}",
              "-f", str(folder / name)],
             check=True,
         )  # fmt: skip
-    return Keys(declared=folder / "declared", stranger=folder / "stranger")
+    return Keys(
+        declared=folder / "declared", stranger=folder / "stranger", optioned=folder / "optioned"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -473,3 +480,136 @@ def test_power_off_asks_the_agent_then_the_power_button_and_the_disk_and_new_dat
     assert AGENT_SHUTDOWN not in shutdown
     assert "reboot: Power down" in shutdown
     assert not guest_metadata(api_client, machine), "guest facts outlived the running domain"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input, on two more machines booted side by side: user-data that cloud-init rejects with an
+# SSH key carrying options and a comment, and network-data that leaves the guest without address.
+
+BROKEN_USER_DATA = b"#cloud-config\nuser: {name: vmapi\nruncmd: [\n"
+
+
+@dataclass(frozen=True)
+class BadInput:
+    broken: Machine
+    unreachable: Machine
+    key_line: str
+
+
+@pytest.fixture(scope="module")
+def bad_input(
+    lab: LabInfo, api_client: client.ApiClient, daemon: str, keys: Keys
+) -> Iterator[BadInput]:
+    key_type, key_data = keys.public(keys.optioned).split()[:2]
+    key_line = f"no-agent-forwarding,no-X11-forwarding {key_type} {key_data} vmapi e2e: options"
+    core = client.CoreV1Api(api_client)
+    with namespace(api_client) as ns:
+        core.create_namespaced_secret(
+            ns,
+            {
+                "metadata": {"name": "broken"},
+                "data": {"user-data": base64.b64encode(BROKEN_USER_DATA).decode()},
+            },
+        )
+        broken = pair(
+            ns,
+            "broken",
+            vm_spec={
+                "instanceType": {"resources": {"cpus": 1, "memory": "512Mi"}},
+                "bootDisk": _debian_disk(),
+                "bootstrap": {"cloudInit": {"userData": {"name": "broken", "key": "user-data"}}},
+                "sshPublicKeys": [key_line],
+            },
+        )
+        unreachable = pair(
+            ns,
+            "unreachable",
+            vm_spec={
+                "instanceType": {"resources": {"cpus": 1, "memory": "512Mi"}},
+                "bootDisk": _debian_disk(),
+                "bootstrap": {
+                    "cloudInit": {"networkData": {"name": "no-address", "key": "network-data"}}
+                },
+            },
+        )
+        create(api_client, broken)
+        create(api_client, unreachable)
+        uid = (get(api_client, ns, "unreachable", vm=False) or {})["metadata"]["uid"]
+        mac = naming.mac_address(uid, "default")
+        no_address = {
+            "network": {
+                "version": 2,
+                "ethernets": {"nic": {"match": {"macaddress": mac}, "dhcp4": False}},
+            }
+        }
+        core.create_namespaced_secret(
+            ns,
+            {
+                "metadata": {"name": "no-address"},
+                "data": {
+                    "network-data": base64.b64encode(yaml.safe_dump(no_address).encode()).decode()
+                },
+            },
+        )
+        machines = {
+            name: Machine(
+                ns=ns,
+                name=name,
+                domain=naming.domain_name(ns, name),
+                macs={},
+                static_address="",
+            )
+            for name in ("broken", "unreachable")
+        }
+        touch(api_client, machines["unreachable"])
+        yield BadInput(
+            broken=machines["broken"], unreachable=machines["unreachable"], key_line=key_line
+        )
+
+
+def _debian_disk() -> dict[str, Any]:
+    return {
+        "source": {"image": {"apiGroup": GROUP, "kind": "LibvirtImage", "name": IMAGE}},
+        "sizeGiB": 2,
+    }
+
+
+def test_user_data_that_cloud_init_rejects_still_boots_and_the_console_says_why(
+    lab: LabInfo, api_client: client.ApiClient, bad_input: BadInput, keys: Keys
+) -> None:
+    m = bad_input.broken
+    wait_ready(
+        api_client, m.ns, m.name, addresses=True, timeout=BOOT_TIMEOUT, what="Ready regardless"
+    )
+    address = lease_address(api_client, m, "default")  # a VM without interfaces gets `default`
+    # No user-data applies, so the image's default user (Debian's is `debian`) gets the key, its
+    # options and comment exactly as declared.
+    out = eventually(
+        lambda: ssh_ok(lab, keys.optioned, address, "cat ~/.ssh/authorized_keys", user="debian"),
+        timeout=BOOT_TIMEOUT,
+        interval=2,
+        what="ssh with the key that carries options",
+    )
+    assert bad_input.key_line in out.splitlines()
+    eventually(
+        lambda: CLOUD_INIT_BAD_YAML in m.console(lab),
+        timeout=60,
+        interval=1,
+        what="cloud-init's complaint about the user-data on the console",
+    )
+
+
+def test_network_data_without_an_address_is_reported_as_the_likely_cause(
+    lab: LabInfo, api_client: client.ApiClient, bad_input: BadInput
+) -> None:
+    m = bad_input.unreachable
+    eventually(
+        lambda: CLOUD_INIT_FINISHED.search(m.console(lab)),
+        timeout=BOOT_TIMEOUT,
+        interval=1,
+        what="the guest's cloud-init finished",
+    )
+    ready = condition(get(api_client, m.ns, m.name, vm=True), "InfrastructureReady")
+    assert (ready.get("status"), ready.get("reason")) == ("False", "WaitingForAddress")
+    assert "network-data" in ready["message"]
+    assert not addresses(api_client, m)
