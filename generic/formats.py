@@ -44,13 +44,26 @@ def parse_time(text: object) -> dt.datetime | None:
 
 
 def merge_patch(current: object, desired: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The JSON merge patch (RFC 7386, top level) turning `current` into `desired`: changed keys,
-    and null for removed ones; None when they are equal (no write is needed)."""
+    """The JSON merge patch (RFC 7386) turning `current` into `desired`, or None when they are
+    equal (no write is needed)."""
     now = current if isinstance(current, Mapping) else {}
     if now == desired:
         return None
-    patch: dict[str, Any] = {key: None for key in now if key not in desired}
-    patch.update({key: value for key, value in desired.items() if now.get(key) != value})
+    return _merge_patch(now, desired)
+
+
+def _merge_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    # A merge patch merges objects key by key at every depth, so a key that left a nested map
+    # (say providerMetadata's guest facts) must be sent as null there too, or the server keeps it.
+    patch: dict[str, Any] = {key: None for key in current if key not in desired}
+    for key, value in desired.items():
+        old = current.get(key)
+        if old == value:
+            continue
+        if isinstance(old, Mapping) and isinstance(value, Mapping):
+            patch[key] = _merge_patch(old, value)
+        else:
+            patch[key] = value
     return patch
 
 

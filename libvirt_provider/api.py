@@ -164,7 +164,11 @@ class LibvirtMachineStatus(KubeModel):
         default=None, max_length=64, description="Guest addresses per NIC, matched by MAC."
     )
     provider_metadata: dict[str, Annotated[str, Field(max_length=4096)]] | None = Field(
-        default=None, max_length=64, description="Host, domain name and UUID."
+        default=None,
+        max_length=64,
+        description="host, domainName and domainUUID; while the domain runs with a guest-agent "
+        "channel, guestAgent (connected or disconnected) and, from a connected agent, "
+        "guestOSName, guestOSVersion, guestKernel and guestHostName.",
     )
     observed_generation: int | None = Field(
         default=None, ge=0, description="The LibvirtMachine generation this status describes."

@@ -25,6 +25,7 @@ __all__ = [
     "NetworkInterfaceConfig",
     "build_cidata_iso",
     "cloud_init_digest",
+    "instance_id",
     "meta_data",
     "network_config",
 ]
@@ -45,6 +46,34 @@ class NetworkInterfaceConfig:
     dhcp6: bool = False
     gateway4: str | None = None
     gateway6: str | None = None
+
+
+def instance_id(
+    uid: str,
+    *,
+    hostname: str | None,
+    ssh_public_keys: Sequence[str],
+    user_data: bytes | None,
+    network_config: bytes | None,
+) -> str:
+    """`<uid>-<12 hex digits>`: the machine, and a digest of everything the seed delivers.
+
+    cloud-init caches its data source by instance id and runs per-instance work (users, SSH keys,
+    runcmd, network configuration) only for an id it has not seen. A seed whose content changed
+    must therefore carry a new id, or a real guest keeps using what it read first; equal content
+    gives the same id, so an unchanged seed never makes the guest start over.
+    """
+    digest = hashlib.sha256()
+    for part in (
+        hostname or "",
+        "\n".join(ssh_public_keys),
+        user_data,
+        network_config,
+    ):
+        raw = b"\xff" if part is None else part.encode() if isinstance(part, str) else part
+        digest.update(f"{len(raw)}\x00".encode())
+        digest.update(raw)
+    return f"{uid}-{digest.hexdigest()[:12]}"
 
 
 def meta_data(data: CloudInitData) -> bytes:

@@ -44,6 +44,7 @@ __all__ = [
     "EVENT_WOKEN",
     "FINALIZER",
     "GROUP",
+    "GUEST_AGENT_CHANNEL",
     "HOST_LABEL",
     "IMAGE_KIND",
     "IMAGE_PLURAL",
@@ -102,6 +103,10 @@ METADATA_NAMESPACE: Final = "https://infrastructure.vm-api.io/libvirt-machine/v1
 METADATA_PREFIX: Final = "vmapi"
 
 DEFAULT_SHUTDOWN_TIMEOUT_SECONDS: Final = 120
+
+# The virtio-serial channel qemu's guest agent listens on: rendered into every domain, asked by
+# the driver for guest facts and graceful power-off.
+GUEST_AGENT_CHANNEL: Final = "org.qemu.guest_agent.0"
 
 # Condition reasons of this provider (the contract copies a provider's own reason verbatim).
 REASON_REFERENCE_NOT_FOUND: Final = "ReferenceNotFound"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
+from libvirt_provider.constants import GUEST_AGENT_CHANNEL
 from libvirt_provider.domainxml.changes import Change, Compared, Setting, compare
 from libvirt_provider.resolved import Console, Graphics
 
@@ -22,8 +23,6 @@ __all__ = [
     "render_console",
     "render_guest_agent",
 ]
-
-GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
 
 
 def render_console(devices: etree._Element, console: Console) -> None:

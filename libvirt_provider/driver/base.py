@@ -17,6 +17,7 @@ from libvirt_provider.driver.types import (
     AddressSource,
     DomainRef,
     DomainStatus,
+    GuestInfo,
     HostFacts,
     InterfaceAddress,
     LifecycleListener,
@@ -58,7 +59,8 @@ class DomainControl(Protocol):
         ...
 
     def shutdown(self, uuid: str) -> None:
-        """Ask the guest to power off (ACPI power button)."""
+        """Ask the guest to power off: through its guest agent when one is connected, else with
+        the ACPI power button."""
         ...
 
     def destroy(self, uuid: str) -> None:
@@ -88,6 +90,10 @@ class DomainControl(Protocol):
         ...
 
     def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]: ...
+
+    def guest_info(self, uuid: str) -> GuestInfo | None:
+        """The guest agent's view of a running domain; None when it has no agent channel."""
+        ...
 
 
 class VolumeStore(Protocol):

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import libvirt
 from lxml import etree
 
-from libvirt_provider.constants import METADATA_NAMESPACE, METADATA_PREFIX
+from libvirt_provider.constants import GUEST_AGENT_CHANNEL, METADATA_NAMESPACE, METADATA_PREFIX
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.libvirt_errors import is_missing, is_refused_flag, translated
 from libvirt_provider.driver.pool_files import remove_stale_partials, write_into
@@ -33,6 +33,7 @@ from libvirt_provider.driver.types import (
     DomainRef,
     DomainState,
     DomainStatus,
+    GuestInfo,
     HostFacts,
     InterfaceAddress,
     LifecycleListener,
@@ -192,6 +193,11 @@ class LibvirtHypervisor:
                 self._lifecycle_callback = conn.domainEventRegisterAny(
                     None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
                 )
+                # A guest agent connecting or leaving changes the guest facts and agent addresses
+                # the status reports; its callback has the lifecycle one's shape.
+                conn.domainEventRegisterAny(
+                    None, libvirt.VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE, self._on_lifecycle, None
+                )
             except libvirt.libvirtError as err:
                 conn.close()
                 raise RetryableError(f"cannot set up the libvirt connection: {err}") from err
@@ -321,11 +327,11 @@ class LibvirtHypervisor:
         self._call(apply)
 
     def shutdown(self, uuid: str) -> None:
-        self._call(
-            lambda c: self._domain(c, uuid).shutdownFlags(
-                libvirt.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN
-            )
-        )
+        # Both methods named: libvirt's qemu driver then asks a connected guest agent first (an
+        # orderly `shutdown -P` in the guest, even where nothing handles the power button) and
+        # presses the ACPI power button when there is no agent or the agent call fails.
+        flags = libvirt.VIR_DOMAIN_SHUTDOWN_GUEST_AGENT | libvirt.VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN
+        self._call(lambda c: self._domain(c, uuid).shutdownFlags(flags))
 
     def destroy(self, uuid: str) -> None:
         self._call(lambda c: self._domain(c, uuid).destroy())
@@ -411,6 +417,28 @@ class LibvirtHypervisor:
             return found
 
         return self._call(addresses)
+
+    def guest_info(self, uuid: str) -> GuestInfo | None:
+        def info(conn: libvirt.virConnect) -> GuestInfo | None:
+            dom = self._domain(conn, uuid)
+            root = etree.fromstring(dom.XMLDesc(0).encode())
+            target = root.find(f"devices/channel/target[@name='{GUEST_AGENT_CHANNEL}']")
+            if target is None:
+                return None
+            # libvirt tracks the channel (virtio-serial port open in the guest) in the live XML;
+            # asking a disconnected agent would only wait for its timeout.
+            state = target.get("state") or "disconnected"
+            if state != "connected" or not dom.isActive():
+                return GuestInfo(agent=state)
+            types = libvirt.VIR_DOMAIN_GUEST_INFO_OS | libvirt.VIR_DOMAIN_GUEST_INFO_HOSTNAME
+            try:
+                raw: dict[str, Any] = dom.guestInfo(types, 0) or {}
+            except libvirt.libvirtError as err:
+                log.debug("guest info of %s: %s", dom.name(), err)
+                return GuestInfo(agent=state)
+            return GuestInfo(agent=state, facts={str(k): str(v) for k, v in raw.items()})
+
+        return self._call(info)
 
     # -- storage -----------------------------------------------------------------------------
 

@@ -7,14 +7,15 @@ depending on the interface or on libvirt.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 __all__ = [
     "AddressSource",
     "DomainRef",
     "DomainState",
     "DomainStatus",
+    "GuestInfo",
     "HostFacts",
     "InterfaceAddress",
     "LifecycleListener",
@@ -65,6 +66,19 @@ class InterfaceAddress:
     prefix: int
     family: str  # "ipv4" or "ipv6"
     source: AddressSource
+
+
+@dataclass(frozen=True)
+class GuestInfo:
+    """What a running domain's qemu guest agent says about the guest.
+
+    `agent` is the agent channel's state as libvirt sees it (`connected` or `disconnected`);
+    `facts` holds libvirt's guest-info keys (`os.name`, `os.version`, `os.kernel-release`,
+    `hostname`, ...) and is empty unless the agent is connected and answered.
+    """
+
+    agent: str
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

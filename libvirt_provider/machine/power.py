@@ -9,9 +9,10 @@ domain and the qemu process stops, so a suspended machine holds no host CPU or R
 resumes exactly where it was. (A plain pause keeps the qemu process and all its memory; it is what
 libvirt calls "paused", and this provider reports it as `Paused`, never as off or suspended.)
 
-Power-off modes, as the API defines them: `Hard` destroys at once; `Soft` presses the ACPI power
-button, presses it again every `resend_interval`, and after `timeout` reports that the guest did not
-comply without forcing it; `TrySoft` does the same but destroys the domain once `timeout` passes.
+Power-off modes, as the API defines them: `Hard` destroys at once; `Soft` asks the guest to power
+off (the adapter asks its guest agent if one is connected, else presses the ACPI power button),
+asks again every `resend_interval`, and after `timeout` reports that the guest did not comply
+without forcing it; `TrySoft` does the same but destroys the domain once `timeout` passes.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class PowerAction(enum.Enum):
     START = "start"  # also restores a managed-save image
     RESUME = "resume"  # unpause
     WAKE = "wake"  # from guest-initiated suspend to RAM
-    SHUTDOWN = "shutdown"  # ACPI power button
+    SHUTDOWN = "shutdown"  # guest agent if connected, else ACPI power button
     DESTROY = "destroy"
     MANAGED_SAVE = "managed-save"
     DISCARD_SAVED_STATE = "discard-saved-state"

@@ -24,6 +24,7 @@ from libvirt_provider import constants as c
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import AddressSource, DomainState, DomainStatus, InterfaceAddress
 from libvirt_provider.errors import PermanentError, RetryableError, StateConflictError
+from libvirt_provider.machine.guest import guest_metadata
 from libvirt_provider.machine.power import (
     ON_STATES,
     PowerAction,
@@ -31,7 +32,12 @@ from libvirt_provider.machine.power import (
     is_settled,
     observed_power_state,
 )
-from libvirt_provider.machine.status import NicAddressPlan, select_addresses, sources_for
+from libvirt_provider.machine.status import (
+    NicAddressPlan,
+    nics_without_address,
+    select_addresses,
+    sources_for,
+)
 from libvirt_provider.machine.store import EventSink, Obj
 from libvirt_provider.resolved import ResolvedMachine
 
@@ -50,6 +56,10 @@ log = logging.getLogger(__name__)
 ADDRESS_POLL_DELAY = 0.5
 ADDRESS_POLL_PATIENCE = 60.0
 ADDRESS_POLL_MAX = 30.0
+# Once one NIC has an address the machine is Ready, but another NIC may still be waiting: a static
+# address only the guest agent reports appears when the guest's network configuration ran, well
+# after the first DHCP lease. Such a machine is polled too, less often.
+NIC_ADDRESS_POLL_DELAY = 5.0
 
 
 def address_poll_delay(waited: float) -> float:
@@ -73,6 +83,8 @@ class PowerOutcome:
     settled: bool
     problem: str | None
     addresses: list[dict[str, str]]
+    guest: dict[str, str]
+    """Guest facts from the qemu guest agent, for providerMetadata (`machine/guest.py`)."""
     shutdown_requested_at: dt.datetime | None
     address_poll: float | None
     """Seconds until the next look for an address, while a running machine has none."""
@@ -83,7 +95,10 @@ _ACTION_EVENTS: dict[PowerAction, tuple[str, str]] = {
     PowerAction.START: (c.EVENT_STARTED, "started the domain"),
     PowerAction.RESUME: (c.EVENT_RESUMED, "resumed the paused domain"),
     PowerAction.WAKE: (c.EVENT_WOKEN, "woke the domain"),
-    PowerAction.SHUTDOWN: (c.EVENT_SHUTDOWN_REQUESTED, "pressed the ACPI power button"),
+    PowerAction.SHUTDOWN: (
+        c.EVENT_SHUTDOWN_REQUESTED,
+        "asked the guest to power off (its agent if connected, else the power button)",
+    ),
     PowerAction.DESTROY: (c.EVENT_POWERED_OFF, "powered the domain off"),
     PowerAction.MANAGED_SAVE: (c.EVENT_SUSPENDED, "saved the domain's memory and stopped it"),
     PowerAction.DISCARD_SAVED_STATE: (
@@ -162,12 +177,16 @@ class PowerDriver:
             poll = address_poll_delay((now - since).total_seconds())
         else:
             self._address_wait.pop(uuid, None)
+            nics = [i.name for i in plan.domain.interfaces]
+            if settled and desired == vmapi.POWERED_ON and nics_without_address(nics, addresses):
+                poll = NIC_ADDRESS_POLL_DELAY
         pending = self._graceful.get(uuid)
         return PowerOutcome(
             power_state=observed_power_state(status),
             settled=settled,
             problem=decision.problem,
             addresses=addresses,
+            guest=self._guest(plan, uuid, running=running),
             shutdown_requested_at=pending.since if pending else None,
             address_poll=poll,
         )
@@ -194,6 +213,16 @@ class PowerDriver:
             log.info("%s on %s: %s", action.value, uuid, err)
             return
         self._events.event(obj, reason=reason, message=message)
+
+    def _guest(self, plan: ResolvedMachine, uuid: str, *, running: bool) -> dict[str, str]:
+        if not running:
+            return {}
+        try:
+            info = self._hv.guest_info(uuid)
+        except (RetryableError, PermanentError, StateConflictError) as err:
+            log.debug("guest info of %s: %s", plan.domain.name, err)
+            return {}
+        return guest_metadata(info, running=running)
 
     def _addresses(
         self, obj: Obj, plan: ResolvedMachine, uuid: str, *, running: bool

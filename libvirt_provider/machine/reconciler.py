@@ -83,6 +83,7 @@ class Report:
     domain_uuid: str | None = None
     power_state: str | None = None
     addresses: list[dict[str, str]] = field(default_factory=list)
+    guest: dict[str, str] = field(default_factory=dict)
     pending: list[str] = field(default_factory=list)
     shutdown_requested_at: dt.datetime | None = None
 
@@ -218,12 +219,14 @@ class MachineReconciler:
             has_addresses=bool(power.addresses),
             waiting_for_image=update.waiting_for_image,
             pending=update.pending,
+            network_data=plan.cloud_init is not None and plan.cloud_init.network_config is not None,
         )
         report = Report(
             readiness,
             domain_uuid=uuid,
             power_state=power.power_state,
             addresses=power.addresses,
+            guest=power.guest,
             pending=update.pending,
             shutdown_requested_at=power.shutdown_requested_at,
         )
@@ -314,6 +317,7 @@ class MachineReconciler:
             domain_uuid=report.domain_uuid,
             domain_name=domain_name,
             addresses=report.addresses,
+            guest=report.guest,
             readiness=report.readiness,
             generation=machine.metadata.generation,
             pending_changes=report.pending,

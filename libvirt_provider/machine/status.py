@@ -29,9 +29,11 @@ __all__ = [
     "assess_readiness",
     "compute_status",
     "failed",
+    "nics_without_address",
     "provider_id",
     "select_addresses",
     "sources_for",
+    "waiting_for_address_message",
 ]
 
 _POLICY_SOURCES: dict[AddressSourcePolicy, tuple[AddressSource, ...]] = {
@@ -91,6 +93,25 @@ def select_addresses(
     return reported
 
 
+def nics_without_address(names: Sequence[str], addresses: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The NICs, in order, that no reported address belongs to."""
+    known = {a.get("interface") for a in addresses}
+    return [name for name in names if name not in known]
+
+
+def waiting_for_address_message(*, network_data: bool) -> str:
+    """Why a running machine is not Ready yet. When the guest configures its NICs from network-data
+    the provider wrote, a mistake there (no DHCP, no address, a MAC that matches no NIC) is the
+    usual reason none ever appears, so the message says where to look."""
+    if not network_data:
+        return "running; waiting for the guest's address"
+    return (
+        "running; waiting for the guest's address. The guest configures its NICs from the "
+        "cloud-init network-data (the networkData Secret or the VM's static settings): if no "
+        "address appears, that configuration is the likely cause (see the console log)"
+    )
+
+
 @dataclass(frozen=True)
 class Readiness:
     """What the controller concluded this pass, in the contract's terms."""
@@ -112,6 +133,7 @@ def assess_readiness(
     has_addresses: bool,
     waiting_for_image: str | None,
     pending: Sequence[str],
+    network_data: bool = False,
 ) -> Readiness:
     """The two conditions for a machine whose domain exists, from what this pass saw."""
     if waiting_for_image is not None:
@@ -130,7 +152,11 @@ def assess_readiness(
         reason = c.REASON_STARTING if desired == vmapi.POWERED_ON else c.REASON_STOPPING
         ready = (False, reason, f"moving to {desired}; now {power_state or 'in transition'}")
     elif desired == vmapi.POWERED_ON and not has_addresses:
-        ready = (False, c.REASON_WAITING_FOR_ADDRESS, "running; waiting for the guest's address")
+        ready = (
+            False,
+            c.REASON_WAITING_FOR_ADDRESS,
+            waiting_for_address_message(network_data=network_data),
+        )
     elif desired == vmapi.POWERED_ON:
         ready = (True, c.REASON_RUNNING, "running and reachable")
     elif desired == vmapi.SUSPENDED:
@@ -165,6 +191,7 @@ def compute_status(
     pending_changes: list[str],
     now: str,
     shutdown_requested_at: str | None = None,
+    guest: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole status to write; equal to `current` when nothing changed (so no patch is sent)."""
     current = current or {}
@@ -189,7 +216,8 @@ def compute_status(
             now=now,
         ),
         "addresses": addresses,
-        "providerMetadata": {"host": host, "domainName": domain_name},
+        # Guest facts (machine/guest.py) first: they may never shadow our own keys.
+        "providerMetadata": {**(guest or {}), "host": host, "domainName": domain_name},
         "pendingChanges": _bounded(pending_changes),
     }
     if generation is not None:

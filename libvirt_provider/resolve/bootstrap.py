@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pydantic import SecretBytes
 
 from generic.api import SecretKeySelector
-from libvirt_provider.cloudinit import NetworkInterfaceConfig, network_config
+from libvirt_provider.cloudinit import NetworkInterfaceConfig, instance_id, network_config
 from libvirt_provider.constants import REASON_INVALID_SPEC, REASON_SECRET_NOT_FOUND
 from libvirt_provider.naming import volume_name
 from libvirt_provider.resolve.context import VM, Context
@@ -67,10 +67,18 @@ def resolve_cloud_init(
     )
     if not needed or pool is None:
         return None
+    hostname = host_name or ctx.vm_name
+    keys = tuple(ctx.vm.ssh_public_keys or ())
     return CloudInitData(
-        instance_id=ctx.machine.metadata.uid,
-        hostname=host_name or ctx.vm_name,
-        ssh_public_keys=tuple(ctx.vm.ssh_public_keys or ()),
+        instance_id=instance_id(
+            ctx.machine.metadata.uid,
+            hostname=hostname,
+            ssh_public_keys=keys,
+            user_data=user_data,
+            network_config=network_data,
+        ),
+        hostname=hostname,
+        ssh_public_keys=keys,
         user_data=SecretBytes(user_data) if user_data is not None else None,
         network_config=SecretBytes(network_data) if network_data is not None else None,
         pool=pool,

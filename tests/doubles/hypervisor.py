@@ -21,6 +21,7 @@ from libvirt_provider.driver.types import (
     DomainRef,
     DomainState,
     DomainStatus,
+    GuestInfo,
     HostFacts,
     InterfaceAddress,
     LifecycleListener,
@@ -48,6 +49,8 @@ class FakeDomain:
     honours_power_button: bool = True
     autostart: bool = False
     addresses: list[InterfaceAddress] = field(default_factory=list)
+    # What a guest agent reports while the domain runs; None: no agent channel.
+    guest: GuestInfo | None = None
 
 
 @dataclass
@@ -198,6 +201,10 @@ class FakeHypervisor:
     def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]:
         self._enter("addresses")
         return [replace(a, source=source) for a in self._dom(uuid).addresses]
+
+    def guest_info(self, uuid: str) -> GuestInfo | None:
+        self._enter("guest_info")
+        return self._dom(uuid).guest
 
     def find_volume(self, pool: str, name: str) -> VolumeInfo | None:
         self._enter("find_volume")

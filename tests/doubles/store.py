@@ -32,12 +32,7 @@ class MemoryStore:
         return self.secrets.get(name)
 
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
-        current = self.machines[name].setdefault("status", {})
-        for key, value in status.items():
-            if value is None:
-                current.pop(key, None)
-            else:
-                current[key] = value
+        _apply_merge_patch(self.machines[name].setdefault("status", {}), status)
 
     def set_finalizers(
         self, namespace: str, name: str, finalizers: list[str], resource_version: str
@@ -49,3 +44,14 @@ class MemoryStore:
 
     def event(self, obj: Obj, *, reason: str, message: str, warning: bool = False) -> None:
         self.events.append((obj["kind"], reason, message))
+
+
+def _apply_merge_patch(target: Obj, patch: Obj) -> None:
+    """What the API server does with a JSON merge patch (RFC 7386): maps merge at every depth."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _apply_merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)

@@ -53,6 +53,20 @@ class LabInfo:
         return self.env["VMAPI_LAB_GUEST_VOLUME"]
 
     @property
+    def debian_volume(self) -> str:
+        return self.env["VMAPI_LAB_DEBIAN_VOLUME"]
+
+    @property
+    def static_network(self) -> str:
+        """The lab's isolated network without DHCP."""
+        return self.env["VMAPI_LAB_STATIC_NETWORK"]
+
+    @property
+    def static_prefix(self) -> str:
+        """The first three octets of the network without DHCP (its bridge is `.1`)."""
+        return self.env["VMAPI_LAB_STATIC_PREFIX"]
+
+    @property
     def netns(self) -> str:
         return self.env["VMAPI_LAB_NETNS"]
 

@@ -13,6 +13,8 @@ PACKAGES=(
   libvirt-dev pkg-config gcc python3-venv
   # the test guest: busybox initramfs on a syslinux-booted FAT disk
   busybox-static cpio syslinux syslinux-common mtools dosfstools kmod
+  # the Debian test guest: a debootstrapped root on ext4 behind a syslinux MBR; ssh into it
+  mmdebstrap e2fsprogs fdisk openssh-client
   # libvirt's RelaxNG schemas and xmllint, for validating rendered domain XML
   libxml2-utils
 )

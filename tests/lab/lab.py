@@ -6,14 +6,15 @@ fixtures all go through here. Standard library only, so it runs before anything 
 What `up` builds, in order, stopping at the first failure with one line that names the failing part
 and its log (and then taking down whatever it had started):
 
-- the control-plane binary (cached outside the clone, see kube/build.sh) and the test guest image
-  (cached, see guest/build-image.sh);
+- the control-plane binary (cached outside the clone, see kube/build.sh) and the two test guest
+  images: the busybox one (guest/build-image.sh) and the Debian one (guest-debian/build-image.sh),
+  both cached by content;
 - certificates, then kube-apiserver with embedded etcd on 127.0.0.1 (RBAC on), ready when /readyz
   answers ok, then kube-controller-manager for garbage collection and namespace cleanup;
 - a network namespace owned by the lab, and inside it, in a private mount namespace, a libvirtd
   whose config, state, run and socket directories all live under the lab directory, so it neither
-  touches nor depends on a host libvirtd; an isolated libvirt network (no <forward>, DHCP on) and a
-  directory storage pool holding the test guest's disk;
+  touches nor depends on a host libvirtd; two isolated libvirt networks (no <forward>; one with
+  DHCP, one without) and a directory storage pool holding both test guests' disks;
 - the domain type guests should use: `kvm` only if a probe guest really boots under KVM here,
   otherwise `qemu` (software emulation). /dev/kvm existing is not enough on nested hosts.
 
@@ -115,7 +116,13 @@ class Lab:
     bridge = "vmapibr0"
     pool = "vmapi-lab"
     guest_volume = "vmapi-test-guest.qcow2"
+    debian_volume = "vmapi-debian-guest.qcow2"
     subnet_prefix = "10.213.0"
+    # A second isolated network without DHCP: guests there have only the addresses their
+    # cloud-init network-data gives them, which only their guest agent can report.
+    static_network = "vmapi-lab-static"
+    static_bridge = "vmapibr1"
+    static_subnet_prefix = "10.213.1"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,6 +225,16 @@ def build_guest(lab: Lab) -> Path:
     out = run(
         [str(HERE / "guest" / "build-image.sh"), str(lab.cache)],
         what="building the test guest image (guest/build-image.sh)",
+        log=log,
+    )
+    return Path(out.strip().splitlines()[-1])
+
+
+def build_debian_guest(lab: Lab) -> Path:
+    log = lab.logs / "guest-debian-build.log"
+    out = run(
+        [str(HERE / "guest-debian" / "build-image.sh"), str(lab.cache)],
+        what="building the Debian test guest image (guest-debian/build-image.sh)",
         log=log,
     )
     return Path(out.strip().splitlines()[-1])
@@ -391,7 +408,9 @@ def virsh(lab: Lab, *args: str, what: str) -> str:
     )
 
 
-def start_libvirt(lab: Lab, guest_image: Path, state: dict[str, object]) -> None:
+def start_libvirt(
+    lab: Lab, guest_image: Path, debian_image: Path, state: dict[str, object]
+) -> None:
     run(["ip", "netns", "add", lab.netns], what=f"creating network namespace {lab.netns}")
     state["netns"] = lab.netns
     save_state(lab, state)
@@ -413,6 +432,15 @@ def start_libvirt(lab: Lab, guest_image: Path, state: dict[str, object]) -> None
     )
     virsh(lab, "net-define", str(net_xml), what="defining the lab network")
     virsh(lab, "net-start", lab.network, what="starting the lab network")
+    static_xml = lab.dir / "network-static.xml"
+    s = lab.static_subnet_prefix
+    static_xml.write_text(
+        f"<network><name>{lab.static_network}</name>"
+        f"<bridge name='{lab.static_bridge}' stp='off' delay='0'/>"
+        f"<ip address='{s}.1' netmask='255.255.255.0'/></network>"
+    )
+    virsh(lab, "net-define", str(static_xml), what="defining the lab's network without DHCP")
+    virsh(lab, "net-start", lab.static_network, what="starting the lab's network without DHCP")
 
     lab.pool_dir.mkdir(parents=True, exist_ok=True)
     virsh(
@@ -426,6 +454,7 @@ def start_libvirt(lab: Lab, guest_image: Path, state: dict[str, object]) -> None
     )
     virsh(lab, "pool-start", lab.pool, what="starting the lab storage pool")
     shutil.copyfile(guest_image, lab.pool_dir / lab.guest_volume)
+    shutil.copyfile(debian_image, lab.pool_dir / lab.debian_volume)
     virsh(lab, "pool-refresh", lab.pool, what="refreshing the lab storage pool")
 
 
@@ -563,6 +592,9 @@ def env_lines(lab: Lab, state: dict[str, object]) -> list[str]:
         "VMAPI_LAB_NETWORK": lab.network,
         "VMAPI_LAB_POOL": lab.pool,
         "VMAPI_LAB_GUEST_VOLUME": lab.guest_volume,
+        "VMAPI_LAB_DEBIAN_VOLUME": lab.debian_volume,
+        "VMAPI_LAB_STATIC_NETWORK": lab.static_network,
+        "VMAPI_LAB_STATIC_PREFIX": lab.static_subnet_prefix,
         "VMAPI_LAB_DOMAIN_TYPE": str(state.get("domain_type", "qemu")),
     }
     return [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
@@ -596,7 +628,12 @@ def up(lab: Lab) -> None:
     started = time.monotonic()
     kube_lab = build_kube(lab)
     guest = build_guest(lab)
-    state: dict[str, object] = {"kube_lab": str(kube_lab), "guest_image": str(guest)}
+    debian = build_debian_guest(lab)
+    state: dict[str, object] = {
+        "kube_lab": str(kube_lab),
+        "guest_image": str(guest),
+        "debian_image": str(debian),
+    }
     lab.dir.mkdir(parents=True, exist_ok=True)
     save_state(lab, state)
     try:
@@ -604,7 +641,7 @@ def up(lab: Lab) -> None:
         (lab.bin / "kubectl").symlink_to(kube_lab)
         start_control_plane(lab, kube_lab, state)
         state["domain_type"] = detect_domain_type(lab, guest)
-        start_libvirt(lab, guest, state)
+        start_libvirt(lab, guest, debian, state)
         state["ready"] = True
         save_state(lab, state)
         lab.env_file.write_text("\n".join(env_lines(lab, state)) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -152,8 +153,9 @@ def answers(url: str, *, timeout: float = 5) -> bool:
         return False
 
 
-@pytest.fixture
-def ns(api_client: client.ApiClient, daemon: str) -> Iterator[str]:
+@contextlib.contextmanager
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace; on exit every machine in it is deleted (and waited for), then it."""
     name = NS_PREFIX + uuid.uuid4().hex[:8]
     core = client.CoreV1Api(api_client)
     core.create_namespace({"metadata": {"name": name}})
@@ -174,6 +176,12 @@ def ns(api_client: client.ApiClient, daemon: str) -> Iterator[str]:
         what=f"every machine of namespace {name} gone",
     )
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def ns(api_client: client.ApiClient, daemon: str) -> Iterator[str]:
+    with namespace(api_client) as name:
+        yield name
 
 
 def delete_quietly(

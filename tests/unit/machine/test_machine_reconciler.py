@@ -16,8 +16,9 @@ from lxml import etree
 
 from generic.workqueue import Outcome
 from libvirt_provider import naming
-from libvirt_provider.driver.types import DomainState
+from libvirt_provider.driver.types import DomainState, GuestInfo
 from libvirt_provider.errors import PermanentError, RetryableError
+from libvirt_provider.machine.powering import NIC_ADDRESS_POLL_DELAY
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 from tests.doubles.hypervisor import FakeHypervisor
 from tests.doubles.store import MemoryStore
@@ -128,6 +129,43 @@ def test_the_machine_is_ready_once_its_nic_has_an_address() -> None:
     assert (ready["status"], ready["reason"]) == ("True", "Running")
     assert status["addresses"][0]["address"] == "10.0.0.9"
     assert status["providerID"] == f"libvirt://{HOST.hostname}/{UID}"
+
+
+def test_a_nic_still_without_an_address_keeps_the_machine_polled() -> None:
+    store, hv = _store(network={"interfaces": [{"name": "eth0"}, {"name": "eth1"}]}), _hypervisor()
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    macs = [
+        m.get("address")
+        for m in etree.fromstring(hv.domains[UID].xml.encode()).iterfind("devices/interface/mac")
+    ]
+    hv.give_lease(UID, macs[0], "10.0.0.9")
+    assert reconciler.reconcile(KEY) == Outcome(requeue_after=NIC_ADDRESS_POLL_DELAY)
+    hv.give_lease(UID, macs[1], "10.0.0.10")
+    assert reconciler.reconcile(KEY) == Outcome()
+
+
+def test_guest_facts_from_the_agent_appear_while_running_and_go_when_off() -> None:
+    store, hv = _store(), _hypervisor()
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    assert not any(
+        k.startswith("guest") for k in store.machines["web"]["status"]["providerMetadata"]
+    )
+    hv.domains[UID].guest = GuestInfo(
+        agent="connected", facts={"os.name": "Debian GNU/Linux", "hostname": "web"}
+    )
+    reconciler.reconcile(KEY)
+    metadata = store.machines["web"]["status"]["providerMetadata"]
+    assert metadata["guestAgent"] == "connected"
+    assert (metadata["guestOSName"], metadata["guestHostName"]) == ("Debian GNU/Linux", "web")
+    assert metadata["host"] == HOST.hostname
+    store.vms["web"]["spec"]["powerState"] = "PoweredOff"
+    store.vms["web"]["spec"]["powerOffMode"] = "Hard"
+    reconciler.reconcile(KEY)
+    assert hv.domains[UID].state is DomainState.SHUTOFF
+    metadata = store.machines["web"]["status"]["providerMetadata"]
+    assert not any(k.startswith("guest") for k in metadata)
 
 
 def test_a_failed_start_undoes_what_the_pass_made() -> None:

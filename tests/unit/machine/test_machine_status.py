@@ -13,6 +13,7 @@ from libvirt_provider.machine.status import (
     compute_status,
     provider_id,
     select_addresses,
+    waiting_for_address_message,
 )
 
 MAC0 = "52:54:00:00:00:01"
@@ -143,3 +144,17 @@ def test_pending_changes_stay_within_the_crds_bounds() -> None:
     assert len(pending) == 64
     assert all(len(item) <= 1024 for item in pending)
     assert pending[-1] == "... and 8 more changes"
+
+
+def test_a_key_leaving_a_nested_map_is_nulled_there() -> None:
+    # A merge patch merges maps at every depth: only a null removes a key from providerMetadata.
+    before = {"providerMetadata": {"host": "h", "guestAgent": "connected"}, "a": 1}
+    after = {"providerMetadata": {"host": "h"}, "a": 1}
+    assert merge_patch(before, after) == {"providerMetadata": {"guestAgent": None}}
+
+
+def test_waiting_for_an_address_names_the_network_data_only_when_there_is_some() -> None:
+    assert "network-data" not in waiting_for_address_message(network_data=False)
+    message = waiting_for_address_message(network_data=True)
+    assert "networkData Secret" in message
+    assert "likely cause" in message

@@ -213,8 +213,9 @@ class TestCloudInit:
         assert data.user_data is not None
         assert data.user_data.get_secret_value() == SECRET_TEXT.encode()
         assert "hunter2" not in repr(machine)
-        assert yaml.safe_load(meta_data(data)) == {
-            "instance-id": b.UID,
+        document = yaml.safe_load(meta_data(data))
+        assert document.pop("instance-id").startswith(f"{b.UID}-")
+        assert document == {
             "local-hostname": "web-1",
             "public-keys": ["ssh-ed25519 AAAA test@example"],
         }
@@ -232,6 +233,24 @@ class TestCloudInit:
         assert first.domain.cloud_init is not None
         assert second.domain.cloud_init is not None
         assert first.domain.cloud_init.digest != second.domain.cloud_init.digest
+
+    def test_the_instance_id_changes_with_the_seed_content_and_only_with_it(self) -> None:
+        vm = b.vm_spec(bootstrap={"cloudInit": {"userData": {"name": "boot", "key": "u"}}})
+        keyed = b.vm_spec(
+            bootstrap={"cloudInit": {"userData": {"name": "boot", "key": "u"}}},
+            sshPublicKeys=["ssh-ed25519 AAAA test@example"],
+        )
+
+        def instance(spec: dict[str, object], text: bytes) -> str:
+            machine = resolve(vm=spec, secrets={"boot": {"u": text}}).machine
+            assert machine is not None
+            assert machine.cloud_init is not None
+            return machine.cloud_init.instance_id
+
+        one = instance(vm, b"one")
+        assert one == instance(vm, b"one")
+        assert one.startswith(f"{b.UID}-")
+        assert len({one, instance(vm, b"two"), instance(keyed, b"one")}) == 3
 
     def test_static_addresses_become_a_generated_network_config(self) -> None:
         lab = b.network(staticAddressing={"ipv4PrefixLength": 24, "ipv4Gateway": "10.0.0.1"})
