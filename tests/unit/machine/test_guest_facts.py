@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from libvirt_provider.machine.guest import guest_metadata
-
 from libvirt_provider.driver.types import GuestInfo
+from libvirt_provider.machine.guest import guest_metadata
 
 DEBIAN = {
     "os.name": "Debian GNU/Linux",

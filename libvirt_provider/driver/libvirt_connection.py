@@ -1,0 +1,196 @@
+"""The libvirt connection the adapter's calls share, and libvirt's event loop thread.
+
+One shared connection per daemon, opened lazily and reopened after loss. libvirt-python blocks,
+so callers run it from worker threads; a semaphore bounds how many calls are in flight toward
+libvirtd at once. libvirt's default event loop runs in a thread of its own: it carries keepalive
+probes (so a dead libvirtd is noticed within seconds) and lifecycle events (so the controller
+reconciles promptly instead of polling).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import libvirt
+
+from libvirt_provider.driver.libvirt_errors import translated
+from libvirt_provider.driver.types import LifecycleListener
+from libvirt_provider.errors import RetryableError
+
+__all__ = ["LibvirtConnection", "stop_event_loop"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class _EventLoop:
+    """libvirt's default event loop on a thread of its own, started once per process and stopped
+    before the interpreter exits.
+
+    Stopping matters: the loop thread runs inside libvirt's C code and calls back into Python
+    (lifecycle and close callbacks, freeing a callback's data after a connection closed). If the
+    interpreter is already finalizing when such a callback wants the GIL, CPython ends the thread
+    with pthread_exit, whose forced unwinding through libvirt's C frames aborts the process: the
+    SIGABRT seen after an otherwise clean stop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def ensure(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            libvirt.virEventRegisterDefaultImpl()
+            # libvirt prints every error to stderr by default, including the "not found" answers
+            # that lookups expect; errors still raise, and are logged where they matter.
+            libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+            self._thread = threading.Thread(target=self._run, name="libvirt-events", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            libvirt.virEventRunDefaultImpl()
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """End the loop thread (a no-op timer wakes it from its poll); True once it is gone."""
+        with self._lock:
+            thread = self._thread
+        if thread is None:
+            return True
+        self._stopping.set()
+        timer = libvirt.virEventAddTimeout(0, lambda _timer, _opaque: None, None)
+        thread.join(timeout)
+        if timer >= 0 and not thread.is_alive():
+            libvirt.virEventRemoveTimeout(timer)
+        return not thread.is_alive()
+
+
+_event_loop = _EventLoop()
+
+
+def stop_event_loop(timeout: float = 5.0) -> bool:
+    """Stop libvirt's event loop thread; call once every connection is closed, before exit."""
+    return _event_loop.stop(timeout)
+
+
+class LibvirtConnection:
+    """One libvirt connection URI, the calls made over it, and what listens to it."""
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        max_concurrent_calls: int = 4,
+        keepalive_interval: int = 5,
+        keepalive_count: int = 3,
+    ) -> None:
+        self._uri = uri
+        self._keepalive = (keepalive_interval, keepalive_count)
+        self._conn: libvirt.virConnect | None = None
+        self._lifecycle_callback: int | None = None
+        self._connected_before = False
+        self._conn_lock = threading.Lock()
+        self._calls = threading.BoundedSemaphore(max_concurrent_calls)
+        self._pool_locks: dict[str, threading.Lock] = {}
+        self._local_dirs: dict[str, Path | None] = {}
+        self._listeners: list[LifecycleListener] = []
+        self._reconnect_listeners: list[Callable[[], None]] = []
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _connection(self) -> libvirt.virConnect:
+        with self._conn_lock:
+            conn = self._conn
+            if conn is not None:
+                try:
+                    if conn.isAlive():
+                        return conn
+                except libvirt.libvirtError:
+                    pass
+                self._drop_locked(conn)
+            _event_loop.ensure()
+            try:
+                conn = libvirt.open(self._uri)
+            except libvirt.libvirtError as err:
+                raise RetryableError(f"cannot connect to libvirt at {self._uri}: {err}") from err
+            try:
+                conn.setKeepAlive(*self._keepalive)
+                conn.registerCloseCallback(self._on_close, None)
+                self._lifecycle_callback = conn.domainEventRegisterAny(
+                    None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
+                )
+                # A guest agent connecting or leaving changes the guest facts and agent addresses
+                # the status reports; its callback has the lifecycle one's shape.
+                conn.domainEventRegisterAny(
+                    None, libvirt.VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE, self._on_lifecycle, None
+                )
+            except libvirt.libvirtError as err:
+                conn.close()
+                raise RetryableError(f"cannot set up the libvirt connection: {err}") from err
+            reconnected = self._connected_before
+            self._connected_before = True
+            self._conn = conn
+        if reconnected:
+            log.info("reconnected to libvirt at %s", self._uri)
+            for callback in list(self._reconnect_listeners):
+                callback()
+        return conn
+
+    def _drop_locked(self, conn: libvirt.virConnect) -> None:
+        self._conn = None
+        # Callbacks are taken off before the close, so none runs (or is freed) afterwards.
+        callback, self._lifecycle_callback = self._lifecycle_callback, None
+        with contextlib.suppress(libvirt.libvirtError):
+            if callback is not None:
+                conn.domainEventDeregisterAny(callback)
+        with contextlib.suppress(libvirt.libvirtError):
+            conn.unregisterCloseCallback()
+        with contextlib.suppress(libvirt.libvirtError):
+            conn.close()
+
+    def _on_close(self, conn: libvirt.virConnect, reason: int, opaque: object) -> None:
+        log.warning("libvirt connection to %s closed (reason %d)", self._uri, reason)
+        with self._conn_lock:
+            if self._conn is conn:
+                self._conn = None
+
+    def _on_lifecycle(
+        self, conn: libvirt.virConnect, dom: libvirt.virDomain, event: int, detail: int, _: object
+    ) -> None:
+        uuid = dom.UUIDString()
+        for listener in list(self._listeners):
+            try:
+                listener(uuid)
+            except Exception:  # a listener's bug must not kill libvirt's event thread
+                log.exception("lifecycle listener failed for domain %s", uuid)
+
+    def add_lifecycle_listener(self, listener: LifecycleListener) -> None:
+        self._listeners.append(listener)
+
+    def add_reconnect_listener(self, callback: Callable[[], None]) -> None:
+        """Called after the connection was lost and opened again (events may have been missed)."""
+        self._reconnect_listeners.append(callback)
+
+    def close(self) -> None:
+        with self._conn_lock:
+            if self._conn is not None:
+                self._drop_locked(self._conn)
+
+    def _call(self, fn: Callable[[libvirt.virConnect], T]) -> T:
+        with self._calls, translated():
+            return fn(self._connection())
+
+    def _domain(self, conn: libvirt.virConnect, uuid: str) -> libvirt.virDomain:
+        return conn.lookupByUUIDString(uuid)
+
+    def _pool_lock(self, pool: str) -> threading.Lock:
+        with self._conn_lock:
+            return self._pool_locks.setdefault(pool, threading.Lock())
