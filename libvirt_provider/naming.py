@@ -11,7 +11,14 @@ from __future__ import annotations
 import hashlib
 import re
 
-__all__ = ["MAX_DOMAIN_NAME", "console_log_file", "domain_name", "mac_address", "volume_name"]
+__all__ = [
+    "MAX_DOMAIN_NAME",
+    "console_log_file",
+    "domain_name",
+    "is_machine_volume",
+    "mac_address",
+    "volume_name",
+]
 
 MAX_DOMAIN_NAME = 63
 _HASH_LEN = 8
@@ -35,6 +42,16 @@ def domain_name(namespace: str, name: str) -> str:
     ns = _readable(namespace, room // 3) or "ns"
     base = _readable(name, room - len(ns)) or "vm"
     return f"{ns}_{base}-{suffix}"
+
+
+# What `volume_name` produces: `<domain name>--<role>.<extension>`, the domain name ending in the
+# hash of domain_name(). A volume of this shape belongs to some machine.
+_MACHINE_VOLUME = re.compile(r"^[a-z0-9.-]+_[a-z0-9.-]+-[0-9a-f]{8}--")
+
+
+def is_machine_volume(volume: str) -> bool:
+    """Whether `volume` is named like a volume this provider made for a machine."""
+    return _MACHINE_VOLUME.match(volume) is not None
 
 
 def volume_name(domain: str, role: str, *, extension: str) -> str:

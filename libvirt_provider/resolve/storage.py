@@ -12,11 +12,12 @@ from generic.api import Disk as VmDisk
 from libvirt_provider.constants import (
     IMAGE_KIND,
     REASON_AMBIGUOUS_DEFAULT,
+    REASON_INVALID_SPEC,
     REASON_NOT_AVAILABLE_ON_HOST,
     REASON_REFERENCE_NOT_FOUND,
 )
-from libvirt_provider.images.names import base_volume_name
-from libvirt_provider.naming import volume_name
+from libvirt_provider.images.names import base_volume_name, parse_cached_name
+from libvirt_provider.naming import is_machine_volume, volume_name
 from libvirt_provider.resolve.context import VM, Context, check_reference
 from libvirt_provider.resolved import BaseImage, VolumePlan
 
@@ -87,6 +88,16 @@ def resolve_base_image(
     fmt = image.spec.format
     if source.volume is not None:
         if not _pool_on_host(ctx, source.volume.pool, where):
+            return None
+        if is_machine_volume(source.volume.volume) or parse_cached_name(source.volume.volume):
+            # A catalog object must not reach another machine's disks (or the cache's bases,
+            # which the image cache may delete): images name volumes put there for the purpose.
+            ctx.problem(
+                REASON_INVALID_SPEC,
+                f"LibvirtImage {image.metadata.name}.spec.source.volume",
+                f"volume {source.volume.volume!r} belongs to a machine or to the image cache; "
+                "an image must name a volume of its own",
+            )
             return None
         return BaseImage(
             image=image.metadata.name,
