@@ -288,6 +288,7 @@ class ImageImporter:
                     f"image {base.image!r} from {url}: sha256 {actual} does not "
                     f"match the expected {base.sha256}; the download was discarded"
                 )
+            self._refuse_backing_chain(base, url)
             self._hv.upload_volume(
                 pool=base.pool, name=marker_name(base.volume), data=base.sha256.encode()
             )
@@ -306,6 +307,18 @@ class ImageImporter:
             job.finished_at = time.monotonic()
             job.running = False
             self._on_change(base)
+
+    def _refuse_backing_chain(self, base: BaseImage, url: str) -> None:
+        """An imported image must stand alone: a qcow2 whose header names a backing file would
+        make qemu open that path on the host for every machine layered on it (libvirt reports
+        the backing file it read from the header)."""
+        volume = self._hv.find_volume(base.pool, base.volume)
+        if volume is not None and volume.backing_path:
+            self._hv.delete_volume(base.pool, base.volume)
+            raise ProviderError(
+                f"image {base.image!r} from {url} names a backing file; imported images must "
+                "stand alone, so it was discarded"
+            )
 
     def _discard_unverified(self, base: BaseImage) -> None:
         """A base without its marker, or a marker without its base, is the remains of an

@@ -7,6 +7,7 @@ import http.client
 import io
 import threading
 import urllib.request
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -190,3 +191,21 @@ def test_a_redirect_to_another_scheme_is_refused() -> None:
             request, None, 302, "Found", http.client.HTTPMessage(), "ftp://elsewhere/a"
         )
     assert "token" not in str(caught.value)
+
+
+class _LibvirtSeesABackingFile(FakeHypervisor):
+    """libvirt reads a backing file from the uploaded qcow2's header."""
+
+    def upload_stream(self, *, pool: str, name: str, size: int, chunks: Any) -> Any:
+        volume = super().upload_stream(pool=pool, name=name, size=size, chunks=chunks)
+        self.volumes[(pool, name)] = replace(volume, backing_path="/etc/shadow")
+        return self.volumes[(pool, name)]
+
+
+def test_an_imported_image_with_a_backing_file_is_discarded() -> None:
+    hv = _LibvirtSeesABackingFile()
+    importer = ImageImporter(hv, opener=lambda url: _Response(DATA), retry_after=3600)
+    eventually(lambda: importer.ensure(_base()).failed, timeout=10, what="import refused")
+    assert "names a backing file" in importer.ensure(_base()).message
+    assert ("default", _base().volume) not in hv.volumes
+    assert ("default", marker_name(_base().volume)) not in hv.volumes
