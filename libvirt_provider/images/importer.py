@@ -238,50 +238,9 @@ class ImageImporter:
         assert base.url is not None
         assert base.sha256 is not None
         url = shown_url(base.url)
-        give_up_at = time.monotonic() + self._deadline
         try:
             self._discard_unverified(base)
-            digest = BackgroundDigest()
-            with contextlib.closing(digest), self._open(base.url) as response:
-                length = response.headers.get("Content-Length")
-                if length is None:
-                    raise ProviderError(f"{url} sent no Content-Length; cannot stream it")
-                job.total = int(length)
-                log.info(
-                    "importing image %s from %s into %s/%s: %d bytes",
-                    base.image,
-                    url,
-                    base.pool,
-                    base.volume,
-                    job.total,
-                )
-                self._on_change(base)
-
-                def chunks() -> Iterator[bytes]:
-                    reported = time.monotonic()
-                    while chunk := response.read(CHUNK):
-                        if time.monotonic() > give_up_at:
-                            raise ProviderError(
-                                f"{url}: not finished after {self._deadline:.0f} s "
-                                f"({job.done} of {job.total} bytes); abandoned"
-                            )
-                        digest.update(chunk)
-                        job.done += len(chunk)
-                        if time.monotonic() - reported > PROGRESS_SECONDS:
-                            reported = time.monotonic()
-                            log.info(
-                                "importing image %s: %d of %d bytes",
-                                base.image,
-                                job.done,
-                                job.total,
-                            )
-                            self._on_change(base)
-                        yield chunk
-
-                self._hv.upload_stream(
-                    pool=base.pool, name=base.volume, size=job.total, chunks=chunks()
-                )
-                actual = digest.hexdigest()
+            actual = self._stream_into_pool(base, job, url)
             if actual != base.sha256:
                 self._hv.delete_volume(base.pool, base.volume)
                 raise ProviderError(
@@ -307,6 +266,49 @@ class ImageImporter:
             job.finished_at = time.monotonic()
             job.running = False
             self._on_change(base)
+
+    def _stream_into_pool(self, base: BaseImage, job: _Job, url: str) -> str:
+        """Copy the image's bytes into its base volume; their sha256."""
+        assert base.url is not None
+        give_up_at = time.monotonic() + self._deadline
+        digest = BackgroundDigest()
+        with contextlib.closing(digest), self._open(base.url) as response:
+            length = response.headers.get("Content-Length")
+            if length is None:
+                raise ProviderError(f"{url} sent no Content-Length; cannot stream it")
+            job.total = int(length)
+            log.info(
+                "importing image %s from %s into %s/%s: %d bytes",
+                base.image,
+                url,
+                base.pool,
+                base.volume,
+                job.total,
+            )
+            self._on_change(base)
+
+            def chunks() -> Iterator[bytes]:
+                reported = time.monotonic()
+                while chunk := response.read(CHUNK):
+                    if time.monotonic() > give_up_at:
+                        raise ProviderError(
+                            f"{url}: not finished after {self._deadline:.0f} s "
+                            f"({job.done} of {job.total} bytes); abandoned"
+                        )
+                    digest.update(chunk)
+                    job.done += len(chunk)
+                    if time.monotonic() - reported > PROGRESS_SECONDS:
+                        reported = time.monotonic()
+                        log.info(
+                            "importing image %s: %d of %d bytes", base.image, job.done, job.total
+                        )
+                        self._on_change(base)
+                    yield chunk
+
+            self._hv.upload_stream(
+                pool=base.pool, name=base.volume, size=job.total, chunks=chunks()
+            )
+            return digest.hexdigest()
 
     def _refuse_backing_chain(self, base: BaseImage, url: str) -> None:
         """An imported image must stand alone: a qcow2 whose header names a backing file would
