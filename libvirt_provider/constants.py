@@ -60,6 +60,7 @@ __all__ = [
     "REASON_AMBIGUOUS_DEFAULT",
     "REASON_FOREIGN_DOMAIN",
     "REASON_GUEST_NOT_COMPLYING",
+    "REASON_HOST_CHANGED",
     "REASON_IMAGE_IMPORT_FAILED",
     "REASON_IMPORTING_IMAGE",
     "REASON_INVALID_SPEC",
@@ -135,6 +136,7 @@ REASON_UP_TO_DATE: Final = "UpToDate"
 REASON_GUEST_NOT_COMPLYING: Final = "GuestNotComplying"
 REASON_IMPORTING_IMAGE: Final = "ImportingImage"
 REASON_IMAGE_IMPORT_FAILED: Final = "ImageImportFailed"
+REASON_HOST_CHANGED: Final = "HostChanged"
 # ... and of the link between a LibvirtMachine and its VirtualMachine.
 REASON_NOT_LINKED: Final = "NotLinked"
 REASON_VIRTUAL_MACHINE_NOT_FOUND: Final = "VirtualMachineNotFound"

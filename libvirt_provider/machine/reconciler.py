@@ -45,6 +45,7 @@ from libvirt_provider.machine.status import (
     Readiness,
     assess_readiness,
     compute_status,
+    created_on,
     failed,
 )
 from libvirt_provider.machine.store import MachineKey, MachineStore, Obj
@@ -133,6 +134,9 @@ class MachineReconciler:
             return DONE  # another host's machine: its own daemon reconciles it
         domain_name = naming.domain_name(key.namespace, key.name)
         meta = obj.get("metadata") or {}
+        elsewhere = created_on(obj.get("status"))
+        if elsewhere is not None and elsewhere != self._host:
+            return self._moved(obj, machine, domain_name, elsewhere)
         if meta.get("deletionTimestamp"):
             return self._delete(obj, machine, domain_name)
         if c.FINALIZER not in (meta.get("finalizers") or []):
@@ -236,6 +240,31 @@ class MachineReconciler:
             return report, Outcome(requeue_after=power.address_poll)
         return report, DONE
 
+    def _moved(self, obj: Obj, machine: LibvirtMachine, domain_name: str, host: str) -> Outcome:
+        """The machine's domain was created on `host`, but its host label now names this one.
+
+        The label shards machines between daemons and cannot carry a validation rule, so a
+        relabelled machine is refused here: building it again on this host would run a second
+        domain with the same UUID and MACs, and deleting it here would leave the first behind.
+        """
+        message = (
+            f"this machine's domain runs on host {host!r}, but its label "
+            f"{c.HOST_LABEL} now names {self._host!r}; a machine never moves: set the label back "
+            f"to {host!r} (to delete a machine whose host is gone, remove its domain there and "
+            "then the finalizer)"
+        )
+        report = self._failed(obj, None, c.REASON_HOST_CHANGED, message)
+        status = obj.get("status") or {}
+        uuid = (status.get("providerMetadata") or {}).get("domainUUID")
+        self._write_status(
+            obj,
+            machine,
+            domain_name,
+            Report(report.readiness, domain_uuid=uuid, power_state=status.get("powerState")),
+            host=host,
+        )
+        return DONE
+
     # -- deletion ----------------------------------------------------------------------------
 
     def _delete(self, obj: Obj, machine: LibvirtMachine, domain_name: str) -> Outcome:
@@ -307,13 +336,19 @@ class MachineReconciler:
         return Report(failed(reason, message))
 
     def _write_status(
-        self, obj: Obj, machine: LibvirtMachine, domain_name: str, report: Report
+        self,
+        obj: Obj,
+        machine: LibvirtMachine,
+        domain_name: str,
+        report: Report,
+        *,
+        host: str | None = None,
     ) -> None:
         current = obj.get("status") or {}
         desired = compute_status(
             current=current,
             power_state=report.power_state,
-            host=self._host,
+            host=host or self._host,
             domain_uuid=report.domain_uuid,
             domain_name=domain_name,
             addresses=report.addresses,

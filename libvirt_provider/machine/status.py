@@ -28,6 +28,7 @@ __all__ = [
     "Readiness",
     "assess_readiness",
     "compute_status",
+    "created_on",
     "failed",
     "nics_without_address",
     "provider_id",
@@ -52,6 +53,15 @@ def sources_for(policy: AddressSourcePolicy) -> tuple[AddressSource, ...]:
 def provider_id(host: str, uuid: str) -> str:
     """Stable for the machine's life: the host and the domain UUID, both fixed at creation."""
     return f"libvirt://{host}/{uuid}"
+
+
+def created_on(status: Mapping[str, Any] | None) -> str | None:
+    """The host whose daemon created the machine's domain, from its providerID; None before."""
+    reported = (status or {}).get("providerID")
+    if not isinstance(reported, str) or not reported.startswith("libvirt://"):
+        return None
+    host, _, uuid = reported.removeprefix("libvirt://").partition("/")
+    return host if host and uuid else None
 
 
 @dataclass(frozen=True)
