@@ -12,7 +12,7 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 
 from catalog.base import KubeModel, ObjectMeta
-from catalog.quantity import parse_quantity
+from catalog.quantity import QUANTITY_SCHEMA, parse_quantity
 
 __all__ = [
     "CpuMode",
@@ -62,7 +62,10 @@ class CpuTopology(KubeModel):
 
 
 class HugePages(KubeModel):
-    page_size: str = Field(description="Huge page size backing guest memory: 2Mi or 1Gi.")
+    page_size: str = Field(
+        json_schema_extra=QUANTITY_SCHEMA,
+        description="Huge page size backing guest memory: 2Mi or 1Gi.",
+    )
 
     @field_validator("page_size")
     @classmethod
@@ -76,7 +79,10 @@ class LibvirtMachineClassSpec(KubeModel):
     """vCPUs and memory, with the CPU model, topology and memory backing to present."""
 
     cpus: int = Field(ge=1, le=1024, description="Number of vCPUs.")
-    memory: str = Field(description="Guest memory as a Kubernetes quantity, e.g. 2Gi.")
+    memory: str = Field(
+        json_schema_extra=QUANTITY_SCHEMA,
+        description="Guest memory as a Kubernetes quantity, e.g. 2Gi.",
+    )
     cpu: CpuSpec | None = Field(
         default=None,
         description="CPU mode; unset means HostModel under KVM and qemu's default when emulated.",

@@ -13,8 +13,17 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
-__all__ = ["MAX_BYTES", "QuantityError", "format_mebibytes", "parse_quantity"]
+__all__ = [
+    "BYTES_PATTERN",
+    "MAX_BYTES",
+    "MAX_QUANTITY_LENGTH",
+    "QUANTITY_SCHEMA",
+    "QuantityError",
+    "format_mebibytes",
+    "parse_quantity",
+]
 
 MAX_BYTES = 2**63 - 1
 """The largest quantity accepted (8 EiB less a byte): Kubernetes' own quantities are int64."""
@@ -26,6 +35,13 @@ _QUANTITY = re.compile(
     r"^(?P<number>[+-]?(?:\d+\.?\d*|\.\d+))(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)"
     r"|[eE](?P<exponent>[+-]?\d+))?$"
 )
+BYTES_PATTERN = r"^(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|[eE]\+?\d{1,2})?$"
+"""The schema's form of a byte quantity: what the API server checks before the parser sees it
+(no sign, no milli units, a two-digit exponent at most)."""
+MAX_QUANTITY_LENGTH = 64
+QUANTITY_SCHEMA: dict[str, Any] = {"pattern": BYTES_PATTERN, "maxLength": MAX_QUANTITY_LENGTH}
+"""For a quantity field's `json_schema_extra`: the API server refuses malformed or oversized text
+at once, while the Python side parses it for a readable message."""
 
 
 class QuantityError(ValueError):
@@ -34,7 +50,7 @@ class QuantityError(ValueError):
 
 def parse_quantity(text: str) -> int:
     """The number of bytes `text` stands for; raises `QuantityError` with a readable message."""
-    match = _QUANTITY.match(text.strip()) if len(text) <= 64 else None
+    match = _QUANTITY.match(text.strip()) if len(text) <= MAX_QUANTITY_LENGTH else None
     if match is None:
         raise QuantityError(f"{text[:64]!r} is not a Kubernetes quantity (such as 512Mi or 2Gi)")
     try:

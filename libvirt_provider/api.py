@@ -17,7 +17,7 @@ from pydantic import Field, field_validator
 from catalog.base import KubeModel
 from catalog.image import MACHINE_TYPE_PATTERN, Firmware
 from catalog.machineclass import CpuSpec
-from catalog.quantity import parse_quantity
+from catalog.quantity import QUANTITY_SCHEMA, parse_quantity
 from generic.api import Address, Condition
 from libvirt_provider.constants import DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
 
@@ -68,6 +68,7 @@ class Hotplug(KubeModel):
     )
     max_memory: str | None = Field(
         default=None,
+        json_schema_extra=QUANTITY_SCHEMA,
         description="Boot-time memory ceiling; memory up to this changes live (balloon). "
         "Default: the requested memory.",
     )
