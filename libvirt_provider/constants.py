@@ -30,6 +30,7 @@ __all__ = [
     "EVENT_DEFINED",
     "EVENT_DISK_GROWN",
     "EVENT_LIVE_UPDATE_FAILED",
+    "EVENT_NOTHING_REMOVED",
     "EVENT_POWERED_OFF",
     "EVENT_REDEFINED",
     "EVENT_RESUMED",
@@ -156,6 +157,7 @@ EVENT_UNDEFINED: Final = "Undefined"
 EVENT_VOLUME_CREATED: Final = "VolumeCreated"
 EVENT_VOLUME_DELETED: Final = "VolumeDeleted"
 EVENT_CLEANUP_FAILED: Final = "CleanupFailed"
+EVENT_NOTHING_REMOVED: Final = "NothingRemoved"
 EVENT_DISK_GROWN: Final = "DiskGrown"
 EVENT_REDEFINED: Final = "Redefined"
 EVENT_UPDATED_LIVE: Final = "UpdatedLive"

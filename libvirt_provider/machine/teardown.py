@@ -1,7 +1,8 @@
 """Removing a machine from its host: the domain, the volumes it owns and its console log.
 
 Deletion keeps what the user asked to keep (disks with `deleteOnTermination: false`) and never
-touches a domain that holds the machine's name without being the machine's own. Every step treats
+touches a domain that holds the machine's name without being the machine's own, nor anything
+named after it (its volumes, its console log). Every step treats
 "already gone" as done, so a teardown interrupted by a crash is simply run again.
 """
 
@@ -42,8 +43,13 @@ class Teardown:
         """Remove the machine's domain and every volume it owns except those in `keep`."""
         try:
             ref = self._hv.lookup(uuid=uuid, name=domain_name)
-        except ForeignDomainError:
-            ref = None  # the domain holding our name is not ours: never touched
+        except ForeignDomainError as err:
+            # The name is another machine's: so are the volumes and the console log carrying it.
+            # This machine never got a domain of its own, so it owns nothing here to remove.
+            self._events.event(
+                obj, reason=c.EVENT_NOTHING_REMOVED, message=f"{err}; nothing was removed"
+            )
+            return
         if ref is not None:
             remove_domain(self._hv, uuid)
             crash_point("delete:after-undefine")
