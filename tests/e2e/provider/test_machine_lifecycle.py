@@ -21,11 +21,13 @@ from libvirt_provider import naming
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (
+    GROUP,
     HOST,
     VM_GROUP,
     V,
     condition,
     create,
+    delete_quietly,
     domain_names,
     get,
     machine_volumes,
@@ -181,7 +183,26 @@ def test_a_foreign_domain_with_our_name_is_refused_and_left_intact(
         assert foreign_uuid in cond["message"]
         assert virt.lookupByName(domain).UUIDString() == foreign_uuid
         assert machine_volumes(virt, lab, f"{domain}--") == []
+        # The name's owner has a volume named after it; deleting the squatter must leave it.
+        pool = virt.storagePoolLookupByName(lab.pool)
+        pool.createXML(
+            f"<volume><name>{domain}--boot.qcow2</name><capacity>1048576</capacity>"
+            "<target><format type='qcow2'/></target></volume>",
+            0,
+        )
+        custom = client.CustomObjectsApi(api_client)
+        delete_quietly(custom, VM_GROUP, ns, "virtualmachines", "squatted")
+        delete_quietly(custom, GROUP, ns, "libvirtmachines", "squatted")
+        eventually(
+            lambda: get(api_client, ns, "squatted", vm=False) is None,
+            timeout=60,
+            what="the squatting LibvirtMachine deleted",
+        )
+        assert machine_volumes(virt, lab, f"{domain}--") == [f"{domain}--boot.qcow2"]
+        assert virt.lookupByName(domain).UUIDString() == foreign_uuid
     finally:
+        for name in machine_volumes(virt, lab, f"{domain}--"):
+            virt.storagePoolLookupByName(lab.pool).storageVolLookupByName(name).delete(0)
         foreign.undefine()
 
 
