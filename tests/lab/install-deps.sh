@@ -15,6 +15,9 @@ PACKAGES=(
   busybox-static cpio syslinux syslinux-common mtools dosfstools kmod
   # libvirt's RelaxNG schemas and xmllint, for validating rendered domain XML
   libxml2-utils
+  # the product's container image, built with no registry: a debootstrap'd base and rootful podman
+  # (runc: crun cannot run on these hosts' hybrid cgroups)
+  debootstrap podman runc
 )
 GO_MIN=1.25
 # The module proxy serves every Go release as this module; Go 1.19 can download it.
