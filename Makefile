@@ -11,7 +11,7 @@ LOGS := $(CURDIR)/.logs
 LAB := $(VPY) tests/lab/lab.py
 export VMAPI_LAB_LOGS := $(LOGS)
 
-.PHONY: help deps venv lab-up lab-down lab-env run test lint typecheck layers unit e2e
+.PHONY: help deps venv lab-up lab-down lab-env image run test lint typecheck layers unit e2e
 
 help:
 	@echo "make run       bring the lab up if needed, then run the provider daemon against it"
@@ -19,6 +19,7 @@ help:
 	@echo "make lab-up    start kube-apiserver + libvirtd (in its own network namespace)"
 	@echo "make lab-env   print export lines for kubectl, virsh and libvirt-provider"
 	@echo "make lab-down  stop the lab and remove everything it created"
+	@echo "make image     build the daemon's container image from deploy/Containerfile (no registry)"
 
 deps:
 	@mkdir -p $(LOGS)
@@ -42,6 +43,9 @@ lab-down:
 
 lab-env:
 	@$(LAB) env
+
+image: venv
+	@$(LAB) image
 
 run: lab-up
 	@$(LAB) describe

@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -110,6 +111,15 @@ class Lab:
     @property
     def env_file(self) -> Path:
         return self.dir / "env"
+
+    @property
+    def podman_conf(self) -> Path:
+        """podman's configuration and image storage: in the cache, shared by every lab here."""
+        return self.cache / "podman"
+
+    @property
+    def container_api_socket(self) -> Path:
+        return self.dir / "podman.sock"
 
     network = "vmapi-lab"
     bridge = "vmapibr0"
@@ -221,6 +231,152 @@ def build_guest(lab: Lab) -> Path:
         log=log,
     )
     return Path(out.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# podman: the product's image and a Docker-compatible API for the container tests
+
+# Every container a lab starts carries this label with the lab's directory, so `down` removes its
+# own containers and leaves other labs' alone.
+CONTAINER_LABEL = "io.vm-api.lab"
+
+
+def podman_env(lab: Lab) -> dict[str, str]:
+    """The environment under which podman uses the lab's configuration, written on first use.
+
+    Rootful podman on these hosts needs runc (crun rejects hybrid cgroups), the cgroupfs manager
+    (no systemd) and a nofile ulimit within the hard limit. Containers share the host's network
+    namespace by default, so podman never creates a bridge or a firewall rule; no registry is
+    searched, so a missing image is an error and never a pull.
+    """
+    conf = lab.podman_conf
+    conf.mkdir(parents=True, exist_ok=True)
+    # Run-time state (locks, mounts) belongs with the storage it describes, apart from the host's.
+    run_dir = Path("/run") / f"vmapi-lab-podman-{hashlib.sha256(bytes(conf)).hexdigest()[:8]}"
+    # These hosts refuse raising a limit above its hard value (no CAP_SYS_RESOURCE), and podman's
+    # defaults are higher; runc applies them under conmon, seen here with 32768 processes at most.
+    ulimits = []
+    for name, which, cap in (
+        ("nofile", resource.RLIMIT_NOFILE, 1048576),
+        ("nproc", resource.RLIMIT_NPROC, 32768),
+    ):
+        hard = resource.getrlimit(which)[1]
+        value = min(hard if hard != resource.RLIM_INFINITY else cap, cap)
+        ulimits.append(f'"{name}={value}:{value}"')
+    files = {
+        "containers.conf": (
+            "[containers]\n"
+            'netns = "host"\n'
+            f"default_ulimits = [{', '.join(ulimits)}]\n"
+            'log_driver = "k8s-file"\n'
+            "[engine]\n"
+            'runtime = "runc"\n'
+            'cgroup_manager = "cgroupfs"\n'
+            'events_logger = "file"\n'
+            f'tmp_dir = "{run_dir / "libpod"}"\n'
+            "[network]\n"
+            f'network_config_dir = "{conf / "networks"}"\n'
+        ),
+        "storage.conf": (
+            "[storage]\n"
+            'driver = "overlay"\n'
+            f'graphroot = "{conf / "storage"}"\n'
+            f'runroot = "{run_dir / "storage"}"\n'
+        ),
+        "registries.conf": 'unqualified-search-registries = []\nshort-name-mode = "enforcing"\n',
+    }
+    for name, text in files.items():
+        path = conf / name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    return {
+        **os.environ,
+        "CONTAINERS_CONF": str(conf / "containers.conf"),
+        "CONTAINERS_STORAGE_CONF": str(conf / "storage.conf"),
+        "CONTAINERS_REGISTRIES_CONF": str(conf / "registries.conf"),
+    }
+
+
+def build_image(lab: Lab) -> str:
+    """The product's image from deploy/Containerfile (cached by content); returns its name."""
+    log = lab.logs / "image-build.log"
+    out = run(
+        [str(HERE / "image" / "build.sh"), str(lab.cache), str(log)],
+        what="building the product's image (image/build.sh)",
+        env=podman_env(lab),
+    )
+    return out.strip().splitlines()[-1]
+
+
+def container_api_answers(lab: Lab) -> bool:
+    if not lab.container_api_socket.exists():
+        return False
+    proc = subprocess.run(
+        ["podman", "--url", f"unix://{lab.container_api_socket}", "version"],
+        capture_output=True,
+        check=False,
+        timeout=20,
+        env=podman_env(lab),
+    )
+    return proc.returncode == 0
+
+
+def start_container_api(lab: Lab) -> Path:
+    """podman's Docker-compatible API on a socket in the lab directory (idempotent)."""
+    state = load_state(lab)
+    if not state.get("ready"):
+        raise LabError("the lab is not up; run `make lab-up` first")
+    pid = state.get("podman_service_pid")
+    if isinstance(pid, int) and pid_alive(pid) and container_api_answers(lab):
+        return lab.container_api_socket
+    lab.container_api_socket.unlink(missing_ok=True)
+    log = lab.logs / "podman-service.log"
+    env = podman_env(lab)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            ["podman", "system", "service", "--time=0", f"unix://{lab.container_api_socket}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+    state["podman_service_pid"] = proc.pid
+    save_state(lab, state)
+    if not wait_for(lambda: container_api_answers(lab) or not pid_alive(proc.pid), timeout=60):
+        raise LabError(f"podman's API service did not answer within 60 s; log: {log}")
+    if not pid_alive(proc.pid):
+        raise LabError(f"podman's API service exited during start-up; log: {log}")
+    return lab.container_api_socket
+
+
+def lab_containers(lab: Lab) -> list[str]:
+    """IDs of the containers this lab started (running or not)."""
+    if not (lab.podman_conf / "storage.conf").exists() or shutil.which("podman") is None:
+        return []
+    out = subprocess.run(
+        ["podman", "ps", "-a", "-q", "--filter", f"label={CONTAINER_LABEL}={lab.dir}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=podman_env(lab),
+    )
+    return out.stdout.split()
+
+
+def stop_container_api(lab: Lab, state: dict[str, object]) -> None:
+    ids = lab_containers(lab)
+    if ids:
+        subprocess.run(
+            ["podman", "rm", "-f", "-t", "10", *ids],
+            capture_output=True,
+            check=False,
+            env=podman_env(lab),
+        )
+    pid = state.get("podman_service_pid")
+    if isinstance(pid, int) and pid_alive(pid):
+        stop_pids([pid])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -626,6 +782,7 @@ def down(lab: Lab, *, quiet: bool = False) -> None:
         if isinstance(p := state.get(k), int) and pid_alive(p)
     ]
     stop_pids(control)
+    stop_container_api(lab, state)
     # Every process of the lab's libvirt (libvirtd, dnsmasq, qemu) lives in the namespace.
     for _ in range(3):
         pids = netns_pids(lab.netns)
@@ -670,7 +827,17 @@ def describe(lab: Lab) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lab", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "command", choices=["up", "down", "env", "status", "describe", "restart-libvirtd"]
+        "command",
+        choices=[
+            "up",
+            "down",
+            "env",
+            "status",
+            "describe",
+            "restart-libvirtd",
+            "image",
+            "container-api",
+        ],
     )
     args = parser.parse_args(argv)
     lab = Lab.from_env()
@@ -685,6 +852,10 @@ def main(argv: list[str] | None = None) -> int:
             describe(lab)
         elif args.command == "restart-libvirtd":
             restart_libvirtd(lab)
+        elif args.command == "image":
+            print(build_image(lab))
+        elif args.command == "container-api":
+            print(start_container_api(lab))
         else:
             healthy = lab_healthy(lab)
             print("lab: up" if healthy else "lab: down")
