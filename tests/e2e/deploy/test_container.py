@@ -46,6 +46,8 @@ from tests.eventually import eventually
 
 HOST = "container-host"
 LEASE = "vm-api-generic-controller"
+# Where libvirt's client looks for qemu:///system's socket (/run is /var/run in Debian).
+SOCKET = "/var/run/libvirt/libvirt-sock"
 
 
 def _free_port() -> int:
@@ -59,9 +61,9 @@ def _api_port(lab: LabInfo) -> int:
     return int(urlsplit(kubeconfig["clusters"][0]["cluster"]["server"]).port or 443)
 
 
-def _healthz(port: int) -> int | None:
+def _status(port: int, path: str) -> int | None:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as err:
         return err.code
@@ -84,6 +86,17 @@ def _running(container: DockerContainer) -> bool:
 class Launch:
     container: DockerContainer
     health_port: int
+
+
+def _stop(container: DockerContainer) -> None:
+    """SIGTERM first, so a daemon that holds the Lease hands it back, then remove it."""
+    wrapped = container.get_wrapped_container()
+    try:
+        if _running(container):
+            wrapped.kill(signal="SIGTERM")
+            wrapped.wait(timeout=60)
+    finally:
+        container.stop()
 
 
 def provider_container(
@@ -160,7 +173,7 @@ def launch(
     try:
         yield Launch(container=container, health_port=port)
     finally:
-        container.stop()
+        _stop(container)
 
 
 def test_the_image_runs_a_machine_and_stops_cleanly_as_the_daemonset_runs_it(
@@ -168,7 +181,7 @@ def test_the_image_runs_a_machine_and_stops_cleanly_as_the_daemonset_runs_it(
 ) -> None:
     container, port = launch.container, launch.health_port
     eventually(
-        lambda: _healthz(port) == 200 or not _running(container),
+        lambda: _status(port, "/healthz") == 200 or not _running(container),
         timeout=120,
         what="the container's /healthz answering 200",
     )
@@ -198,11 +211,43 @@ def test_the_image_runs_a_machine_and_stops_cleanly_as_the_daemonset_runs_it(
     assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []
 
+    leases = client.CoordinationV1Api(api_client)
+    holder = leases.read_namespaced_lease(LEASE, NAMESPACE).spec.holder_identity
+    assert str(holder).startswith(f"{HOST}-"), f"the container does not hold the Lease: {holder}"
     wrapped = container.get_wrapped_container()
     wrapped.kill(signal="SIGTERM")
     result = wrapped.wait(timeout=90)
     logs = _logs(container)
     assert result["StatusCode"] == 0, logs
     assert "released the lease" in logs
-    lease = client.CoordinationV1Api(api_client).read_namespaced_lease(LEASE, NAMESPACE)
-    assert not lease.spec.holder_identity, lease.spec.holder_identity
+    holder = leases.read_namespaced_lease(LEASE, NAMESPACE).spec.holder_identity
+    assert not holder, f"the stopped container still holds the Lease: {holder}"
+
+
+def test_the_image_without_libvirts_socket_is_not_ready_and_says_why(
+    lab: LabInfo, api_client: client.ApiClient, provider_image: str, tmp_path: Path
+) -> None:
+    port = _free_port()
+    container = provider_container(
+        lab,
+        image=provider_image,
+        sa_dir=service_account_dir(lab, api_client, tmp_path / "serviceaccount"),
+        health_port=port,
+        without="libvirt-run",
+    )
+    container.start()
+    try:
+        eventually(
+            lambda: _status(port, "/readyz") == 503,
+            timeout=120,
+            what="the container's /readyz answering 503",
+        )
+        eventually(
+            lambda: f"Failed to connect socket to '{SOCKET}'" in _logs(container),
+            timeout=60,
+            what="the container's log naming the missing socket",
+        )
+        assert _running(container), _logs(container)
+        assert _status(port, "/readyz") == 503
+    finally:
+        _stop(container)
