@@ -18,6 +18,8 @@ PACKAGES=(
   # the product's container image, built with no registry: a debootstrap'd base and rootful podman
   # (runc: crun cannot run on these hosts' hybrid cgroups)
   debootstrap podman runc
+  # the lab's optional Kubernetes node: the kubelet's container runtime and CNI's loopback plugin
+  containerd containernetworking-plugins
 )
 GO_MIN=1.25
 # The module proxy serves every Go release as this module; Go 1.19 can download it.
