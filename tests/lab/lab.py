@@ -17,7 +17,12 @@ and its log (and then taking down whatever it had started):
 - the domain type guests should use: `kvm` only if a probe guest really boots under KVM here,
   otherwise `qemu` (software emulation). /dev/kvm existing is not enough on nested hosts.
 
-`down` kills every process in the lab's namespace and the control plane, deletes the namespace (and
+On request only (`up --node`, `node`): a Kubernetes node, containerd and a kubelet in a private
+mount namespace plus kube-scheduler, that runs deploy/'s DaemonSet (see start_node). `image` builds
+the product's container image with podman, `container-api` serves podman's Docker-compatible API.
+
+`down` stops the node if it runs (and fails if any of its processes, cgroups or mounts is left),
+kills every process in the lab's namespace and the control plane, deletes the namespace (and
 with it the bridge) and removes the lab directory. Mounts exist only in the private mount namespace,
 so they vanish with its last process.
 """
