@@ -73,4 +73,8 @@ podman build --pull=never --network=host --layers \
   --volume "$cache/pip:/root/.cache/pip" \
   --file "$repo/deploy/Containerfile" --tag "$image" "$repo" >>"$log" 2>&1 \
   || fail "podman build failed"
+# Each change of the sources leaves an image (a few hundred MB) in the cache: keep the newest few,
+# which covers the clones of one machine; images a container still uses are refused and stay.
+podman images --format '{{.Repository}}:{{.Tag}}' --filter reference=localhost/vm-api/libvirt-provider \
+  | tail -n +4 | xargs -r podman rmi >>"$log" 2>&1 || true
 echo "$image"
