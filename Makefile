@@ -11,14 +11,16 @@ LOGS := $(CURDIR)/.logs
 LAB := $(VPY) tests/lab/lab.py
 export VMAPI_LAB_LOGS := $(LOGS)
 
-.PHONY: help deps venv lab-up lab-down lab-env run test lint typecheck layers unit e2e
+.PHONY: help deps venv lab-up lab-down lab-env image run test lint typecheck layers unit e2e
 
 help:
 	@echo "make run       bring the lab up if needed, then run the provider daemon against it"
 	@echo "make test      ruff, mypy, layering contracts, unit and e2e tests (brings the lab up)"
-	@echo "make lab-up    start kube-apiserver + libvirtd (in its own network namespace)"
+	@echo "make lab-up    start kube-apiserver + libvirtd (in its own network namespace);"
+	@echo "               NODE=1 adds a kubelet node that runs deploy/'s DaemonSet"
 	@echo "make lab-env   print export lines for kubectl, virsh and libvirt-provider"
 	@echo "make lab-down  stop the lab and remove everything it created"
+	@echo "make image     build the daemon's container image from deploy/Containerfile (no registry)"
 
 deps:
 	@mkdir -p $(LOGS)
@@ -34,14 +36,18 @@ $(VENV)/.installed: pyproject.toml | deps
 
 venv: deps $(VENV)/.installed
 
+# NODE=1 also starts the lab's Kubernetes node (containerd, kubelet, kube-scheduler).
 lab-up: venv
-	@$(LAB) up
+	@$(LAB) up $(if $(NODE),--node)
 
 lab-down:
 	@if [ -x $(VPY) ]; then $(LAB) down; else $(PYTHON) tests/lab/lab.py down; fi
 
 lab-env:
 	@$(LAB) env
+
+image: venv
+	@$(LAB) image
 
 run: lab-up
 	@$(LAB) describe

@@ -63,6 +63,9 @@ def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
     ).stdout.split()
     assert inside, "the lab's namespace should hold libvirtd and dnsmasq before teardown"
     pids += [int(p) for p in inside]
+    # The optional node (started by tests/e2e/node): its processes, and what it made on the host.
+    pids += [state[k] for k in ("containerd_pid", "kubelet_pid", "scheduler_pid") if k in state]
+    made = [Path(target) for target, _ in state.get("node_created_dirs", [])]
 
     down = subprocess.run(
         ["make", "-s", "lab-down"], check=False, cwd=REPO, capture_output=True, text=True
@@ -75,6 +78,8 @@ def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
     assert not lab.dir.exists()
     assert _processes_mentioning(str(lab.dir)) == []
     assert _mounts_mentioning(str(lab.dir)) == []
+    assert [p for p in made if p.exists()] == []
+    assert list(Path("/sys/fs/cgroup").glob(f"*/{lab.netns}")) == []
 
 
 def test_failed_start_is_one_clear_line_and_leaves_nothing(tmp_path: Path) -> None:

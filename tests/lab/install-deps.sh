@@ -17,6 +17,11 @@ PACKAGES=(
   mmdebstrap e2fsprogs fdisk openssh-client
   # libvirt's RelaxNG schemas and xmllint, for validating rendered domain XML
   libxml2-utils
+  # the product's container image, built with no registry: a debootstrap'd base and rootful podman
+  # (runc: crun cannot run on these hosts' hybrid cgroups)
+  debootstrap podman runc
+  # the lab's optional Kubernetes node: the kubelet's container runtime and CNI's loopback plugin
+  containerd containernetworking-plugins
 )
 # Checking the Vagrantfile (`vagrant validate` in the e2e tests). Not needed inside the Vagrant
 # VM itself, whose provisioner sets VMAPI_NO_VAGRANT=1.

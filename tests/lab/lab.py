@@ -18,7 +18,12 @@ and its log (and then taking down whatever it had started):
 - the domain type guests should use: `kvm` only if a probe guest really boots under KVM here,
   otherwise `qemu` (software emulation). /dev/kvm existing is not enough on nested hosts.
 
-`down` kills every process in the lab's namespace and the control plane, deletes the namespace (and
+On request only (`up --node`, `node`): a Kubernetes node, containerd and a kubelet in a private
+mount namespace plus kube-scheduler, that runs deploy/'s DaemonSet (see start_node). `image` builds
+the product's container image with podman, `container-api` serves podman's Docker-compatible API.
+
+`down` stops the node if it runs (and fails if any of its processes, cgroups or mounts is left),
+kills every process in the lab's namespace and the control plane, deletes the namespace (and
 with it the bridge) and removes the lab directory. Mounts exist only in the private mount namespace,
 so they vanish with its last process.
 """
@@ -29,14 +34,17 @@ import argparse
 import base64
 import contextlib
 import hashlib
+import io
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
 import ssl
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.request
@@ -112,6 +120,33 @@ class Lab:
     def env_file(self) -> Path:
         return self.dir / "env"
 
+    @property
+    def podman_conf(self) -> Path:
+        """podman's configuration and image storage: in the cache, shared by every lab here."""
+        return self.cache / "podman"
+
+    @property
+    def container_api_socket(self) -> Path:
+        return self.dir / "podman.sock"
+
+    @property
+    def node_name(self) -> str:
+        """The optional node's name: the lab's namespace, which names its libvirt host too."""
+        return self.netns
+
+    @property
+    def node_dir(self) -> Path:
+        return self.dir / "node"
+
+    @property
+    def kubelet_port(self) -> int:
+        # Next to the API server's port, so that two labs on one machine never share it.
+        return self.api_port + 2
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/{self.netns}"
+
     network = "vmapi-lab"
     bridge = "vmapibr0"
     pool = "vmapi-lab"
@@ -142,6 +177,11 @@ def run(cmd: list[str], *, what: str, log: Path | None = None, **kwargs: object)
         where = f"; log: {log}" if log else ""
         raise LabError(f"{what} failed: {last}{where}")
     return str(proc.stdout)
+
+
+def run_ok(cmd: list[str]) -> bool:
+    """Whether a command succeeds (its output is discarded)."""
+    return subprocess.run(cmd, capture_output=True, check=False).returncode == 0
 
 
 def pid_alive(pid: int) -> bool:
@@ -241,6 +281,636 @@ def build_debian_guest(lab: Lab) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
+# podman: the product's image and a Docker-compatible API for the container tests
+
+# Every container a lab starts carries this label with the lab's directory, so `down` removes its
+# own containers and leaves other labs' alone.
+CONTAINER_LABEL = "io.vm-api.lab"
+
+
+def podman_env(lab: Lab) -> dict[str, str]:
+    """The environment under which podman uses the lab's configuration, written on first use.
+
+    Rootful podman on these hosts needs runc (crun rejects hybrid cgroups), the cgroupfs manager
+    (no systemd) and a nofile ulimit within the hard limit. Containers share the host's network
+    namespace by default, so podman never creates a bridge or a firewall rule; no registry is
+    searched, so a missing image is an error and never a pull.
+    """
+    conf = lab.podman_conf
+    conf.mkdir(parents=True, exist_ok=True)
+    # Run-time state (locks, mounts) belongs with the storage it describes, apart from the host's.
+    run_dir = Path("/run") / f"vmapi-lab-podman-{hashlib.sha256(bytes(conf)).hexdigest()[:8]}"
+    # These hosts refuse raising a limit above its hard value (no CAP_SYS_RESOURCE), and podman's
+    # defaults are higher; runc applies them under conmon, seen here with 32768 processes at most.
+    ulimits = []
+    for name, which, cap in (
+        ("nofile", resource.RLIMIT_NOFILE, 1048576),
+        ("nproc", resource.RLIMIT_NPROC, 32768),
+    ):
+        hard = resource.getrlimit(which)[1]
+        value = min(hard if hard != resource.RLIM_INFINITY else cap, cap)
+        ulimits.append(f'"{name}={value}:{value}"')
+    files = {
+        "containers.conf": (
+            "[containers]\n"
+            'netns = "host"\n'
+            f"default_ulimits = [{', '.join(ulimits)}]\n"
+            'log_driver = "k8s-file"\n'
+            "[engine]\n"
+            'runtime = "runc"\n'
+            'cgroup_manager = "cgroupfs"\n'
+            'events_logger = "file"\n'
+            f'tmp_dir = "{run_dir / "libpod"}"\n'
+            "[network]\n"
+            f'network_config_dir = "{conf / "networks"}"\n'
+        ),
+        "storage.conf": (
+            "[storage]\n"
+            'driver = "overlay"\n'
+            f'graphroot = "{conf / "storage"}"\n'
+            f'runroot = "{run_dir / "storage"}"\n'
+        ),
+        "registries.conf": 'unqualified-search-registries = []\nshort-name-mode = "enforcing"\n',
+    }
+    for name, text in files.items():
+        path = conf / name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    return {
+        **os.environ,
+        "CONTAINERS_CONF": str(conf / "containers.conf"),
+        "CONTAINERS_STORAGE_CONF": str(conf / "storage.conf"),
+        "CONTAINERS_REGISTRIES_CONF": str(conf / "registries.conf"),
+    }
+
+
+def build_image(lab: Lab) -> str:
+    """The product's image from deploy/Containerfile (cached by content); returns its name."""
+    log = lab.logs / "image-build.log"
+    out = run(
+        [str(HERE / "image" / "build.sh"), str(lab.cache), str(log)],
+        what="building the product's image (image/build.sh)",
+        env=podman_env(lab),
+    )
+    return out.strip().splitlines()[-1]
+
+
+def container_api_answers(lab: Lab) -> bool:
+    if not lab.container_api_socket.exists():
+        return False
+    proc = subprocess.run(
+        ["podman", "--url", f"unix://{lab.container_api_socket}", "version"],
+        capture_output=True,
+        check=False,
+        timeout=20,
+        env=podman_env(lab),
+    )
+    return proc.returncode == 0
+
+
+def start_container_api(lab: Lab) -> Path:
+    """podman's Docker-compatible API on a socket in the lab directory (idempotent)."""
+    state = load_state(lab)
+    if not state.get("ready"):
+        raise LabError("the lab is not up; run `make lab-up` first")
+    pid = state.get("podman_service_pid")
+    if isinstance(pid, int) and pid_alive(pid) and container_api_answers(lab):
+        return lab.container_api_socket
+    lab.container_api_socket.unlink(missing_ok=True)
+    log = lab.logs / "podman-service.log"
+    env = podman_env(lab)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            ["podman", "system", "service", "--time=0", f"unix://{lab.container_api_socket}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+    state["podman_service_pid"] = proc.pid
+    save_state(lab, state)
+    if not wait_for(lambda: container_api_answers(lab) or not pid_alive(proc.pid), timeout=60):
+        raise LabError(f"podman's API service did not answer within 60 s; log: {log}")
+    if not pid_alive(proc.pid):
+        raise LabError(f"podman's API service exited during start-up; log: {log}")
+    return lab.container_api_socket
+
+
+def lab_containers(lab: Lab) -> list[str]:
+    """IDs of the containers this lab started (running or not)."""
+    if not (lab.podman_conf / "storage.conf").exists() or shutil.which("podman") is None:
+        return []
+    out = subprocess.run(
+        ["podman", "ps", "-a", "-q", "--filter", f"label={CONTAINER_LABEL}={lab.dir}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=podman_env(lab),
+    )
+    return out.stdout.split()
+
+
+def stop_container_api(lab: Lab, state: dict[str, object]) -> None:
+    ids = lab_containers(lab)
+    if ids:
+        subprocess.run(
+            ["podman", "rm", "-f", "-t", "10", *ids],
+            capture_output=True,
+            check=False,
+            env=podman_env(lab),
+        )
+    pid = state.get("podman_service_pid")
+    if isinstance(pid, int) and pid_alive(pid):
+        stop_pids([pid])
+
+
+# ---------------------------------------------------------------------------------------------
+# the optional node: containerd and a kubelet, for running deploy/ as a real DaemonSet
+
+# What the kubelet insists on finding in these kernel settings. Where the host's differ, it would
+# write them (panic on oops, overcommit) unless told to refuse to start; the node's private mount
+# namespace shows it files with these values instead, so the host's settings stay as they are.
+KUBELET_SYSCTLS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}
+# Upstream's tag for the sandbox image is never pulled here: the lab imports its own under it.
+PAUSE_IMAGE = "localhost/vmapi-lab/pause:1"
+# The name deploy/daemonset.yaml gives the image, as the CRI normalises it.
+PROVIDER_IMAGE = "docker.io/vm-api/libvirt-provider:0.1.0"
+CGROUP_V1 = Path("/sys/fs/cgroup")
+
+
+def node_binds(lab: Lab) -> dict[str, Path]:
+    """Host paths, as the node's mount namespace sees them: libvirt's the way the lab's libvirtd
+    sees them (so the DaemonSet's hostPath volumes find its socket and pools), the kubelet's
+    fixed folders in the lab directory (so nothing is left on the host)."""
+    n = lab.node_dir
+    return {
+        "/run/libvirt": lab.libvirt / "sock",
+        "/var/log/libvirt": lab.libvirt / "log",
+        "/var/lib/libvirt": lab.libvirt / "lib",
+        "/var/lib/kubelet": n / "kubelet",
+        "/var/log/pods": n / "log" / "pods",
+        "/var/log/containers": n / "log" / "containers",
+        "/usr/libexec/kubernetes": n / "libexec",
+        "/run/containerd": n / "run",
+        "/etc/cni/net.d": n / "cni",
+    }
+
+
+def build_pause(lab: Lab) -> Path:
+    """An OCI archive of the sandbox image: one static Go binary (kube/pause), cached by content."""
+    src = HERE / "kube" / "pause" / "main.go"
+    go_version = run(["go", "version"], what="reading the Go version")
+    key = hashlib.sha256(src.read_bytes() + go_version.encode()).hexdigest()[:12]
+    out = lab.cache / f"pause-{key}" / "pause.oci.tar"
+    if out.exists():
+        return out
+    work = out.parent.with_name(out.parent.name + f".tmp.{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    run(
+        ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(work / "pause"), "./pause"],
+        what="building the pause binary",
+        log=lab.logs / "pause-build.log",
+        cwd=HERE / "kube",
+        env={**os.environ, "CGO_ENABLED": "0"},
+    )
+    _write_oci_archive(work / "pause", work / "pause.oci.tar", name=PAUSE_IMAGE)
+    shutil.rmtree(out.parent, ignore_errors=True)
+    work.rename(out.parent)
+    return out
+
+
+def _write_oci_archive(binary: Path, archive: Path, *, name: str) -> None:
+    """An OCI image layout, as a tar, with `binary` as /pause and its entrypoint."""
+    layer_buf = io.BytesIO()
+    with tarfile.open(fileobj=layer_buf, mode="w") as layer:
+        info = layer.gettarinfo(str(binary), arcname="pause")
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = 0
+        with binary.open("rb") as fh:
+            layer.addfile(info, fh)
+    layer_bytes = layer_buf.getvalue()
+    layer_digest = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Entrypoint": ["/pause"]},
+            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+        }
+    ).encode()
+    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config_digest,
+                "size": len(config),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": layer_digest,
+                    "size": len(layer_bytes),
+                }
+            ],
+        }
+    ).encode()
+    manifest_digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    index = json.dumps(
+        {
+            "schemaVersion": 2,
+            "manifests": [
+                {
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": manifest_digest,
+                    "size": len(manifest),
+                    "annotations": {
+                        "io.containerd.image.name": name,
+                        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1],
+                    },
+                }
+            ],
+        }
+    ).encode()
+    entries = {
+        "oci-layout": b'{"imageLayoutVersion": "1.0.0"}',
+        "index.json": index,
+        f"blobs/sha256/{layer_digest[7:]}": layer_bytes,
+        f"blobs/sha256/{config_digest[7:]}": config,
+        f"blobs/sha256/{manifest_digest[7:]}": manifest,
+    }
+    with tarfile.open(archive, "w") as out:
+        for path, data in entries.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            out.addfile(info, io.BytesIO(data))
+
+
+def write_node_config(lab: Lab) -> None:
+    n = lab.node_dir
+    for sub in ("containerd", "run", "cni", "kubelet", "log/pods", "log/containers", "libexec"):
+        (n / sub).mkdir(parents=True, exist_ok=True)
+    (lab.libvirt / "log" / "qemu").mkdir(parents=True, exist_ok=True)
+    (lab.libvirt / "lib" / "images").mkdir(parents=True, exist_ok=True)
+    sysctls = n / "sysctl"
+    for key, value in KUBELET_SYSCTLS.items():
+        (sysctls / key).parent.mkdir(parents=True, exist_ok=True)
+        (sysctls / key).write_text(value + "\n")
+    # hostNetwork pods need no network; a configuration that only brings up loopback lets the
+    # runtime report its network ready without creating any bridge, address or rule.
+    (n / "cni" / "10-loopback.conflist").write_text(
+        json.dumps(
+            {"cniVersion": "0.4.0", "name": "vmapi-lab-loopback", "plugins": [{"type": "loopback"}]}
+        )
+        + "\n"
+    )
+    c = n / "containerd"
+    (n / "containerd.toml").write_text(
+        "version = 2\n"
+        f'root = "{c / "root"}"\n'
+        f'state = "{c / "state"}"\n'
+        f'[grpc]\n  address = "{n / "containerd.sock"}"\n'
+        f'[ttrpc]\n  address = "{n / "containerd.sock.ttrpc"}"\n'
+        '[debug]\n  address = ""\n'
+        '[metrics]\n  address = ""\n'
+        f'[plugins."io.containerd.internal.v1.opt"]\n  path = "{c / "opt"}"\n'
+        '[plugins."io.containerd.grpc.v1.cri"]\n'
+        f'  sandbox_image = "{PAUSE_IMAGE}"\n'
+        # These hosts do not let a process lower its OOM score, which containerd does for
+        # sandboxes unless told to stay within its own.
+        "  restrict_oom_score_adj = true\n"
+        '  [plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        '    snapshotter = "overlayfs"\n'
+        '    default_runtime_name = "runc"\n'
+        '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+        '      runtime_type = "io.containerd.runc.v2"\n'
+        '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        "        SystemdCgroup = false\n"
+        '  [plugins."io.containerd.grpc.v1.cri".cni]\n'
+        '    bin_dir = "/usr/lib/cni"\n'
+        '    conf_dir = "/etc/cni/net.d"\n'
+    )
+    pki = lab.pki
+    (n / "kubelet.yaml").write_text(
+        json.dumps(
+            {
+                "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                "kind": "KubeletConfiguration",
+                "address": "127.0.0.1",
+                "port": lab.kubelet_port,
+                "readOnlyPort": 0,
+                "healthzPort": 0,
+                "tlsCertFile": str(pki / "kubelet-serving.crt"),
+                "tlsPrivateKeyFile": str(pki / "kubelet-serving.key"),
+                "authentication": {
+                    "x509": {"clientCAFile": str(pki / "ca.crt")},
+                    "webhook": {"enabled": False},
+                    "anonymous": {"enabled": False},
+                },
+                # Only the lab's CA signs client certificates, and only the API server and the
+                # admin hold one: no per-request check is needed.
+                "authorization": {"mode": "AlwaysAllow"},
+                "containerRuntimeEndpoint": f"unix://{n / 'containerd.sock'}",
+                "cgroupDriver": "cgroupfs",
+                "cgroupRoot": lab.cgroup_root,
+                "failCgroupV1": False,
+                "failSwapOn": False,
+                # Left to itself the kubelet adds iptables chains to the host's INPUT and OUTPUT.
+                "makeIPTablesUtilChains": False,
+                "protectKernelDefaults": False,
+                "registerNode": True,
+                "clusterDNS": [],
+                "resolvConf": "",
+                "staticPodPath": "",
+                "evictionHard": {
+                    "memory.available": "50Mi",
+                    "nodefs.available": "1%",
+                    "imagefs.available": "1%",
+                },
+                "imageGCHighThresholdPercent": 100,
+                "imageGCLowThresholdPercent": 99,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+def _node_script(lab: Lab, command: list[str]) -> str:
+    binds = [
+        f"mkdir -p {shlex.quote(str(src))} && mount --bind {shlex.quote(str(src))} {target}"
+        for target, src in node_binds(lab).items()
+    ]
+    binds += [
+        f"mount --bind {shlex.quote(str(lab.node_dir / 'sysctl' / key))} /proc/sys/{key}"
+        for key in KUBELET_SYSCTLS
+    ]
+    return " && ".join([*binds, f"exec {shlex.join(command)}"])
+
+
+def _ctr(lab: Lab, *args: str, what: str) -> str:
+    return run(
+        ["ctr", "--address", str(lab.node_dir / "containerd.sock"), "-n", "k8s.io", *args],
+        what=what,
+        log=lab.logs / "node-ctr.log",
+    )
+
+
+def import_provider_image(lab: Lab, *, tag: str = PROVIDER_IMAGE) -> str:
+    """The product's image (built if needed) imported into the node's runtime as `tag`."""
+    image = build_image(lab)
+    archive = lab.node_dir / "provider.oci.tar"
+    run(
+        ["podman", "save", "--format", "oci-archive", "-o", str(archive), image],
+        what="exporting the product's image from podman",
+        log=lab.logs / "node-ctr.log",
+        env=podman_env(lab),
+    )
+    try:
+        out = _ctr(lab, "images", "import", str(archive), what="importing the product's image")
+    finally:
+        archive.unlink(missing_ok=True)
+    imported = next(
+        (line.split()[1] for line in out.splitlines() if line.startswith("unpacking ")), ""
+    )
+    if not imported:
+        raise LabError(f"ctr printed no image name importing {image}; log: {lab.logs}")
+    _ctr(lab, "images", "tag", "--force", imported, tag, what=f"tagging the image as {tag}")
+    return tag
+
+
+def _make_cgroup_root(lab: Lab) -> None:
+    for hierarchy in CGROUP_V1.iterdir():
+        if hierarchy.is_dir() and (hierarchy / "cgroup.procs").exists():
+            (hierarchy / lab.cgroup_root.lstrip("/")).mkdir(exist_ok=True)
+
+
+def kubectl(lab: Lab, *args: str, what: str) -> str:
+    return run(
+        [str(lab.bin / "kubectl"), "--kubeconfig", str(lab.kubeconfig), *args],
+        what=what,
+        log=lab.logs / "node-kubectl.log",
+    )
+
+
+def node_ready(lab: Lab) -> bool:
+    proc = subprocess.run(
+        [
+            str(lab.bin / "kubectl"),
+            "--kubeconfig",
+            str(lab.kubeconfig),
+            "get",
+            "node",
+            lab.node_name,
+            "-o",
+            'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.stdout.strip() == "True"
+
+
+def start_node(lab: Lab, state: dict[str, object]) -> None:
+    """containerd and a kubelet in a private mount namespace, and kube-scheduler; the node is
+    Ready, with the sandbox and product images imported, when this returns."""
+    kube_lab = Path(str(state["kube_lab"]))
+    pause = build_pause(lab)
+    write_node_config(lab)
+    # Mount points that the host lacks are made, and each one's first missing ancestor remembered
+    # so that stop_node removes exactly what was made.
+    created: list[list[str]] = []
+    for target in map(Path, node_binds(lab)):
+        if target.exists():
+            continue
+        top = target
+        while not top.parent.exists():
+            top = top.parent
+        target.mkdir(parents=True)
+        created.append([str(target), str(top)])
+    state["node_created_dirs"] = created
+    _make_cgroup_root(lab)
+    state["node"] = True
+    save_state(lab, state)
+
+    containerd = spawn(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            _node_script(lab, ["containerd", "--config", str(lab.node_dir / "containerd.toml")]),
+        ],
+        log=lab.logs / "containerd.log",
+    )
+    state["containerd_pid"] = containerd
+    save_state(lab, state)
+    sock = lab.node_dir / "containerd.sock"
+    if not wait_for(lambda: sock.exists() or not pid_alive(containerd), timeout=60):
+        raise LabError(f"containerd did not start within 60 s; log: {lab.logs / 'containerd.log'}")
+    if not pid_alive(containerd):
+        raise LabError(f"containerd exited during start-up; log: {lab.logs / 'containerd.log'}")
+    _ctr(lab, "images", "import", str(pause), what="importing the pause image")
+    import_provider_image(lab)
+
+    pki = lab.pki
+    state["kubelet_pid"] = spawn(
+        [
+            "nsenter",
+            f"--mount=/proc/{containerd}/ns/mnt",
+            "--",
+            str(kube_lab),
+            "kubelet",
+            f"--config={lab.node_dir / 'kubelet.yaml'}",
+            f"--kubeconfig={pki / 'kubelet.kubeconfig'}",
+            f"--hostname-override={lab.node_name}",
+            "--node-ip=127.0.0.1",
+            "--v=1",
+        ],
+        log=lab.logs / "kubelet.log",
+    )
+    state["scheduler_pid"] = spawn(
+        [
+            str(kube_lab),
+            "scheduler",
+            f"--kubeconfig={pki / 'scheduler.kubeconfig'}",
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--v=0",
+        ],
+        log=lab.logs / "kube-scheduler.log",
+    )
+    save_state(lab, state)
+    # The kubelet refuses a loopback node IP and then reports no address at all, so the API server
+    # would not know where to reach it for logs and exec; the lab records 127.0.0.1 itself (the
+    # kubelet leaves addresses alone while its own fail to validate).
+    addresses = json.dumps(
+        {
+            "status": {
+                "addresses": [
+                    {"type": "InternalIP", "address": "127.0.0.1"},
+                    {"type": "Hostname", "address": lab.node_name},
+                ]
+            }
+        }
+    )
+    get_node = [str(lab.bin / "kubectl"), "--kubeconfig", str(lab.kubeconfig), "get", "node"]
+    registered = wait_for(
+        lambda: run_ok([*get_node, lab.node_name]),
+        timeout=60,
+        interval=0.5,
+    )
+    if not registered:
+        log = lab.logs / "kubelet.log"
+        raise LabError(f"node {lab.node_name} did not register within 60 s; log: {log}")
+    kubectl(
+        lab,
+        "patch",
+        "node",
+        lab.node_name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        addresses,
+        what="recording the node's address",
+    )
+    write_overlay_env(lab, state)
+    if not wait_for(lambda: node_ready(lab), timeout=120, interval=1):
+        log = lab.logs / "kubelet.log"
+        raise LabError(f"node {lab.node_name} not Ready within 120 s; log: {log}")
+
+
+OVERLAY_ENV = HERE / "overlay" / "lab.env"
+
+
+def write_overlay_env(lab: Lab, state: dict[str, object]) -> None:
+    """What the lab's overlay of deploy/ (overlay/) needs from this lab: where its API server
+    listens, which guest domain type works here."""
+    OVERLAY_ENV.write_text(
+        "KUBERNETES_SERVICE_HOST=127.0.0.1\n"
+        f"KUBERNETES_SERVICE_PORT={lab.api_port}\n"
+        f"LAB_DOMAIN_TYPES={state.get('domain_type', 'qemu')}\n"
+    )
+
+
+def _cgroup_dirs(lab: Lab) -> list[Path]:
+    """The node's cgroups in every hierarchy, deepest first."""
+    found: list[Path] = []
+    for hierarchy in CGROUP_V1.iterdir():
+        root = hierarchy / lab.cgroup_root.lstrip("/")
+        if root.is_dir():
+            found += [Path(d) for d, _, _ in os.walk(root)]
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def _node_processes(lab: Lab) -> list[int]:
+    """Every process the node started: in its cgroups, or a shim of its containerd."""
+    pids: set[int] = set()
+    for d in _cgroup_dirs(lab):
+        with contextlib.suppress(OSError):
+            pids.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+    marker = str(lab.node_dir / "containerd.sock").encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in (proc / "cmdline").read_bytes():
+                    pids.add(int(proc.name))
+    pids.discard(os.getpid())
+    return sorted(pids)
+
+
+def node_leftovers(lab: Lab) -> list[str]:
+    """What of the node still exists on the host: processes, cgroups, mounts, folders."""
+    left = [f"process {pid}" for pid in _node_processes(lab)]
+    left += [f"cgroup {d}" for d in _cgroup_dirs(lab)]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    left += [
+        f"mount {line.split()[4]}" for line in mounts.splitlines() if str(lab.node_dir) in line
+    ]
+    return left
+
+
+def stop_node(lab: Lab, state: dict[str, object]) -> None:
+    for key in ("scheduler_pid", "kubelet_pid"):
+        pid = state.get(key)
+        if isinstance(pid, int) and pid_alive(pid):
+            stop_pids([pid])
+    # Pods' processes and their shims, then containerd: with its last process the private mount
+    # namespace, and every mount in it, is gone.
+    for _ in range(3):
+        pids = _node_processes(lab)
+        if not pids:
+            break
+        stop_pids(pids, grace=5)
+    pid = state.get("containerd_pid")
+    if isinstance(pid, int) and pid_alive(pid):
+        stop_pids([pid])
+    for d in _cgroup_dirs(lab):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    if state.get("node"):
+        OVERLAY_ENV.unlink(missing_ok=True)
+    created = state.get("node_created_dirs")
+    for target, top in created if isinstance(created, list) else []:
+        path = Path(target)
+        with contextlib.suppress(OSError):
+            while True:
+                path.rmdir()
+                if path == Path(top):
+                    break
+                path = path.parent
+
+
+# ---------------------------------------------------------------------------------------------
 # Kubernetes control plane
 
 
@@ -283,7 +953,7 @@ def apiserver_ready(lab: Lab) -> bool:
 def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> None:
     server = f"https://127.0.0.1:{lab.api_port}"
     run(
-        [str(kube_lab), "pki", "--dir", str(lab.pki), "--server", server],
+        [str(kube_lab), "pki", "--dir", str(lab.pki), "--server", server, "--node", lab.node_name],
         what="generating lab certificates",
         log=lab.logs / "pki.log",
     )
@@ -311,6 +981,11 @@ def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> N
             "--service-account-issuer=https://kubernetes.default.svc",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
+            # For `kubectl logs` and `exec` through the lab's node (see start_node).
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--enable-priority-and-fairness=false",
             "--profiling=false",
             "--v=0",
@@ -332,8 +1007,12 @@ def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> N
             f"--kubeconfig={pki / 'controller-manager.kubeconfig'}",
             f"--authentication-kubeconfig={pki / 'controller-manager.kubeconfig'}",
             f"--authorization-kubeconfig={pki / 'controller-manager.kubeconfig'}",
+            # The last three serve the optional node (DaemonSet pods, the CA their ServiceAccount
+            # volumes mount, the not-ready taint a new node carries); without a node they only
+            # write a kube-root-ca.crt ConfigMap into each namespace.
             "--controllers=garbage-collector-controller,namespace-controller,"
-            "serviceaccount-controller,serviceaccount-token-controller",
+            "serviceaccount-controller,serviceaccount-token-controller,daemonset-controller,"
+            "root-ca-certificate-publisher-controller,node-lifecycle-controller",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             # Each controller acts as its own ServiceAccount with its upstream role, as in a real
@@ -616,8 +1295,35 @@ def lab_healthy(lab: Lab) -> bool:
 # commands
 
 
-def up(lab: Lab) -> None:
+def add_node(lab: Lab) -> None:
+    """Start the optional node in a lab that is up (nothing to do when it runs already)."""
+    if not lab_healthy(lab):
+        raise LabError("the lab is not up; run `make lab-up` first")
+    state = load_state(lab)
+    if state.get("node") and node_healthy(lab, state):
+        return
+    if state.get("node"):
+        stop_node(lab, state)
+    started = time.monotonic()
+    try:
+        start_node(lab, state)
+    except (LabError, OSError, subprocess.SubprocessError) as exc:
+        stop_node(lab, state)
+        state["node"] = False
+        save_state(lab, state)
+        raise LabError(str(exc)) from exc
+    print(f"lab: node {lab.node_name} Ready in {time.monotonic() - started:.1f} s")
+
+
+def node_healthy(lab: Lab, state: dict[str, object]) -> bool:
+    pids = [state.get(k) for k in ("containerd_pid", "kubelet_pid", "scheduler_pid")]
+    return all(isinstance(p, int) and pid_alive(p) for p in pids) and node_ready(lab)
+
+
+def up(lab: Lab, *, node: bool = False) -> None:
     if lab_healthy(lab):
+        if node:
+            add_node(lab)
         print(
             f"lab: already up (kube-apiserver https://127.0.0.1:{lab.api_port}, "
             f"libvirt {lab.libvirt_uri})"
@@ -648,6 +1354,8 @@ def up(lab: Lab) -> None:
     except (LabError, OSError, subprocess.SubprocessError) as exc:
         down(lab, quiet=True)
         raise LabError(str(exc)) from exc
+    if node:
+        add_node(lab)
     print(
         f"lab: up in {time.monotonic() - started:.1f} s: kube-apiserver "
         f"https://127.0.0.1:{lab.api_port}, libvirt {lab.libvirt_uri} (netns {lab.netns}), "
@@ -657,12 +1365,14 @@ def up(lab: Lab) -> None:
 
 def down(lab: Lab, *, quiet: bool = False) -> None:
     state = load_state(lab)
+    stop_node(lab, state)
     control = [
         p
         for k in ("controller_manager_pid", "apiserver_pid")
         if isinstance(p := state.get(k), int) and pid_alive(p)
     ]
     stop_pids(control)
+    stop_container_api(lab, state)
     # Every process of the lab's libvirt (libvirtd, dnsmasq, qemu) lives in the namespace.
     for _ in range(3):
         pids = netns_pids(lab.netns)
@@ -673,6 +1383,9 @@ def down(lab: Lab, *, quiet: bool = False) -> None:
         run(["ip", "netns", "del", lab.netns], what=f"deleting network namespace {lab.netns}")
     if lab.dir.exists():
         shutil.rmtree(lab.dir)
+    left = node_leftovers(lab)
+    if left:
+        raise LabError(f"the node left {', '.join(left)}")
     if not quiet:
         print("lab: down")
 
@@ -707,13 +1420,31 @@ def describe(lab: Lab) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lab", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "command", choices=["up", "down", "env", "status", "describe", "restart-libvirtd"]
+        "command",
+        choices=[
+            "up",
+            "down",
+            "env",
+            "status",
+            "describe",
+            "restart-libvirtd",
+            "image",
+            "container-api",
+            "node",
+        ],
+    )
+    parser.add_argument(
+        "--node",
+        action="store_true",
+        help="with up: also start the node (containerd, kubelet, kube-scheduler)",
     )
     args = parser.parse_args(argv)
     lab = Lab.from_env()
     try:
         if args.command == "up":
-            up(lab)
+            up(lab, node=args.node)
+        elif args.command == "node":
+            add_node(lab)
         elif args.command == "down":
             down(lab)
         elif args.command == "env":
@@ -722,6 +1453,10 @@ def main(argv: list[str] | None = None) -> int:
             describe(lab)
         elif args.command == "restart-libvirtd":
             restart_libvirtd(lab)
+        elif args.command == "image":
+            print(build_image(lab))
+        elif args.command == "container-api":
+            print(start_container_api(lab))
         else:
             healthy = lab_healthy(lab)
             print("lab: up" if healthy else "lab: down")

@@ -7,6 +7,8 @@
 //	kube-lab apiserver --etcd-dir D -- ARGS   embedded etcd plus an upstream kube-apiserver
 //	kube-lab controller-manager ARGS  upstream kube-controller-manager (garbage collection, namespaces)
 //	kube-lab kubectl ARGS             upstream kubectl of the same release
+//	kube-lab scheduler ARGS           upstream kube-scheduler (only for the lab's node)
+//	kube-lab kubelet ARGS             upstream kubelet (only for the lab's node)
 //
 // Building one binary from one pinned k8s.io/kubernetes release keeps kubectl, the API server and the
 // controller manager on the same minor version and lets the Go linker share their common code.
@@ -32,6 +34,8 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 )
@@ -41,7 +45,7 @@ func main() {
 		os.Exit(runKubectl())
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kube-lab pki|apiserver|controller-manager|kubectl ...")
+		fmt.Fprintln(os.Stderr, "usage: kube-lab pki|apiserver|controller-manager|kubectl|scheduler|kubelet ...")
 		os.Exit(2)
 	}
 	role := os.Args[1]
@@ -56,6 +60,10 @@ func main() {
 		os.Exit(cli.Run(kcmapp.NewControllerManagerCommand()))
 	case "kubectl":
 		os.Exit(runKubectl())
+	case "scheduler":
+		os.Exit(cli.Run(schedulerapp.NewSchedulerCommand()))
+	case "kubelet":
+		os.Exit(cli.Run(kubeletapp.NewKubeletCommand(context.Background())))
 	default:
 		fmt.Fprintf(os.Stderr, "kube-lab: unknown role %q\n", role)
 		os.Exit(2)

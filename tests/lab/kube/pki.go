@@ -25,15 +25,99 @@ func runPKI(args []string) int {
 	fs := flag.NewFlagSet("pki", flag.ContinueOnError)
 	dir := fs.String("dir", "", "directory for the generated files")
 	server := fs.String("server", "https://127.0.0.1:6443", "API server URL for the kubeconfigs")
+	node := fs.String("node", "", "also write a kubelet's certificates for this node name")
 	if err := fs.Parse(args); err != nil || *dir == "" {
-		fmt.Fprintln(os.Stderr, "usage: kube-lab pki --dir DIR [--server URL]")
+		fmt.Fprintln(os.Stderr, "usage: kube-lab pki --dir DIR [--server URL] [--node NAME]")
 		return 2
 	}
 	if err := writePKI(*dir, *server); err != nil {
 		fmt.Fprintln(os.Stderr, "kube-lab pki:", err)
 		return 1
 	}
+	if *node != "" {
+		if err := writeNodePKI(*dir, *server, *node); err != nil {
+			fmt.Fprintln(os.Stderr, "kube-lab pki:", err)
+			return 1
+		}
+	}
 	return 0
+}
+
+// writeNodePKI adds, signed by the lab's CA, what a node needs: the kubelet's client certificate
+// (user system:node:NAME, group system:nodes, so the Node authorizer applies), its serving
+// certificate for 127.0.0.1, the scheduler's kubeconfig, and the client certificate the API server
+// shows the kubelet for logs and exec.
+func writeNodePKI(dir, server, node string) error {
+	if _, err := os.Stat(filepath.Join(dir, "kubelet.kubeconfig")); err == nil {
+		return nil
+	}
+	ca, err := loadCA(dir)
+	if err != nil {
+		return err
+	}
+	kubelet, err := newCert(ca, pkix.Name{CommonName: "system:node:" + node,
+		Organization: []string{"system:nodes"}}, false, nil, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return err
+	}
+	serving, err := newCert(ca, pkix.Name{CommonName: node}, false, []string{node, "localhost"},
+		[]net.IP{net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return err
+	}
+	scheduler, err := newCert(ca, pkix.Name{CommonName: "system:kube-scheduler"},
+		false, nil, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return err
+	}
+	apiClient, err := newCert(ca, pkix.Name{CommonName: "kube-apiserver-kubelet-client"},
+		false, nil, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return err
+	}
+	files := []struct {
+		name string
+		data []byte
+	}{
+		{"kubelet-serving.crt", certPEM(serving)},
+		{"kubelet-serving.key", keyPEM(serving.key)},
+		{"apiserver-kubelet-client.crt", certPEM(apiClient)},
+		{"apiserver-kubelet-client.key", keyPEM(apiClient.key)},
+		{"scheduler.kubeconfig", kubeconfig(server, ca, scheduler, "kube-scheduler")},
+		// Last: its presence marks a complete set.
+		{"kubelet.kubeconfig", kubeconfig(server, ca, kubelet, "system:node:"+node)},
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func loadCA(dir string) (*keyPair, error) {
+	certData, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	keyData, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return nil, err
+	}
+	certBlock, _ := pem.Decode(certData)
+	keyBlock, _ := pem.Decode(keyData)
+	if certBlock == nil || keyBlock == nil {
+		return nil, fmt.Errorf("ca.crt or ca.key in %s is not PEM", dir)
+	}
+	cert, err := x509.ParseCertificate(certBlock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParseECPrivateKey(keyBlock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	return &keyPair{cert: cert, key: key}, nil
 }
 
 type keyPair struct {
