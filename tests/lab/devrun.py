@@ -94,6 +94,10 @@ def main() -> int:
             env["VMAPI_LAB_DOMAIN_TYPE"],
             "--health-address",
             "127.0.0.1",
+            # Any free port: the lab's node may run the DaemonSet's pod on 9440 in the host's
+            # network; the daemon logs the one it got.
+            "--health-port",
+            "0",
             "--lease-namespace",
             "kube-system",
             "--console-log-dir",
