@@ -29,7 +29,6 @@ import threading
 from dataclasses import dataclass
 
 import kopf
-from kubernetes import client
 
 from generic.adapters.kubeclient import load_kube_config
 from generic.adapters.operator import register_login
@@ -78,7 +77,7 @@ class DaemonConfig:
 
 
 def _machine_side(
-    cfg: DaemonConfig, api: client.ApiClient, hypervisor: LibvirtHypervisor
+    cfg: DaemonConfig, store: KubeAdapter, hypervisor: LibvirtHypervisor
 ) -> tuple[OperatorThread, ImageCache]:
     """The LibvirtMachine controller's operator and the host's image cache, wired together."""
 
@@ -90,7 +89,6 @@ def _machine_side(
         cache.import_changed(base)
 
     images = ImageImporter(hypervisor, on_change=import_changed)
-    store = KubeAdapter(api, host=cfg.host)
     cache = ImageCache(
         store=store,
         hypervisor=hypervisor,
@@ -124,6 +122,7 @@ def _health(
     provider: OperatorThread,
     leader: GenericLeader | None,
     hypervisor: LibvirtHypervisor,
+    store: KubeAdapter,
 ) -> HealthServer:
     def libvirt_problem() -> str | None:
         try:
@@ -144,16 +143,20 @@ def _health(
         address=cfg.health_address,
         port=cfg.health_port,
         liveness=liveness,
-        readiness=[("libvirt", bounded(libvirt_problem, seconds=3, what="libvirtd"))],
+        readiness=[
+            ("libvirt", bounded(libvirt_problem, seconds=3, what="libvirtd")),
+            ("kubernetes", bounded(store.access_problem, seconds=7, what="the API server")),
+        ],
     )
 
 
 def run(cfg: DaemonConfig) -> int:
     api = load_kube_config(cfg.kubeconfig)
     hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
-    provider, cache = _machine_side(cfg, api, hypervisor)
+    store = KubeAdapter(api, host=cfg.host)
+    provider, cache = _machine_side(cfg, store, hypervisor)
     leader = GenericLeader(cfg, api) if cfg.generic else None
-    health = _health(cfg, provider, leader, hypervisor)
+    health = _health(cfg, provider, leader, hypervisor, store)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -99,6 +99,23 @@ class KubeAdapter:
         except NotFoundError:
             return None
 
+    def access_problem(self) -> str | None:
+        """Why this daemon cannot read its own machines, or None: a missing RBAC rule or an API
+        server it cannot reach, said once in readiness instead of in every reconcile."""
+        try:
+            with _translated():
+                self._custom.list_cluster_custom_object(
+                    c.GROUP,
+                    c.VERSION,
+                    c.MACHINE_PLURAL,
+                    label_selector=f"{c.HOST_LABEL}={self._host}",
+                    limit=1,
+                    _request_timeout=(3.0, 3.0),
+                )
+        except (PermanentError, RetryableError, NotFoundError, StateConflictError) as err:
+            return f"cannot list this host's LibvirtMachines: {err}"
+        return None
+
     def list_cluster(self, plural: str) -> list[Obj]:
         with _translated():
             listing = cast(

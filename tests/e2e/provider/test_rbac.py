@@ -7,6 +7,8 @@ instead of the lab's admin credential, and takes a pair through its whole life.
 from __future__ import annotations
 
 import re
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from tests.e2e.provider.conftest import (
     create,
     domain_names,
     get,
+    health_base,
     machine_volumes,
     pair,
     start_daemon,
@@ -45,9 +48,16 @@ def ns(api_client: client.ApiClient) -> Iterator[str]:
     core.delete_namespace(name)
 
 
-def _service_account_kubeconfig(lab: LabInfo, api_client: client.ApiClient, path: Path) -> None:
+def _service_account_kubeconfig(
+    lab: LabInfo,
+    api_client: client.ApiClient,
+    path: Path,
+    *,
+    account: str = "libvirt-provider",
+    namespace: str = "vm-api-system",
+) -> None:
     token = client.CoreV1Api(api_client).create_namespaced_service_account_token(
-        "libvirt-provider", "vm-api-system", {"spec": {"expirationSeconds": 3600}}
+        account, namespace, {"spec": {"expirationSeconds": 3600}}
     )
     admin = yaml.safe_load(Path(lab.kubeconfig).read_text())
     cluster = admin["clusters"][0]
@@ -123,3 +133,39 @@ def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
     }
     ours = {"", "vm-api.io", GROUP, "coordination.k8s.io", "apiextensions.k8s.io", "events.k8s.io"}
     assert {r for r in refused if r[0] in ours} == set(), f"see {log}"
+
+
+def test_a_service_account_without_rights_is_not_ready_and_says_why(
+    lab: LabInfo, api_client: client.ApiClient, ns: str, tmp_path: Path
+) -> None:
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_service_account(ns, {"metadata": {"name": "nobody"}})
+    kubeconfig = tmp_path / "nobody.kubeconfig"
+    _service_account_kubeconfig(lab, api_client, kubeconfig, account="nobody", namespace=ns)
+    daemon, log = start_daemon(
+        lab, host=HOST, log_name="e2e-rbac-nobody.log", kubeconfig=str(kubeconfig), generic=False
+    )
+    try:
+        base = health_base(daemon, log)
+        answer = eventually(
+            lambda: _readyz(base) if "kubernetes:" in _readyz(base)[1] else None,
+            timeout=60,
+            what=f"/readyz naming the missing rights ({log})",
+        )
+        code, body = answer
+        assert code == 503
+        assert "cannot list this host's LibvirtMachines" in body
+        assert "403" in body
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+
+
+def _readyz(base: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"{base}/readyz", timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return 0, ""
