@@ -1410,8 +1410,12 @@ def describe(lab: Lab) -> None:
         f"{lab.libvirt_uri}"
     )
     print(
-        f"  isolated network {lab.network} ({lab.subnet_prefix}.0/24), storage pool {lab.pool} "
-        f"with {lab.guest_volume}; guests use domain type {state.get('domain_type')}"
+        f"  isolated networks {lab.network} ({lab.subnet_prefix}.0/24, DHCP) and "
+        f"{lab.static_network} ({lab.static_subnet_prefix}.0/24, no DHCP)"
+    )
+    print(
+        f"  storage pool {lab.pool} with {lab.guest_volume} (busybox) and {lab.debian_volume} "
+        f"(Debian 12); guests use domain type {state.get('domain_type')}"
     )
     print(f"  logs in {lab.logs}")
     print('Use it from a shell: eval "$(make -s lab-env)"; kubectl get ns; virsh list --all')
