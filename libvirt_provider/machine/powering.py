@@ -58,7 +58,8 @@ ADDRESS_POLL_PATIENCE = 60.0
 ADDRESS_POLL_MAX = 30.0
 # Once one NIC has an address the machine is Ready, but another NIC may still be waiting: a static
 # address only the guest agent reports appears when the guest's network configuration ran, well
-# after the first DHCP lease. Such a machine is polled too, less often.
+# after the first DHCP lease. Such a machine is polled too: every 5 s at first, then backing off
+# like the first address, so a NIC that never gets one costs little.
 NIC_ADDRESS_POLL_DELAY = 5.0
 
 
@@ -172,14 +173,15 @@ class PowerDriver:
         addresses = self._addresses(obj, plan, uuid, running=running)
         settled = is_settled(desired, status)
         poll = None
-        if settled and desired == vmapi.POWERED_ON and not addresses:
-            since = self._address_wait.setdefault(uuid, now)
-            poll = address_poll_delay((now - since).total_seconds())
+        nics = [i.name for i in plan.domain.interfaces]
+        if settled and desired == vmapi.POWERED_ON and nics_without_address(nics, addresses):
+            # Since when some NIC has had no address (the first lease does not reset it).
+            waited = (now - self._address_wait.setdefault(uuid, now)).total_seconds()
+            poll = address_poll_delay(waited)
+            if addresses:
+                poll = max(poll, NIC_ADDRESS_POLL_DELAY)
         else:
             self._address_wait.pop(uuid, None)
-            nics = [i.name for i in plan.domain.interfaces]
-            if settled and desired == vmapi.POWERED_ON and nics_without_address(nics, addresses):
-                poll = NIC_ADDRESS_POLL_DELAY
         pending = self._graceful.get(uuid)
         return PowerOutcome(
             power_state=observed_power_state(status),

@@ -145,6 +145,22 @@ def test_a_nic_still_without_an_address_keeps_the_machine_polled() -> None:
     assert reconciler.reconcile(KEY) == Outcome()
 
 
+def test_a_nic_that_never_gets_an_address_is_looked_at_less_and_less_often() -> None:
+    store, hv = _store(network={"interfaces": [{"name": "eth0"}, {"name": "eth1"}]}), _hypervisor()
+    now = [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)]
+    reconciler = MachineReconciler(
+        store=store, hypervisor=hv, host=HOST.hostname, clock=lambda: now[0]
+    )
+    reconciler.reconcile(KEY)
+    mac = etree.fromstring(hv.domains[UID].xml.encode()).find("devices/interface/mac")
+    hv.give_lease(UID, mac.get("address"), "10.0.0.9")
+    delays = []
+    for minutes in (0, 2, 10, 60):
+        now[0] = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=minutes)
+        delays.append(reconciler.reconcile(KEY).requeue_after)
+    assert delays == [NIC_ADDRESS_POLL_DELAY, 12.0, 30.0, 30.0]
+
+
 def test_guest_facts_from_the_agent_appear_while_running_and_go_when_off() -> None:
     store, hv = _store(), _hypervisor()
     reconciler = _reconciler(store, hv)
