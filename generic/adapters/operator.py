@@ -26,10 +26,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import kopf
-from kubernetes import client, config
+from kubernetes import client
 
 from generic import constants as c
-from generic.adapters.controller import GenericController, default_api_client
+from generic.adapters.controller import GenericController
+from generic.adapters.kubeclient import load_kube_config
 
 __all__ = [
     "GenericController",
@@ -123,12 +124,7 @@ def register_login(registry: kopf.OperatorRegistry, *, kubeconfig: str | None) -
 
 def api_client_for(kubeconfig: str | None) -> client.ApiClient:
     """A Kubernetes client for `kubeconfig`, or in-cluster/default config when None."""
-    if not kubeconfig:
-        return default_api_client()
-    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=kubeconfig
-    )
-    return api
+    return load_kube_config(kubeconfig)
 
 
 def run_standalone(
