@@ -19,8 +19,7 @@ import yaml
 from kubernetes import client
 
 from tests.e2e.conftest import LAB_SCRIPT, REPO, LabInfo
-from tests.e2e.provider.conftest import GROUP, VM_GROUP, apply
-from tests.eventually import eventually
+from tests.e2e.provider.conftest import apply, install_api
 
 NAMESPACE = "vm-api-system"
 SERVICE_ACCOUNT = "libvirt-provider"
@@ -64,20 +63,8 @@ def daemonset_container() -> dict[str, Any]:
 @pytest.fixture(scope="session", autouse=True)
 def deployed_rbac(lab: LabInfo, api_client: client.ApiClient) -> None:
     """CRDs, namespace, ServiceAccount and RBAC from deploy/, and the sample catalog."""
-    apply(lab, REPO / "crds", REPO / "deploy" / "namespace.yaml", REPO / "deploy" / "rbac.yaml")
-    ext = client.ApiextensionsV1Api(api_client)
-    for crd in ("libvirtmachines", "libvirtimages", "virtualmachines"):
-        group = VM_GROUP if crd == "virtualmachines" else GROUP
-        eventually(
-            lambda crd=crd, group=group: any(
-                c.type == "Established" and c.status == "True"
-                for c in ext.read_custom_resource_definition(f"{crd}.{group}").status.conditions
-                or []
-            ),
-            timeout=30,
-            what=f"CRD {crd} established",
-        )
-    apply(lab, REPO / "deploy" / "samples" / "catalog.yaml")
+    apply(lab, REPO / "deploy" / "namespace.yaml", REPO / "deploy" / "rbac.yaml")
+    install_api(lab, api_client)
 
 
 def service_account_dir(lab: LabInfo, api_client: client.ApiClient, path: Path) -> Path:
