@@ -31,6 +31,7 @@ __all__ = [
     "EVENT_DISK_GROWN",
     "EVENT_LIVE_UPDATE_FAILED",
     "EVENT_NOTHING_REMOVED",
+    "EVENT_POOL_SKIPPED",
     "EVENT_POWERED_OFF",
     "EVENT_REDEFINED",
     "EVENT_RESUMED",
@@ -158,6 +159,7 @@ EVENT_VOLUME_CREATED: Final = "VolumeCreated"
 EVENT_VOLUME_DELETED: Final = "VolumeDeleted"
 EVENT_CLEANUP_FAILED: Final = "CleanupFailed"
 EVENT_NOTHING_REMOVED: Final = "NothingRemoved"
+EVENT_POOL_SKIPPED: Final = "PoolSkipped"
 EVENT_DISK_GROWN: Final = "DiskGrown"
 EVENT_REDEFINED: Final = "Redefined"
 EVENT_UPDATED_LIVE: Final = "UpdatedLive"

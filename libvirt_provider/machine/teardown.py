@@ -15,7 +15,12 @@ from libvirt_provider import constants as c
 from libvirt_provider import naming
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import DomainState
-from libvirt_provider.errors import ForeignDomainError, NotFoundError
+from libvirt_provider.errors import (
+    ForeignDomainError,
+    NotFoundError,
+    PermanentError,
+    StateConflictError,
+)
 from libvirt_provider.faults import crash_point
 from libvirt_provider.machine.store import EventSink, Obj
 
@@ -57,7 +62,20 @@ class Teardown:
         self._remove_console_log(domain_name)
         prefix = f"{domain_name}--"
         for pool in sorted(self._hv.host_facts().pools):
-            for volume in self._hv.list_volumes(pool):
+            try:
+                volumes = self._hv.list_volumes(pool)
+            except (StateConflictError, PermanentError) as err:
+                # An inactive or broken pool must not block every deletion on the host; nothing
+                # in it can be deleted now anyway.
+                self._events.event(
+                    obj,
+                    reason=c.EVENT_POOL_SKIPPED,
+                    message=f"pool {pool!r} could not be listed ({err}); this machine's volumes "
+                    "there, if any, are left",
+                    warning=True,
+                )
+                continue
+            for volume in volumes:
                 if volume.name.startswith(prefix) and (pool, volume.name) not in keep:
                     try:
                         self._hv.delete_volume(pool, volume.name)

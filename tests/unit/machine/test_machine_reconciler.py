@@ -17,7 +17,7 @@ from lxml import etree
 from generic.workqueue import Outcome
 from libvirt_provider import naming
 from libvirt_provider.driver.types import DomainState, GuestInfo
-from libvirt_provider.errors import PermanentError, RetryableError
+from libvirt_provider.errors import PermanentError, RetryableError, StateConflictError
 from libvirt_provider.machine.powering import NIC_ADDRESS_POLL_DELAY
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 from tests.doubles.hypervisor import FakeHypervisor
@@ -477,3 +477,16 @@ def test_spec_host_is_compared_with_the_daemons_host_not_libvirts_hostname() -> 
     hv.add_volume("vmapi-lab", "guest.qcow2", capacity_bytes=1 << 28)
     _reconciler(store, hv).reconcile(KEY)
     assert hv.domains[UID].state is DomainState.RUNNING
+
+
+def test_an_inactive_pool_does_not_block_deletion() -> None:
+    store, hv = _store(), _hypervisor()
+    reconciler = _reconciler(store, hv)
+    reconciler.reconcile(KEY)
+    store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    # The host's pools are listed in order: "fast" (inactive here), then "vmapi-lab".
+    hv.fail_next("list_volumes", StateConflictError("storage pool 'fast' is not active"))
+    assert reconciler.reconcile(KEY) == Outcome()
+    assert "web" not in store.machines
+    assert _owned_volumes(hv) == []
+    assert any(r == "PoolSkipped" and "'fast'" in m for _, r, m in store.events)
