@@ -155,6 +155,8 @@ class LibvirtDomains(LibvirtConnection):
                 state=_STATES.get(state, DomainState.NOSTATE),
                 reason=reason,
                 has_managed_save=bool(dom.hasManagedSaveImage(0)),
+                paused_by_io_error=state == libvirt.VIR_DOMAIN_PAUSED
+                and reason == libvirt.VIR_DOMAIN_PAUSED_IOERROR,
             )
 
         return self._call(status)

@@ -57,6 +57,9 @@ class DomainStatus:
     # libvirt's reason code for the state (e.g. why it is shut off); kept for messages.
     reason: int
     has_managed_save: bool
+    # Paused by qemu because a disk write failed (typically a full pool): resuming it would
+    # only fail again.
+    paused_by_io_error: bool = False
 
 
 @dataclass(frozen=True)

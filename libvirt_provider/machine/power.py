@@ -119,7 +119,7 @@ def decide_power(
     """The one action that moves an existing domain toward `desired` now."""
     state = status.state
     if desired == POWERED_ON:
-        return _toward_on(state)
+        return _toward_on(status)
     if desired == SUSPENDED:
         return _toward_suspended(status)
     if desired == POWERED_OFF:
@@ -137,8 +137,16 @@ def decide_power(
     )
 
 
-def _toward_on(state: DomainState) -> PowerDecision:
-    match state:
+def _toward_on(status: DomainStatus) -> PowerDecision:
+    if status.paused_by_io_error:
+        return PowerDecision(
+            PowerAction.NONE,
+            settled=False,
+            problem="qemu paused the guest after a disk write failed (is the storage pool "
+            "full?); it is not resumed until that is fixed: free space, then resume it with "
+            "virsh or power-cycle the VM",
+        )
+    match status.state:
         case DomainState.RUNNING | DomainState.BLOCKED:
             return PowerDecision(PowerAction.NONE, settled=True)
         case DomainState.SHUTOFF:

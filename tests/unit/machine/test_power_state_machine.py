@@ -220,3 +220,24 @@ def test_is_settled_agrees_with_every_decision(
             timeout=timedelta(seconds=30),
         )
         assert decision.settled == is_settled(desired, status)
+
+
+def test_a_guest_paused_by_a_disk_error_is_not_resumed_in_a_loop() -> None:
+    paused = DomainStatus(
+        state=DomainState.PAUSED, reason=0, has_managed_save=False, paused_by_io_error=True
+    )
+    decision = decide_power(
+        desired=POWERED_ON,
+        mode=POWER_OFF_TRY_SOFT,
+        status=paused,
+        now=T0,
+        graceful_since=None,
+        last_graceful_request=None,
+        timeout=TIMEOUT,
+    )
+    assert decision.action is PowerAction.NONE
+    assert not decision.settled
+    assert decision.problem is not None
+    assert "storage pool" in decision.problem
+    # An ordinary pause is still resumed.
+    assert decide(POWERED_ON, DomainState.PAUSED)[0] is PowerAction.RESUME
