@@ -117,7 +117,6 @@ def decide_power(
     resend_interval: timedelta = timedelta(seconds=10),
 ) -> PowerDecision:
     """The one action that moves an existing domain toward `desired` now."""
-    state = status.state
     if desired == POWERED_ON:
         return _toward_on(status)
     if desired == SUSPENDED:
