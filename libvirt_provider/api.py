@@ -185,6 +185,12 @@ class LibvirtMachineStatus(KubeModel):
         description="When the graceful power-off under way began (RFC 3339); its timeout counts "
         "from here, also across daemon restarts.",
     )
+    retained_volumes: list[Annotated[str, Field(max_length=512)]] | None = Field(
+        default=None,
+        max_length=64,
+        description="The machine's volumes (pool/volume) whose disks say deleteOnTermination: "
+        "false, as last resolved: deletion keeps these without resolving the spec again.",
+    )
 
 
 class MachineMeta(KubeModel):

@@ -87,6 +87,8 @@ class Report:
     guest: dict[str, str] = field(default_factory=dict)
     pending: list[str] = field(default_factory=list)
     shutdown_requested_at: dt.datetime | None = None
+    retained: list[str] | None = None
+    """`pool/volume` of the disks kept at deletion, when this pass resolved the machine."""
 
 
 class MachineReconciler:
@@ -124,21 +126,23 @@ class MachineReconciler:
         obj = self._store.get_machine(key.namespace, key.name)
         if obj is None:
             return DONE
+        meta = obj.get("metadata") or {}
+        if (meta.get("labels") or {}).get(c.HOST_LABEL) != self._host:
+            return DONE  # another host's machine: its own daemon reconciles it
+        domain_name = naming.domain_name(key.namespace, key.name)
+        elsewhere = created_on(obj.get("status"))
+        if elsewhere is not None and elsewhere != self._host:
+            return self._moved(obj, domain_name, elsewhere)
+        if meta.get("deletionTimestamp"):
+            # From the object's identity and recorded facts only: any object the API server
+            # accepted can be deleted, even one the models refuse.
+            return self._delete(obj, domain_name)
         try:
             machine = LibvirtMachine.model_validate(obj)
         except ValidationError as err:
             message = validation_message("LibvirtMachine", err)
             self._store.event(obj, reason=c.REASON_INVALID_SPEC, message=message, warning=True)
             return DONE
-        if machine.metadata.labels.get(c.HOST_LABEL) != self._host:
-            return DONE  # another host's machine: its own daemon reconciles it
-        domain_name = naming.domain_name(key.namespace, key.name)
-        meta = obj.get("metadata") or {}
-        elsewhere = created_on(obj.get("status"))
-        if elsewhere is not None and elsewhere != self._host:
-            return self._moved(obj, machine, domain_name, elsewhere)
-        if meta.get("deletionTimestamp"):
-            return self._delete(obj, machine, domain_name)
         if c.FINALIZER not in (meta.get("finalizers") or []):
             self._set_finalizers(obj, [*(meta.get("finalizers") or []), c.FINALIZER])
             return AGAIN
@@ -155,7 +159,7 @@ class MachineReconciler:
                 report, outcome = self._converge(obj, machine, vm, domain_name)
         except ProviderError as err:
             report, outcome = self._failed(obj, vm, *_provider_problem(err)), RETRY
-        self._write_status(obj, machine, domain_name, report)
+        self._write_status(obj, domain_name, report)
         return outcome
 
     # -- the normal path ---------------------------------------------------------------------
@@ -199,10 +203,13 @@ class MachineReconciler:
                 up_to_date_reason=c.REASON_IMPORTING_IMAGE,
                 up_to_date_message="the machine is created once its image is imported",
             )
-            return Report(readiness), CONVERGING
+            return Report(readiness, retained=_retained_record(plan)), CONVERGING
         uuid = self._creation.create(obj, plan, intent.desired)
         state = observed_power_state(self._hv.status(uuid))
-        return Report(_STARTING, domain_uuid=uuid, power_state=state), CONVERGING
+        report = Report(
+            _STARTING, domain_uuid=uuid, power_state=state, retained=_retained_record(plan)
+        )
+        return report, CONVERGING
 
     def _bring_up_to_date(
         self, obj: Obj, plan: ResolvedMachine, intent: PowerIntent, uuid: str
@@ -233,6 +240,7 @@ class MachineReconciler:
             guest=power.guest,
             pending=update.pending,
             shutdown_requested_at=power.shutdown_requested_at,
+            retained=_retained_record(plan),
         )
         if not power.settled:
             return report, CONVERGING
@@ -240,7 +248,7 @@ class MachineReconciler:
             return report, Outcome(requeue_after=power.address_poll)
         return report, DONE
 
-    def _moved(self, obj: Obj, machine: LibvirtMachine, domain_name: str, host: str) -> Outcome:
+    def _moved(self, obj: Obj, domain_name: str, host: str) -> Outcome:
         """The machine's domain was created on `host`, but its host label now names this one.
 
         The label shards machines between daemons and cannot carry a validation rule, so a
@@ -258,7 +266,6 @@ class MachineReconciler:
         uuid = (status.get("providerMetadata") or {}).get("domainUUID")
         self._write_status(
             obj,
-            machine,
             domain_name,
             Report(report.readiness, domain_uuid=uuid, power_state=status.get("powerState")),
             host=host,
@@ -267,26 +274,26 @@ class MachineReconciler:
 
     # -- deletion ----------------------------------------------------------------------------
 
-    def _delete(self, obj: Obj, machine: LibvirtMachine, domain_name: str) -> Outcome:
+    def _delete(self, obj: Obj, domain_name: str) -> Outcome:
         meta = obj.get("metadata") or {}
         if c.FINALIZER not in (meta.get("finalizers") or []):
             return DONE
-        uuid = machine.metadata.uid
+        uuid = str(meta.get("uid"))
         try:
-            keep = self._volumes_to_keep(obj, machine)
+            keep = self._volumes_to_keep(obj)
             self._teardown.run(obj, uuid=uuid, domain_name=domain_name, keep=keep)
         except ProviderError as err:
             message = f"cleanup failed, keeping the finalizer: {err}"
             self._store.event(obj, reason=c.EVENT_CLEANUP_FAILED, message=message, warning=True)
             report = self._failed(obj, None, vmapi.REASON_PROVIDER_ERROR, message)
-            self._write_status(obj, machine, domain_name, report)
+            self._write_status(obj, domain_name, report)
             return RETRY
         self._power.forget(uuid)
         remaining = [f for f in meta.get("finalizers") or [] if f != c.FINALIZER]
         try:
             self._store.set_finalizers(
-                machine.metadata.namespace,
-                machine.metadata.name,
+                str(meta.get("namespace")),
+                str(meta.get("name")),
                 remaining,
                 str(meta.get("resourceVersion")),
             )
@@ -294,21 +301,27 @@ class MachineReconciler:
             return AGAIN
         return DONE
 
-    def _volumes_to_keep(self, obj: Obj, machine: LibvirtMachine) -> set[tuple[str, str]]:
-        """Volumes whose disks say deleteOnTermination: false (needs the VM, still present while
-        the generic controller waits for this object to go)."""
-        vm = self._inputs.linked_vm(obj, machine).vm
-        if vm is None:
-            return set()
+    def _volumes_to_keep(self, obj: Obj) -> set[tuple[str, str]]:
+        """Volumes whose disks say deleteOnTermination: false.
+
+        Read from what the machine's passes recorded (`status.retainedVolumes`), so deletion
+        needs no catalog object or Secret: in a namespace being deleted, those may be gone
+        first, and re-resolving the spec would then keep nothing. A machine that no pass of
+        this version has recorded yet falls back to resolving."""
+        recorded = (obj.get("status") or {}).get("retainedVolumes")
+        if isinstance(recorded, list):
+            kept = {tuple(str(v).split("/", 1)) for v in recorded if "/" in str(v)}
+            return {(pool, volume) for pool, volume in kept}
         try:
-            resolution = self._inputs.resolve(obj, machine, vm)
-        except ProviderError:
+            machine = LibvirtMachine.model_validate(obj)
+            vm = self._inputs.linked_vm(obj, machine).vm
+            resolution = self._inputs.resolve(obj, machine, vm) if vm is not None else None
+        except (ProviderError, ValidationError, ValueError) as err:
+            log.warning("deleting %s: which disks to keep is unknown: %s", domain_name_of(obj), err)
             return set()
-        if resolution.machine is None:
+        if resolution is None or resolution.machine is None:
             return set()
-        return {
-            (v.pool, v.volume) for v in resolution.machine.volumes if not v.delete_on_termination
-        }
+        return retained(resolution.machine)
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -336,15 +349,11 @@ class MachineReconciler:
         return Report(failed(reason, message))
 
     def _write_status(
-        self,
-        obj: Obj,
-        machine: LibvirtMachine,
-        domain_name: str,
-        report: Report,
-        *,
-        host: str | None = None,
+        self, obj: Obj, domain_name: str, report: Report, *, host: str | None = None
     ) -> None:
         current = obj.get("status") or {}
+        meta = obj.get("metadata") or {}
+        generation = meta.get("generation")
         desired = compute_status(
             current=current,
             power_state=report.power_state,
@@ -354,18 +363,32 @@ class MachineReconciler:
             addresses=report.addresses,
             guest=report.guest,
             readiness=report.readiness,
-            generation=machine.metadata.generation,
+            generation=generation if isinstance(generation, int) else None,
             pending_changes=report.pending,
             now=format_time(self._clock()),
             shutdown_requested_at=format_time(report.shutdown_requested_at)
             if report.shutdown_requested_at is not None
             else None,
+            retained_volumes=report.retained,
         )
         patch = merge_patch(current, desired)
         if patch:
             self._store.patch_machine_status(
-                machine.metadata.namespace, machine.metadata.name, patch
+                str(meta.get("namespace")), str(meta.get("name")), patch
             )
+
+
+def retained(plan: ResolvedMachine) -> set[tuple[str, str]]:
+    return {(v.pool, v.volume) for v in plan.volumes if not v.delete_on_termination}
+
+
+def _retained_record(plan: ResolvedMachine) -> list[str]:
+    return sorted(f"{pool}/{volume}" for pool, volume in retained(plan))
+
+
+def domain_name_of(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def _provider_problem(err: ProviderError) -> tuple[str, str]:

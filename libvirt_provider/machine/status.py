@@ -202,6 +202,7 @@ def compute_status(
     now: str,
     shutdown_requested_at: str | None = None,
     guest: Mapping[str, str] | None = None,
+    retained_volumes: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The whole status to write; equal to `current` when nothing changed (so no patch is sent)."""
     current = current or {}
@@ -239,12 +240,18 @@ def compute_status(
         status["powerState"] = power_state
     if shutdown_requested_at is not None:
         status["shutdownRequestedAt"] = shutdown_requested_at
+    # None: this pass did not resolve the machine, so the last record stands.
+    retained = current.get("retainedVolumes") if retained_volumes is None else retained_volumes
+    if retained is not None:
+        status["retainedVolumes"] = sorted(retained)[:MAX_RETAINED_VOLUMES]
     return status
 
 
 # The CRD's bounds on status.pendingChanges: a longer list would make every status patch fail.
 MAX_PENDING_CHANGES = 64
 MAX_PENDING_CHANGE_LENGTH = 1024
+# The CRD's bound on status.retainedVolumes (a machine has far fewer disks).
+MAX_RETAINED_VOLUMES = 64
 
 
 def _bounded(changes: Sequence[str]) -> list[str]:
