@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--health-address", default="0.0.0.0", help="health endpoint address")
     parser.add_argument("--health-port", type=int, default=9440, help="health endpoint port")
     parser.add_argument(
+        "--metrics-address",
+        default=None,
+        help="serve /metrics on this address instead of beside the probes (e.g. 127.0.0.1)",
+    )
+    parser.add_argument("--metrics-port", type=int, default=9441, help="port for --metrics-address")
+    parser.add_argument(
         "--no-generic",
         action="store_true",
         help="do not run the embedded generic VirtualMachine controller",
@@ -161,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             domain_types=domain_types,
             health_address=args.health_address,
             health_port=args.health_port,
+            metrics_address=args.metrics_address,
+            metrics_port=args.metrics_port,
             generic=not args.no_generic,
             lease_namespace=args.lease_namespace,
             workers=args.workers,

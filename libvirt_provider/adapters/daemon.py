@@ -71,6 +71,9 @@ class DaemonConfig:
     image_gc_interval: float = 300.0
     # False keeps every cached base image forever (status is still written).
     image_gc: bool = True
+    # Where /metrics is served apart from the probes; None: beside them on the health port.
+    metrics_address: str | None = None
+    metrics_port: int = 9441
     # Seconds a stop may take before the daemon leaves without the parts still blocked; under
     # the DaemonSet's 30 s termination grace period.
     stop_deadline: float = 25.0
@@ -142,6 +145,7 @@ def _health(
     return HealthServer(
         address=cfg.health_address,
         port=cfg.health_port,
+        metrics=cfg.metrics_address is None,
         liveness=liveness,
         readiness=[
             ("libvirt", bounded(libvirt_problem, seconds=3, what="libvirtd")),
@@ -162,7 +166,14 @@ def run(cfg: DaemonConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
 
+    metrics = (
+        HealthServer(address=cfg.metrics_address, port=cfg.metrics_port, checks=False, metrics=True)
+        if cfg.metrics_address is not None
+        else None
+    )
     health.start()
+    if metrics is not None:
+        metrics.start()
     provider.start()
     cache.start()
     if leader is not None:
@@ -184,6 +195,7 @@ def run(cfg: DaemonConfig) -> int:
         ("the LibvirtMachine controller", provider.stop),
         ("the image cache", cache.stop),
         ("the health endpoint", health.stop),
+        *([("the metrics endpoint", metrics.stop)] if metrics is not None else []),
     ]
     if leader is not None:
         together.append(("the generic controller", leader.stop))

@@ -6,8 +6,11 @@
   new pod could not do better.
 - `/readyz` (readiness): the above, and libvirtd answers.
 
-Each answers 200 `ok`, or 503 with one line per failing check, so `curl` or the pod's Events say
-what is wrong (for example a libvirt socket that is not mounted).
+`/metrics` can be served apart (`--metrics-address`, for example on 127.0.0.1 only), since
+the probes must be reachable by the kubelet but the metrics need not be reachable by anyone else.
+
+Each check answers 200 `ok`, or 503 with one line per failing check, so `curl` or the pod's
+Events say what is wrong (for example a libvirt socket that is not mounted).
 """
 
 from __future__ import annotations
@@ -34,24 +37,26 @@ class HealthServer:
         *,
         address: str,
         port: int,
-        liveness: Sequence[tuple[str, Check]],
-        readiness: Sequence[tuple[str, Check]],
+        liveness: Sequence[tuple[str, Check]] = (),
+        readiness: Sequence[tuple[str, Check]] = (),
+        checks: bool = True,
+        metrics: bool = True,
     ) -> None:
-        checks = {"/healthz": list(liveness), "/readyz": [*liveness, *readiness]}
+        served = {"/healthz": list(liveness), "/readyz": [*liveness, *readiness]} if checks else {}
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path == "/metrics":
+                if metrics and self.path == "/metrics":
                     self._answer(
                         200,
                         prometheus_client.generate_latest(),
                         prometheus_client.CONTENT_TYPE_LATEST,
                     )
                     return
-                if self.path not in checks:
+                if self.path not in served:
                     self.send_error(404)
                     return
-                problems = _failing(checks[self.path])
+                problems = _failing(served[self.path])
                 body = "".join(f"{name}: {problem}\n" for name, problem in problems) or "ok\n"
                 self._answer(503 if problems else 200, body.encode(), "text/plain; charset=utf-8")
 
