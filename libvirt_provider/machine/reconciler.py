@@ -123,6 +123,15 @@ class MachineReconciler:
         )
 
     def reconcile(self, key: MachineKey) -> Outcome:
+        try:
+            return self._reconcile(key)
+        except ProviderError as err:
+            # The API server or libvirtd failed where no status can be written (reading the
+            # machine, changing its finalizers): back off and try again.
+            log.warning("%s/%s: %s; retrying", key.namespace, key.name, err)
+            return RETRY
+
+    def _reconcile(self, key: MachineKey) -> Outcome:
         obj = self._store.get_machine(key.namespace, key.name)
         if obj is None:
             return DONE

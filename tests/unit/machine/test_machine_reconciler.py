@@ -490,3 +490,13 @@ def test_an_inactive_pool_does_not_block_deletion() -> None:
     assert "web" not in store.machines
     assert _owned_volumes(hv) == []
     assert any(r == "PoolSkipped" and "'fast'" in m for _, r, m in store.events)
+
+
+def test_an_unreachable_api_server_is_a_retry_not_an_exception() -> None:
+    store, hv = _store(), _hypervisor()
+
+    def unreachable(namespace: str, name: str) -> None:
+        raise RetryableError("Kubernetes API: unreachable: read timed out")
+
+    store.get_machine = unreachable  # type: ignore[method-assign,assignment]
+    assert _reconciler(store, hv).reconcile(KEY) == Outcome(retry=True)
