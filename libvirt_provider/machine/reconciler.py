@@ -47,6 +47,9 @@ from libvirt_provider.machine.status import (
     compute_status,
     created_on,
     failed,
+    recorded_retained,
+    retained_record,
+    retained_volumes,
 )
 from libvirt_provider.machine.store import MachineKey, MachineStore, Obj
 from libvirt_provider.machine.teardown import Teardown
@@ -212,11 +215,11 @@ class MachineReconciler:
                 up_to_date_reason=c.REASON_IMPORTING_IMAGE,
                 up_to_date_message="the machine is created once its image is imported",
             )
-            return Report(readiness, retained=_retained_record(plan)), CONVERGING
+            return Report(readiness, retained=retained_record(plan)), CONVERGING
         uuid = self._creation.create(obj, plan, intent.desired)
         state = observed_power_state(self._hv.status(uuid))
         report = Report(
-            _STARTING, domain_uuid=uuid, power_state=state, retained=_retained_record(plan)
+            _STARTING, domain_uuid=uuid, power_state=state, retained=retained_record(plan)
         )
         return report, CONVERGING
 
@@ -249,7 +252,7 @@ class MachineReconciler:
             guest=power.guest,
             pending=update.pending,
             shutdown_requested_at=power.shutdown_requested_at,
-            retained=_retained_record(plan),
+            retained=retained_record(plan),
         )
         if not power.settled:
             return report, CONVERGING
@@ -317,20 +320,21 @@ class MachineReconciler:
         needs no catalog object or Secret: in a namespace being deleted, those may be gone
         first, and re-resolving the spec would then keep nothing. A machine that no pass of
         this version has recorded yet falls back to resolving."""
-        recorded = (obj.get("status") or {}).get("retainedVolumes")
-        if isinstance(recorded, list):
-            kept = {tuple(str(v).split("/", 1)) for v in recorded if "/" in str(v)}
-            return {(pool, volume) for pool, volume in kept}
+        recorded = recorded_retained(obj.get("status"))
+        if recorded is not None:
+            return recorded
         try:
             machine = LibvirtMachine.model_validate(obj)
             vm = self._inputs.linked_vm(obj, machine).vm
             resolution = self._inputs.resolve(obj, machine, vm) if vm is not None else None
         except (ProviderError, ValidationError, ValueError) as err:
-            log.warning("deleting %s: which disks to keep is unknown: %s", domain_name_of(obj), err)
+            meta = obj.get("metadata") or {}
+            where = f"{meta.get('namespace')}/{meta.get('name')}"
+            log.warning("deleting %s: which disks to keep is unknown: %s", where, err)
             return set()
         if resolution is None or resolution.machine is None:
             return set()
-        return retained(resolution.machine)
+        return retained_volumes(resolution.machine)
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -385,19 +389,6 @@ class MachineReconciler:
             self._store.patch_machine_status(
                 str(meta.get("namespace")), str(meta.get("name")), patch
             )
-
-
-def retained(plan: ResolvedMachine) -> set[tuple[str, str]]:
-    return {(v.pool, v.volume) for v in plan.volumes if not v.delete_on_termination}
-
-
-def _retained_record(plan: ResolvedMachine) -> list[str]:
-    return sorted(f"{pool}/{volume}" for pool, volume in retained(plan))
-
-
-def domain_name_of(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def _provider_problem(err: ProviderError) -> tuple[str, str]:

@@ -22,6 +22,7 @@ from generic.api import PowerState
 from generic.conditions import DesiredCondition, merge_conditions
 from libvirt_provider import constants as c
 from libvirt_provider.driver.types import AddressSource, InterfaceAddress
+from libvirt_provider.resolved import ResolvedMachine
 
 __all__ = [
     "NicAddressPlan",
@@ -32,6 +33,9 @@ __all__ = [
     "failed",
     "nics_without_address",
     "provider_id",
+    "recorded_retained",
+    "retained_record",
+    "retained_volumes",
     "select_addresses",
     "sources_for",
     "waiting_for_address_message",
@@ -260,3 +264,22 @@ def _bounded(changes: Sequence[str]) -> list[str]:
         return items
     kept = MAX_PENDING_CHANGES - 1
     return [*items[:kept], f"... and {len(items) - kept} more changes"]
+
+
+def retained_volumes(plan: ResolvedMachine) -> set[tuple[str, str]]:
+    """(pool, volume) of the machine's disks that say deleteOnTermination: false."""
+    return {(v.pool, v.volume) for v in plan.volumes if not v.delete_on_termination}
+
+
+def retained_record(plan: ResolvedMachine) -> list[str]:
+    """`status.retainedVolumes` for `plan`: `pool/volume`, sorted."""
+    return sorted(f"{pool}/{volume}" for pool, volume in retained_volumes(plan))
+
+
+def recorded_retained(status: Mapping[str, Any] | None) -> set[tuple[str, str]] | None:
+    """The retained volumes a pass recorded; None when no pass has recorded them yet."""
+    recorded = (status or {}).get("retainedVolumes")
+    if not isinstance(recorded, list):
+        return None
+    pairs = (str(item).partition("/") for item in recorded)
+    return {(pool, volume) for pool, sep, volume in pairs if sep and pool and volume}
