@@ -33,11 +33,9 @@ from tests.e2e.deploy.conftest import (
     service_account_dir,
 )
 from tests.e2e.provider.conftest import (
-    VM_GROUP,
-    V,
     create,
+    delete_vm_and_wait,
     domain_names,
-    get,
     machine_volumes,
     pair,
     wait_ready,
@@ -196,17 +194,7 @@ def test_the_image_runs_a_machine_and_stops_cleanly_as_the_daemonset_runs_it(
     docs[1]["metadata"]["labels"]["infrastructure.vm-api.io/host"] = HOST
     create(api_client, docs)
     wait_ready(api_client, ns, "boxed", what="the VM Ready through the container")
-    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
-        VM_GROUP, V, ns, "virtualmachines", "boxed"
-    )
-    eventually(
-        lambda: (
-            get(api_client, ns, "boxed", vm=True) is None
-            and get(api_client, ns, "boxed", vm=False) is None
-        ),
-        timeout=120,
-        what="the pair deleted through the container",
-    )
+    delete_vm_and_wait(api_client, ns, "boxed", what="the pair deleted through the container")
     domain = naming.domain_name(ns, "boxed")
     assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []

@@ -229,6 +229,22 @@ def get(api_client: client.ApiClient, ns: str, name: str, *, vm: bool) -> dict[s
         raise
 
 
+def delete_vm_and_wait(api_client: client.ApiClient, ns: str, name: str, *, what: str) -> None:
+    """Delete the VirtualMachine (the generic controller deletes its LibvirtMachine) and wait
+    until both are gone."""
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        VM_GROUP, V, ns, "virtualmachines", name
+    )
+    eventually(
+        lambda: (
+            get(api_client, ns, name, vm=True) is None
+            and get(api_client, ns, name, vm=False) is None
+        ),
+        timeout=120,
+        what=what,
+    )
+
+
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
     return dict(find_condition(((obj or {}).get("status") or {}).get("conditions"), type_) or {})
 

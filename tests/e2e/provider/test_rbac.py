@@ -22,10 +22,9 @@ from libvirt_provider import naming
 from tests.e2e.conftest import REPO, LabInfo
 from tests.e2e.provider.conftest import (
     GROUP,
-    VM_GROUP,
-    V,
     apply,
     create,
+    delete_vm_and_wait,
     domain_names,
     get,
     health_base,
@@ -105,17 +104,7 @@ def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
             interval=1,
             what="the VM Ready under the ServiceAccount's RBAC",
         )
-        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
-            VM_GROUP, V, ns, "virtualmachines", "least"
-        )
-        eventually(
-            lambda: (
-                get(api_client, ns, "least", vm=True) is None
-                and get(api_client, ns, "least", vm=False) is None
-            ),
-            timeout=120,
-            what="the pair deleted",
-        )
+        delete_vm_and_wait(api_client, ns, "least", what="the pair deleted")
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
