@@ -235,13 +235,19 @@ class WorkerPool(Generic[K]):
         for thread in self._threads:
             thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Let the workers finish their current key and exit."""
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Let the workers finish their current key and exit, waiting `timeout` seconds in all
+        (not per worker: a daemon's stop must stay within its grace period however many workers
+        are busy). False when a worker was still busy at the end; it exits after its key."""
         self._stopping.set()
+        end = time.monotonic() + timeout
         for thread in self._threads:
-            if thread.is_alive():
-                thread.join(timeout)
+            thread.join(max(0.0, end - time.monotonic()))
+        busy = [t.name for t in self._threads if t.is_alive()]
         self._threads = []
+        if busy:
+            log.warning("stopping: %s still busy after %.0f s", ", ".join(busy), timeout)
+        return not busy
 
     def _run(self) -> None:
         while not self._stopping.is_set():

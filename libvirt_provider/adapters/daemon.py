@@ -21,6 +21,7 @@ Lease back, closes the libvirt connection, stops libvirt's event loop thread and
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -154,6 +155,12 @@ def _health(
     )
 
 
+# Seconds after the stop deadline at which a watchdog prints every thread's stack and ends the
+# process (exit status 1), however it is stuck. Under the DaemonSet the kubelet's SIGKILL (30 s
+# grace) may come first; the watchdog is for every other way the daemon is run.
+STOP_WATCHDOG_MARGIN = 10.0
+
+
 def run(cfg: DaemonConfig) -> int:
     api = load_kube_config(cfg.kubeconfig)
     hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
@@ -165,6 +172,8 @@ def run(cfg: DaemonConfig) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a daemon hangs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     metrics = (
         HealthServer(address=cfg.metrics_address, port=cfg.metrics_port, checks=False, metrics=True)
@@ -191,6 +200,10 @@ def run(cfg: DaemonConfig) -> int:
             log.error("the LibvirtMachine operator stopped unexpectedly; exiting")
             break
     log.info("stopping")
+    # The last resort behind the deadline below: whatever still runs after it (interpreter
+    # finalization waits for non-daemon threads, such as kopf's handler executor) gets its
+    # stacks printed and the process ends, so a stop is always bounded and a hang explained.
+    faulthandler.dump_traceback_later(cfg.stop_deadline + STOP_WATCHDOG_MARGIN, exit=True)
     together: list[Step] = [
         ("the LibvirtMachine controller", provider.stop),
         ("the image cache", cache.stop),

@@ -23,6 +23,7 @@ import pytest
 from tests.e2e.conftest import REPO
 
 RUN_DEADLINE = 420.0  # a cold lab start (no control-plane build) plus one guest boot
+STOP_DEADLINE = 60.0
 
 
 def _code_blocks(markdown: str) -> list[str]:
@@ -55,6 +56,24 @@ def _read_until(lines: queue.Queue[str | None], pattern: re.Pattern[str], deadli
     raise AssertionError(
         f"`make run` did not print a line matching {pattern.pattern!r} within {deadline:.0f} s; "
         "its output:\n" + "".join(seen[-40:])
+    )
+
+
+def _read_until_end(lines: queue.Queue[str | None], deadline: float) -> str:
+    """Everything printed until the output ends (or fail at the deadline, showing it)."""
+    seen: list[str] = []
+    end = time.monotonic() + deadline
+    while (left := end - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
+        if line is None:
+            return "".join(seen)
+        seen.append(line)
+    raise AssertionError(
+        f"`make run` did not end within {deadline:.0f} s of Ctrl-C; its output:\n"
+        + "".join(seen[-200:])
     )
 
 
@@ -93,8 +112,10 @@ def test_make_run_on_a_fresh_lab_shows_the_sample_ready_and_stops_on_ctrl_c() ->
         before = _read_until(lines, ready_row, RUN_DEADLINE)
         assert "The sample VM is Ready" in before
         os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=60)
-        rest = "".join(iter(lambda: lines.get(timeout=10) or "", ""))
+        # The daemon's stop deadline (25 s) plus its watchdog's margin, with room to spare: a
+        # stop that hangs past its deadline ends with every thread's stack in the output.
+        rest = _read_until_end(lines, STOP_DEADLINE)
+        proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
