@@ -169,11 +169,14 @@ def burst(
 ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Apply the pairs at once; seconds from the first apply to running, leased and Ready."""
     t0 = time.monotonic()
+    domains: dict[str, str] = {}
     for name in names:
         for doc in sample_docs(ns, name):
             group, version = doc["apiVersion"].split("/")
             plural = "virtualmachines" if doc["kind"] == "VirtualMachine" else "libvirtmachines"
-            custom.create_namespaced_custom_object(group, version, ns, plural, doc)
+            made = custom.create_namespaced_custom_object(group, version, ns, plural, doc)
+            if plural == "libvirtmachines":
+                domains[name] = naming.domain_name(ns, name, made["metadata"]["uid"])
     running: dict[str, float] = {}
     leased: dict[str, float] = {}
     ready: dict[str, float] = {}
@@ -181,7 +184,7 @@ def burst(
     while len(ready) < len(names) and time.monotonic() < deadline:
         now = time.monotonic() - t0
         for name in names:
-            dname = naming.domain_name(ns, name)
+            dname = domains[name]
             try:
                 dom = conn.lookupByName(dname)
             except libvirt.libvirtError:

@@ -1,9 +1,15 @@
 """Names this provider gives to libvirt objects: domains and the volumes a machine owns.
 
 A name is derived, never taken verbatim from user input: it keeps only characters that are safe in
-libvirt names, file names and XML, is bounded in length, and always ends in a short hash of the
-exact input, so two different machines never share a name even when sanitising or truncation makes
-their readable parts equal. Nothing here can produce `/`, a leading dot, or `..`.
+libvirt names, file names and XML, is bounded in length, and always ends in a hash. Nothing here
+can produce `/`, a leading dot, or `..`.
+
+The hash covers the machine's uid as well as its namespace and name, and is 64 bits long: a name
+belongs to one object for its whole life, so two tenants' machines never share one in practice (a
+tenant chooses names, never uids), and a machine made again under an old name gets new volumes
+instead of the disks its predecessor left behind. Machines created before names carried the uid
+keep theirs (`legacy_domain_name`, a 32-bit hash of namespace and name): `machine_domain_name`
+picks the name a machine already has.
 """
 
 from __future__ import annotations
@@ -13,15 +19,20 @@ import re
 
 __all__ = [
     "MAX_DOMAIN_NAME",
+    "carries_identity",
     "console_log_file",
     "domain_name",
     "is_machine_volume",
+    "legacy_domain_name",
     "mac_address",
+    "machine_domain_name",
     "volume_name",
 ]
 
 MAX_DOMAIN_NAME = 63
-_HASH_LEN = 8
+_HASH_LEN = 16  # hex digits: 64 bits
+_LEGACY_HASH_LEN = 8
+_ROLE_HASH_LEN = 8
 _UNSAFE = re.compile(r"[^a-z0-9.-]+|\.{2,}")
 
 
@@ -35,18 +46,45 @@ def _readable(text: str, limit: int) -> str:
     return cleaned[:limit].strip(".-")
 
 
-def domain_name(namespace: str, name: str) -> str:
-    """`<namespace>_<name>-<hash>`, at most 63 safe characters, unique per (namespace, name)."""
-    suffix = _digest(namespace, name)[:_HASH_LEN]
-    room = MAX_DOMAIN_NAME - _HASH_LEN - 2
+def _domain_name(namespace: str, name: str, suffix: str) -> str:
+    room = MAX_DOMAIN_NAME - len(suffix) - 2
     ns = _readable(namespace, room // 3) or "ns"
     base = _readable(name, room - len(ns)) or "vm"
     return f"{ns}_{base}-{suffix}"
 
 
+def domain_name(namespace: str, name: str, uid: str) -> str:
+    """`<namespace>_<name>-<hash>`, at most 63 safe characters, unique per machine object: the
+    64-bit hash covers the uid, so the name cannot be aimed at another machine's."""
+    return _domain_name(namespace, name, _digest(namespace, name, uid)[:_HASH_LEN])
+
+
+def legacy_domain_name(namespace: str, name: str) -> str:
+    """The name machines created before names carried the uid were given (and keep)."""
+    return _domain_name(namespace, name, _digest(namespace, name)[:_LEGACY_HASH_LEN])
+
+
+def machine_domain_name(namespace: str, name: str, uid: str, *, recorded: str | None) -> str:
+    """The domain name of the machine (`namespace`, `name`, `uid`).
+
+    `recorded` is the name its status carries. A machine keeps the legacy name it was created
+    with; any other recorded value is ignored, since a status is not proof of anything: the only
+    names a machine can have are the two derived from its own identity.
+    """
+    if recorded is not None and recorded == legacy_domain_name(namespace, name):
+        return recorded
+    return domain_name(namespace, name, uid)
+
+
+def carries_identity(domain: str, namespace: str, name: str, uid: str) -> bool:
+    """Whether `domain` is the uid-derived name of this machine: then every volume named after
+    it is the machine's own (see `volume_name`), which a legacy name cannot prove."""
+    return domain == domain_name(namespace, name, uid)
+
+
 # What `volume_name` produces: `<domain name>--<role>.<extension>`, the domain name ending in the
-# hash of domain_name(). A volume of this shape belongs to some machine.
-_MACHINE_VOLUME = re.compile(r"^[a-z0-9.-]+_[a-z0-9.-]+-[0-9a-f]{8}--")
+# hash of domain_name() or legacy_domain_name(). A volume of this shape belongs to some machine.
+_MACHINE_VOLUME = re.compile(r"^[a-z0-9.-]+_[a-z0-9.-]+-(?:[0-9a-f]{16}|[0-9a-f]{8})--")
 
 
 def is_machine_volume(volume: str) -> bool:
@@ -61,7 +99,7 @@ def volume_name(domain: str, role: str, *, extension: str) -> str:
     """
     readable = _readable(role, 40) or "disk"
     if readable != role:
-        readable = f"{readable}-{_digest(role)[:_HASH_LEN]}"
+        readable = f"{readable}-{_digest(role)[:_ROLE_HASH_LEN]}"
     return f"{domain}--{readable}.{extension}"
 
 

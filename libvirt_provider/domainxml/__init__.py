@@ -23,6 +23,7 @@ from libvirt_provider.domainxml.changes import (
     DomainDiff,
     Setting,
 )
+from libvirt_provider.domainxml.disks import pool_volumes
 from libvirt_provider.domainxml.domain import (
     OwnedFields,
     diff_owned,
@@ -65,6 +66,7 @@ __all__ = [
     "owned_fields",
     "owner_marker",
     "plan_live_update",
+    "pool_volumes",
     "render_domain",
     "render_domain_xml",
 ]

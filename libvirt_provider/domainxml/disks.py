@@ -28,6 +28,7 @@ __all__ = [
     "find_disk",
     "needs_scsi_controller",
     "parse_disks",
+    "pool_volumes",
     "render_disk",
     "render_scsi_controller",
 ]
@@ -100,6 +101,18 @@ def parse_disks(root: etree._Element) -> Mapping[str, DiskFacts]:
     """The disks (not CD-ROMs, floppies or LUNs) by key."""
     disks = (e for e in root.findall("devices/disk") if e.get("device", "disk") == "disk")
     return {facts.key: facts for facts in map(disk_facts, disks)}
+
+
+def pool_volumes(xml: str | bytes) -> set[tuple[str, str]]:
+    """(pool, volume) of every pool-backed disk and CD-ROM a domain definition names: what a
+    teardown knows the domain used, independent of any name."""
+    root = etree.fromstring(xml)
+    found = set()
+    for element in root.findall("devices/disk"):
+        facts = disk_facts(element)
+        if facts.pool and facts.volume:
+            found.add((facts.pool, facts.volume))
+    return found
 
 
 def find_disk(root: etree._Element, key: str) -> etree._Element | None:

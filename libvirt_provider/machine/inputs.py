@@ -85,7 +85,9 @@ class InputReader:
         link = check_link(obj, vm)
         return LinkedVm(link=link, vm=vm if link.linked else None)
 
-    def resolve(self, obj: Obj, machine: LibvirtMachine, vm: Obj) -> Resolution:
+    def resolve(
+        self, obj: Obj, machine: LibvirtMachine, vm: Obj, *, domain_name: str | None = None
+    ) -> Resolution:
         catalog = Catalog.of(
             images=self._parse_all(c.IMAGE_PLURAL, LibvirtImage),
             machine_classes=self._parse_all(c.MACHINE_CLASS_PLURAL, LibvirtMachineClass),
@@ -99,6 +101,7 @@ class InputReader:
             catalog=catalog,
             secrets=self._secrets(machine.metadata.namespace, vm),
             host=self.host_facts(),
+            domain_name=domain_name,
         )
 
     def host_facts(self) -> HostFacts:

@@ -141,14 +141,13 @@ class MachineReconciler:
         meta = obj.get("metadata") or {}
         if (meta.get("labels") or {}).get(c.HOST_LABEL) != self._host:
             return DONE  # another host's machine: its own daemon reconciles it
-        domain_name = naming.domain_name(key.namespace, key.name)
         elsewhere = created_on(obj.get("status"))
         if elsewhere is not None and elsewhere != self._host:
-            return self._moved(obj, domain_name, elsewhere)
+            return self._moved(obj, self._domain_name(obj), elsewhere)
         if meta.get("deletionTimestamp"):
             # From the object's identity and recorded facts only: any object the API server
             # accepted can be deleted, even one the models refuse.
-            return self._delete(obj, domain_name)
+            return self._delete(obj, self._domain_name(obj))
         try:
             machine = LibvirtMachine.model_validate(obj)
         except ValidationError as err:
@@ -158,6 +157,7 @@ class MachineReconciler:
         if c.FINALIZER not in (meta.get("finalizers") or []):
             self._set_finalizers(obj, [*(meta.get("finalizers") or []), c.FINALIZER])
             return AGAIN
+        domain_name = self._domain_name(obj)
         vm: Obj | None = None
         try:
             linked = self._inputs.linked_vm(obj, machine)
@@ -174,6 +174,27 @@ class MachineReconciler:
         self._write_status(obj, domain_name, report)
         return outcome
 
+    def _domain_name(self, obj: Obj) -> str:
+        """The name of the machine's domain: the one it has (see naming).
+
+        A status without a recorded name is a first pass, or one whose status was lost (a
+        restore from backup): then the domain with the machine's UUID, if any, tells the name it
+        was created with.
+        """
+        meta = obj.get("metadata") or {}
+        namespace, name, uid = (str(meta.get(k)) for k in ("namespace", "name", "uid"))
+        recorded = ((obj.get("status") or {}).get("providerMetadata") or {}).get("domainName")
+        chosen = naming.machine_domain_name(
+            namespace, name, uid, recorded=recorded if isinstance(recorded, str) else None
+        )
+        if recorded is None:
+            legacy = naming.legacy_domain_name(namespace, name)
+            with contextlib.suppress(ProviderError):
+                existing = self._hv.lookup(uuid=uid, name=chosen)
+                if existing is not None and existing.name == legacy:
+                    return legacy
+        return chosen
+
     # -- the normal path ---------------------------------------------------------------------
 
     def _converge(
@@ -184,7 +205,7 @@ class MachineReconciler:
         except ForeignDomainError as err:
             return self._failed(obj, vm, c.REASON_FOREIGN_DOMAIN, str(err)), DONE
         intent = power_intent(vm)
-        resolution = self._inputs.resolve(obj, machine, vm)
+        resolution = self._inputs.resolve(obj, machine, vm, domain_name=domain_name)
         if resolution.machine is None:
             report = self._failed(obj, vm, resolution.problems[0].reason, resolution.message())
             if existing is None:
@@ -326,7 +347,11 @@ class MachineReconciler:
         try:
             machine = LibvirtMachine.model_validate(obj)
             vm = self._inputs.linked_vm(obj, machine).vm
-            resolution = self._inputs.resolve(obj, machine, vm) if vm is not None else None
+            resolution = (
+                self._inputs.resolve(obj, machine, vm, domain_name=self._domain_name(obj))
+                if vm is not None
+                else None
+            )
         except (ProviderError, ValidationError, ValueError) as err:
             meta = obj.get("metadata") or {}
             where = f"{meta.get('namespace')}/{meta.get('name')}"

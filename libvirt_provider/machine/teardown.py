@@ -1,9 +1,17 @@
 """Removing a machine from its host: the domain, the volumes it owns and its console log.
 
-Deletion keeps what the user asked to keep (disks with `deleteOnTermination: false`) and never
-touches a domain that holds the machine's name without being the machine's own, nor anything
-named after it (its volumes, its console log). Every step treats
-"already gone" as done, so a teardown interrupted by a crash is simply run again.
+A volume is removed only when the machine provably owns it, never for its name alone:
+- it is a disk of the machine's own domain definition (found by the machine's UUID) and named
+  after that domain, read before anything is removed; or
+- its name carries the machine's identity (`naming.carries_identity`: a 64-bit hash over the
+  namespace, name and uid, which no other object can aim at), which also finds volumes an
+  interrupted creation made before the domain was defined.
+A machine from before names carried the uid therefore loses only what its definition names.
+
+Deletion keeps what the user asked to keep (disks with `deleteOnTermination: false`) and touches
+nothing at all while a foreign domain holds the machine's name. The domain is stopped first and
+undefined last, so a teardown interrupted by a crash still finds the definition and runs again;
+every step treats "already gone" as done.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from pathlib import Path
 
 from libvirt_provider import constants as c
 from libvirt_provider import naming
+from libvirt_provider.domainxml import pool_volumes
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import DomainState
 from libvirt_provider.errors import (
@@ -55,12 +64,40 @@ class Teardown:
                 obj, reason=c.EVENT_NOTHING_REMOVED, message=f"{err}; nothing was removed"
             )
             return
+        meta = obj.get("metadata") or {}
+        identity = (str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid")))
+        named = naming.carries_identity(domain_name, *identity)
+        owned: set[tuple[str, str]] = set()
         if ref is not None:
+            prefix = f"{ref.name}--"
+            owned |= {
+                (pool, volume)
+                for pool, volume in pool_volumes(self._hv.domain_xml(uuid, inactive=True))
+                if volume.startswith(prefix)
+            }
+            if self._hv.status(uuid).state is not DomainState.SHUTOFF:
+                self._hv.destroy(uuid)
+        if named:
+            owned |= self._named_after(obj, domain_name)
+        for pool, volume in sorted(owned - keep):
+            try:
+                self._hv.delete_volume(pool, volume)
+            except NotFoundError:
+                continue
+            self._events.event(
+                obj, reason=c.EVENT_VOLUME_DELETED, message=f"deleted {pool}/{volume}"
+            )
+        if ref is not None or named:
+            self._remove_console_log(ref.name if ref is not None else domain_name)
+        if ref is not None:
+            crash_point("delete:before-undefine")
             remove_domain(self._hv, uuid)
-            crash_point("delete:after-undefine")
             self._events.event(obj, reason=c.EVENT_UNDEFINED, message=f"removed domain {ref.name}")
-        self._remove_console_log(domain_name)
+
+    def _named_after(self, obj: Obj, domain_name: str) -> set[tuple[str, str]]:
+        """Every volume in the host's pools whose name starts with `<domain_name>--`."""
         prefix = f"{domain_name}--"
+        found: set[tuple[str, str]] = set()
         for pool in sorted(self._hv.host_facts().pools):
             try:
                 volumes = self._hv.list_volumes(pool)
@@ -75,15 +112,8 @@ class Teardown:
                     warning=True,
                 )
                 continue
-            for volume in volumes:
-                if volume.name.startswith(prefix) and (pool, volume.name) not in keep:
-                    try:
-                        self._hv.delete_volume(pool, volume.name)
-                    except NotFoundError:
-                        continue
-                    self._events.event(
-                        obj, reason=c.EVENT_VOLUME_DELETED, message=f"deleted {pool}/{volume.name}"
-                    )
+            found |= {(pool, v.name) for v in volumes if v.name.startswith(prefix)}
+        return found
 
     def _remove_console_log(self, domain_name: str) -> None:
         # The log is a host file the domain wrote, not a volume: it goes with the machine.

@@ -97,6 +97,8 @@ class Context:
     catalog: Catalog
     secrets: SecretData
     host: HostOffer
+    domain_name: str | None = None
+    """The name the machine's domain already has, when it has one (see naming)."""
     problems: list[Problem] = field(default_factory=list)
 
     def problem(self, reason: str, where: str, message: str) -> None:
@@ -107,8 +109,10 @@ class Context:
 
     @property
     def domain(self) -> str:
+        if self.domain_name is not None:
+            return self.domain_name
         meta = self.machine.metadata
-        return domain_name(meta.namespace, meta.name)
+        return domain_name(meta.namespace, meta.name, meta.uid)
 
 
 def check_reference(ctx: Context, ref: ObjectReference, kind: str, where: str) -> bool:

@@ -253,9 +253,11 @@ def resolve_machine(
     catalog: Catalog,
     secrets: SecretData,
     host: HostOffer,
+    domain_name: str | None = None,
 ) -> Resolution:
     """Resolve a linked VM + LibvirtMachine pair for `host`. Raw dicts are parsed here, so a spec
-    the models refuse becomes a problem to report rather than an exception."""
+    the models refuse becomes a problem to report rather than an exception. `domain_name` is the
+    name the machine's domain already has (by default, the one derived from its identity)."""
     problems: list[Problem] = []
     vm = _parse(VirtualMachineSpec, vm_spec, f"{VM}.spec", problems)
     libvirt_machine = _parse(LibvirtMachine, machine, LM, problems)
@@ -268,5 +270,6 @@ def resolve_machine(
         catalog=catalog,
         secrets=secrets,
         host=host,
+        domain_name=domain_name,
     )
     return resolve_pair(context)

@@ -23,7 +23,6 @@ import yaml
 from kubernetes import client
 from testcontainers.core.container import DockerContainer
 
-from libvirt_provider import naming
 from tests.e2e.conftest import LabInfo
 from tests.e2e.deploy.conftest import (
     CONTAINER_LABEL,
@@ -36,6 +35,7 @@ from tests.e2e.provider.conftest import (
     create,
     delete_vm_and_wait,
     domain_names,
+    domain_of,
     machine_volumes,
     pair,
     wait_ready,
@@ -195,7 +195,7 @@ def test_the_image_runs_a_machine_and_stops_cleanly_as_the_daemonset_runs_it(
     create(api_client, docs)
     wait_ready(api_client, ns, "boxed", what="the VM Ready through the container")
     delete_vm_and_wait(api_client, ns, "boxed", what="the pair deleted through the container")
-    domain = naming.domain_name(ns, "boxed")
+    domain = domain_of(api_client, ns, "boxed")
     assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []
 

@@ -14,10 +14,9 @@ import subprocess
 import libvirt
 from kubernetes import client
 
-from libvirt_provider import naming
 from tests.e2e.conftest import LabInfo
 from tests.e2e.node.conftest import NAMESPACE, kubectl, one_ready_pod
-from tests.e2e.provider.conftest import create, machine_volumes, pair, wait_ready
+from tests.e2e.provider.conftest import create, domain_of, machine_volumes, pair, wait_ready
 from tests.eventually import eventually
 
 ROLLED_IMAGE = "docker.io/vm-api/libvirt-provider:0.1.0-rollout"
@@ -29,8 +28,10 @@ def _pair_on(node: str, ns: str, name: str) -> list[dict[str, object]]:
     return docs
 
 
-def _domain(virt: libvirt.virConnect, ns: str, name: str) -> libvirt.virDomain:
-    return virt.lookupByName(naming.domain_name(ns, name))
+def _domain(
+    virt: libvirt.virConnect, api_client: client.ApiClient, ns: str, name: str
+) -> libvirt.virDomain:
+    return virt.lookupByName(domain_of(api_client, ns, name))
 
 
 def test_the_pod_becomes_ready_and_kubectl_logs_shows_the_daemon(
@@ -50,7 +51,7 @@ def test_the_sample_pair_becomes_ready_with_an_address_through_the_pod(
         api_client, ns, "sample", what="the sample VM Ready with an address", addresses=True
     )
     assert status["addresses"]
-    assert _domain(virt, ns, "sample").isActive()
+    assert _domain(virt, api_client, ns, "sample").isActive()
 
 
 def test_deleting_the_pod_mid_creation_leaves_one_domain_and_no_leak(
@@ -62,8 +63,8 @@ def test_deleting_the_pod_mid_creation_leaves_one_domain_and_no_leak(
 ) -> None:
     node = daemonset.spec.node_name
     before = one_ready_pod(api_client)
-    domain = naming.domain_name(ns, "hasty")
     create(api_client, _pair_on(node, ns, "hasty"))
+    domain = domain_of(api_client, ns, "hasty")
     eventually(
         lambda: bool(machine_volumes(virt, lab, f"{domain}--")),
         timeout=60,
@@ -117,7 +118,7 @@ def test_a_rolling_update_to_a_new_image_tag_keeps_guests_running(
     node = daemonset.spec.node_name
     create(api_client, _pair_on(node, ns, "steady"))
     wait_ready(api_client, ns, "steady", what="the VM Ready before the update")
-    domain_id = _domain(virt, ns, "steady").ID()
+    domain_id = _domain(virt, api_client, ns, "steady").ID()
     before = one_ready_pod(api_client)
 
     subprocess.run(
@@ -150,5 +151,5 @@ def test_a_rolling_update_to_a_new_image_tag_keeps_guests_running(
     kubectl(
         lab, "-n", NAMESPACE, "rollout", "status", "daemonset/libvirt-provider", "--timeout=120s"
     )
-    assert _domain(virt, ns, "steady").ID() == domain_id
+    assert _domain(virt, api_client, ns, "steady").ID() == domain_id
     wait_ready(api_client, ns, "steady", what="the VM still Ready after the update")

@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from generic.conditions import find_condition
+from libvirt_provider import naming
 from tests.e2e.conftest import REPO, LabInfo
 from tests.eventually import eventually
 
@@ -227,6 +228,13 @@ def get(api_client: client.ApiClient, ns: str, name: str, *, vm: bool) -> dict[s
         if err.status == 404:
             return None
         raise
+
+
+def domain_of(api_client: client.ApiClient, ns: str, name: str) -> str:
+    """The domain name of LibvirtMachine `ns/name`, derived from its uid as the daemon does."""
+    machine = get(api_client, ns, name, vm=False)
+    assert machine is not None, f"LibvirtMachine {ns}/{name} does not exist"
+    return naming.domain_name(ns, name, str(machine["metadata"]["uid"]))
 
 
 def delete_vm_and_wait(api_client: client.ApiClient, ns: str, name: str, *, what: str) -> None:

@@ -13,11 +13,11 @@ from typing import Any
 import libvirt
 from kubernetes import client
 
-from libvirt_provider import naming
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (
     condition,
     create,
+    domain_of,
     get,
     pair,
     patch_vm,
@@ -53,7 +53,7 @@ def test_soft_never_forces_a_stubborn_guest_and_try_soft_does(
         return vm_status(api_client, ns, "stubborn")
 
     wait_ready(api_client, ns, "stubborn", addresses=True, what="Ready with an address")
-    dom = virt.lookupByName(naming.domain_name(ns, "stubborn"))
+    dom = virt.lookupByName(domain_of(api_client, ns, "stubborn"))
 
     patch_vm(api_client, ns, "stubborn", {"powerState": "PoweredOff", "powerOffMode": "Soft"})
     stuck = eventually(

@@ -6,13 +6,13 @@ import libvirt
 from kubernetes import client
 from lxml import etree
 
-from libvirt_provider import naming
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (
     GROUP,
     VM_GROUP,
     V,
     create,
+    domain_of,
     get,
     machine_volumes,
     pair,
@@ -33,7 +33,7 @@ def test_blank_data_disks_follow_the_machine_and_delete_on_termination(
     ]
     create(api_client, pair(ns, "disky", vm_spec={"disks": disks}))
     wait_ready(api_client, ns, "disky", what="the VM Ready with its data disks")
-    domain = naming.domain_name(ns, "disky")
+    domain = domain_of(api_client, ns, "disky")
     owned = machine_volumes(virt, lab, f"{domain}--")
     assert len(owned) == 3, owned
     scratch = next(v for v in owned if "scratch" in v)
@@ -83,7 +83,7 @@ def test_a_data_disk_from_an_image_is_an_overlay_hot_plugged_into_a_running_mach
 ) -> None:
     create(api_client, pair(ns, "copier"))
     wait_ready(api_client, ns, "copier", what="the VM Ready")
-    domain = naming.domain_name(ns, "copier")
+    domain = domain_of(api_client, ns, "copier")
     dom = virt.lookupByName(domain)
     run_id = dom.ID()
     image = {"apiGroup": GROUP, "kind": "LibvirtImage", "name": "test-guest"}

@@ -42,6 +42,7 @@ from tests.e2e.provider.conftest import (
     condition,
     console_log_dir,
     create,
+    domain_of,
     get,
     namespace,
     pair,
@@ -268,7 +269,7 @@ def machine(
         m = Machine(
             ns=ns,
             name=name,
-            domain=naming.domain_name(ns, name),
+            domain=domain_of(api_client, ns, name),
             macs=macs,
             static_address=f"{lab.static_prefix}.20",
         )
@@ -546,7 +547,7 @@ def broken(lab: LabInfo, api_client: client.ApiClient, daemon: str) -> Iterator[
             },
         )
         m = Machine(
-            ns=ns, name=name, domain=naming.domain_name(ns, name), macs={}, static_address=""
+            ns=ns, name=name, domain=domain_of(api_client, ns, name), macs={}, static_address=""
         )
         touch(api_client, m)
         yield m

@@ -19,7 +19,6 @@ import libvirt
 import pytest
 from kubernetes import client
 
-from libvirt_provider import naming
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (
     GROUP,
@@ -27,6 +26,7 @@ from tests.e2e.provider.conftest import (
     V,
     create,
     domain_names,
+    domain_of,
     get,
     pair,
     wait_ready,
@@ -169,7 +169,7 @@ def test_a_base_backing_a_machine_outlives_its_image_until_the_machine_goes(
         _after_a_pass(api, lab, cache.daemon)
         assert base_volumes(virt, lab, sha256) == [base, f"{base}.verified"]
         # The machine now reports its image missing, but its domain runs on, on that base.
-        assert naming.domain_name(ns, "backed") in domain_names(virt)
+        assert domain_of(api, ns, "backed") in domain_names(virt)
 
         _delete_machine(api, ns, "backed")
         eventually(

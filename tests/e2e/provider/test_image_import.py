@@ -20,7 +20,6 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from libvirt_provider import naming
 from libvirt_provider.adapters.kube import KubeAdapter
 from libvirt_provider.images.status import merge_hosts
 from tests.e2e.conftest import LabInfo
@@ -31,6 +30,7 @@ from tests.e2e.provider.conftest import (
     condition,
     create,
     domain_names,
+    domain_of,
     get,
     machine_volumes,
     pair,
@@ -156,7 +156,7 @@ def test_two_machines_share_one_verified_download(
             f"image-{sha256[:32]}.qcow2.verified",
         ]
         for vm in ("one", "two"):
-            domain = naming.domain_name(ns, vm)
+            domain = domain_of(api_client, ns, vm)
             assert machine_volumes(virt, lab, f"{domain}--") == [f"{domain}--boot.qcow2"]
         entry = eventually(
             lambda: (e := host_entry(api_client, name)).get("phase") == "Ready" and e,
@@ -201,7 +201,7 @@ def test_a_wrong_checksum_is_reported_and_leaves_nothing(
         )
         assert "does not match" in cond["message"]
         assert machine_volumes(virt, lab, f"image-{wrong[:32]}") == []
-        domain = naming.domain_name(ns, "tampered")
+        domain = domain_of(api_client, ns, "tampered")
         assert domain not in domain_names(virt)
         assert machine_volumes(virt, lab, f"{domain}--") == []
         entry = eventually(

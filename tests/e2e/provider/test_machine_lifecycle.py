@@ -17,7 +17,6 @@ from kubernetes import client
 from lxml import etree
 from lxml.builder import E
 
-from libvirt_provider import naming
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (
@@ -29,6 +28,7 @@ from tests.e2e.provider.conftest import (
     create,
     delete_quietly,
     domain_names,
+    domain_of,
     get,
     machine_volumes,
     pair,
@@ -43,7 +43,7 @@ def test_a_linked_pair_boots_powers_and_deletes_cleanly(
 ) -> None:
     name = "web"
     create(api_client, pair(ns, name))
-    domain = naming.domain_name(ns, name)
+    domain = domain_of(api_client, ns, name)
 
     def ready_with_address() -> dict[str, Any] | None:
         vm = get(api_client, ns, name, vm=True)
@@ -128,7 +128,7 @@ def test_a_one_sided_link_creates_nothing_and_says_why(
     assert cond["status"] == "False"
     assert cond["reason"] == "LinkMismatch"
     assert "someone-else" in cond["message"]
-    domain = naming.domain_name(ns, "lonely")
+    domain = domain_of(api_client, ns, "lonely")
     assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []
 
@@ -152,7 +152,7 @@ def test_unsupported_configuration_is_reported_and_nothing_is_built(
         if e.reason == "UnsupportedByProvider" and e.type == "Warning"
     }
     assert warned == {"VirtualMachine", "LibvirtMachine"}
-    domain = naming.domain_name(ns, "spot")
+    domain = domain_of(api_client, ns, "spot")
     assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []
 
@@ -160,7 +160,9 @@ def test_unsupported_configuration_is_reported_and_nothing_is_built(
 def test_a_foreign_domain_with_our_name_is_refused_and_left_intact(
     api_client: client.ApiClient, virt: libvirt.virConnect, lab: LabInfo, ns: str
 ) -> None:
-    domain = naming.domain_name(ns, "squatted")
+    vm, machine = pair(ns, "squatted")
+    create(api_client, [machine])  # not linked yet: nothing is built, but its uid is known
+    domain = domain_of(api_client, ns, "squatted")
     foreign_uuid = str(uuid.uuid4())
     xml = E.domain(
         E.name(domain),
@@ -171,7 +173,7 @@ def test_a_foreign_domain_with_our_name_is_refused_and_left_intact(
     )
     foreign = virt.defineXML(etree.tostring(xml, encoding="unicode"))
     try:
-        create(api_client, pair(ns, "squatted"))
+        create(api_client, [vm])
         cond = eventually(
             lambda: (
                 condition(get(api_client, ns, "squatted", vm=False), "InfrastructureReady") or None
@@ -226,7 +228,7 @@ def test_two_vms_claiming_one_machine_build_one_domain(
     assert lm is not None
     owners = [o["name"] for o in lm["metadata"].get("ownerReferences") or [] if o.get("controller")]
     assert owners == ["shared"]
-    domain = naming.domain_name(ns, "shared")
+    domain = domain_of(api_client, ns, "shared")
     assert [d for d in domain_names(virt) if d == domain] == [domain]
     assert machine_volumes(virt, lab, f"{domain}--") == [f"{domain}--boot.qcow2"]
 

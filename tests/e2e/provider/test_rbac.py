@@ -18,7 +18,6 @@ import pytest
 import yaml
 from kubernetes import client
 
-from libvirt_provider import naming
 from tests.e2e.conftest import REPO, LabInfo
 from tests.e2e.provider.conftest import (
     GROUP,
@@ -26,6 +25,7 @@ from tests.e2e.provider.conftest import (
     create,
     delete_vm_and_wait,
     domain_names,
+    domain_of,
     get,
     health_base,
     machine_volumes,
@@ -108,7 +108,7 @@ def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
-    domain = naming.domain_name(ns, "least")
+    domain = domain_of(api_client, ns, "least")
     assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []
     # Other tests leave provider kinds of other groups installed, labelled for the generic

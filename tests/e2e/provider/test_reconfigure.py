@@ -15,7 +15,6 @@ import libvirt
 from kubernetes import client
 from lxml import etree
 
-from libvirt_provider import naming
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (
     GROUP,
@@ -24,6 +23,7 @@ from tests.e2e.provider.conftest import (
     condition,
     console_log_dir,
     create,
+    domain_of,
     get,
     machine_volumes,
     pair,
@@ -78,7 +78,7 @@ def test_the_guest_reads_its_cloud_init_and_a_changed_secret_waits_for_a_power_c
         ),
     )
     wait_ready(api_client, ns, "told", addresses=True, what="Ready with an address")
-    domain = naming.domain_name(ns, "told")
+    domain = domain_of(api_client, ns, "told")
     log = Path(console_log_dir(lab)) / f"{domain}.serial.log"
     eventually(
         lambda: log.exists() and f"VMAPI-GUEST-USERDATA {first}" in log.read_text(errors="replace"),
@@ -143,7 +143,7 @@ def test_sizes_and_nics_change_live_and_more_slots_wait_for_a_power_cycle(
     docs[1]["spec"]["hotplug"] = {"maxCPUs": 2, "maxMemory": "512Mi"}
     create(api_client, docs)
     wait_ready(api_client, ns, "grow", addresses=True, what="Ready with an address")
-    dom = virt.lookupByName(naming.domain_name(ns, "grow"))
+    dom = virt.lookupByName(domain_of(api_client, ns, "grow"))
     run_id = dom.ID()
 
     def live_vcpus() -> int:

@@ -18,7 +18,6 @@ import libvirt
 import pytest
 from kubernetes import client
 
-from libvirt_provider import naming
 from tests.e2e.conftest import LAB_SCRIPT, REPO, LabInfo
 from tests.e2e.provider.conftest import (
     GROUP,
@@ -27,6 +26,7 @@ from tests.e2e.provider.conftest import (
     condition,
     create,
     domain_names,
+    domain_of,
     get,
     machine_volumes,
     pair,
@@ -112,7 +112,7 @@ def test_a_crash_at_each_step_of_create_converges_to_one_domain_and_no_leak(
     lm = get(api_client, ns, "crashy", vm=False)
     assert lm is not None
     uid = lm["metadata"]["uid"]
-    domain = naming.domain_name(ns, "crashy")
+    domain = domain_of(api_client, ns, "crashy")
 
     with running_daemon(lab):
         eventually(
@@ -141,9 +141,9 @@ def test_a_crash_at_each_step_of_create_converges_to_one_domain_and_no_leak(
 def test_a_machine_deleted_while_it_is_being_created_leaks_nothing(
     lab: LabInfo, api_client: client.ApiClient, virt: libvirt.virConnect, ns: str
 ) -> None:
-    domain = naming.domain_name(ns, "hasty")
     with running_daemon(lab):
         create(api_client, _pair_on_host(ns, "hasty"))
+        domain = domain_of(api_client, ns, "hasty")
         eventually(
             lambda: bool(machine_volumes(virt, lab, f"{domain}--")),
             timeout=60,
@@ -192,7 +192,7 @@ def test_the_daemon_recovers_when_libvirtd_restarts(
     # The session's connection predates the restart; a new one sees the domain off.
     fresh = libvirt.open(lab.libvirt_uri)
     try:
-        dom = fresh.lookupByName(naming.domain_name(ns, "steady"))
+        dom = fresh.lookupByName(domain_of(api_client, ns, "steady"))
         assert dom.state()[0] == libvirt.VIR_DOMAIN_SHUTOFF
     finally:
         fresh.close()

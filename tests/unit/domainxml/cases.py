@@ -70,8 +70,8 @@ def nic(
 
 
 def machine(case: str, **overrides: Any) -> DomainSpec:
-    uid = uuid.uuid5(_NS, case)
-    name = domain_name("default", case)
+    uid = _uid(case)
+    name = _domain(case)
     fields: dict[str, Any] = {
         "name": name,
         "uuid": uid,
@@ -91,6 +91,10 @@ def _uid(case: str) -> uuid.UUID:
     return uuid.uuid5(_NS, case)
 
 
+def _domain(case: str) -> str:
+    return domain_name("default", case, str(_uid(case)))
+
+
 def _cases() -> dict[str, DomainSpec]:
     cases: dict[str, DomainSpec] = {}
 
@@ -105,7 +109,7 @@ def _cases() -> dict[str, DomainSpec]:
         os=OsBoot(machine_type="q35", firmware=FirmwareKind.EFI),
         cloud_init=CloudInitMedia(
             pool=POOL,
-            volume=f"{domain_name('default', name)}--cidata.iso",
+            volume=f"{_domain(name)}--cidata.iso",
             bus=CdromBus.SCSI,
             target="sda",
             digest="5" * 64,
@@ -155,7 +159,7 @@ def _cases() -> dict[str, DomainSpec]:
             )
 
     name = "pc-ide-cdrom-sata-disks"
-    domain = domain_name("default", name)
+    domain = _domain(name)
     cases[name] = machine(
         name,
         domain_type=DomainType.QEMU,
@@ -189,7 +193,7 @@ def _cases() -> dict[str, DomainSpec]:
     )
 
     name = "many-disks-spice-no-serial"
-    domain = domain_name("default", name)
+    domain = _domain(name)
     cases[name] = machine(
         name,
         cpu=Cpu(vcpus=2, max_vcpus=2, mode=CpuMode.HOST_PASSTHROUGH),

@@ -30,7 +30,7 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 def test_any_kubernetes_name_renders_a_schema_valid_domain(
     namespace: str, name: str, domain_schema: etree.RelaxNG
 ) -> None:
-    derived = domain_name(namespace, name)
+    derived = domain_name(namespace, name, "0b5ec0de-0000-4000-8000-000000000001")
     assert len(derived) <= MAX_DOMAIN_NAME
     assert SAFE_NAME.match(derived)
     spec = machine(name[:50].strip(".-") or "x", name=derived)
@@ -40,9 +40,11 @@ def test_any_kubernetes_name_renders_a_schema_valid_domain(
 
 
 @SETTINGS
-@given(namespace=st.text(max_size=300), name=st.text(max_size=600))
-def test_any_string_at_all_yields_a_bounded_safe_domain_name(namespace: str, name: str) -> None:
-    derived = domain_name(namespace, name)
+@given(namespace=st.text(max_size=300), name=st.text(max_size=600), uid=st.text(max_size=80))
+def test_any_string_at_all_yields_a_bounded_safe_domain_name(
+    namespace: str, name: str, uid: str
+) -> None:
+    derived = domain_name(namespace, name, uid)
     assert len(derived) <= MAX_DOMAIN_NAME
     assert SAFE_NAME.match(derived)
     assert ".." not in derived
@@ -52,7 +54,7 @@ def test_any_string_at_all_yields_a_bounded_safe_domain_name(namespace: str, nam
 @given(st.text(max_size=80), st.text(max_size=80))
 def test_distinct_machines_get_distinct_domain_names(a: str, b: str) -> None:
     if a != b:
-        assert domain_name("ns", a) != domain_name("ns", b)
+        assert domain_name("ns", a, "u") != domain_name("ns", b, "u")
 
 
 @SETTINGS

@@ -28,7 +28,7 @@ Obj = dict[str, Any]
 NS = "default"
 HOST_LABEL = "infrastructure.vm-api.io/host"
 FINALIZER = "infrastructure.vm-api.io/libvirt-machine"
-DOMAIN = naming.domain_name(NS, "web")
+DOMAIN = naming.domain_name(NS, "web", UID)
 
 
 def _store(**vm_spec: Any) -> MemoryStore:

@@ -11,11 +11,18 @@ from tests.unit.provider import builders as b
 from tests.unit.provider.test_resolve import only_problem, resolve
 
 OTHER_TENANTS_BOOT_DISK = naming.volume_name(
-    naming.domain_name("tenant-b", "db"), "boot", extension="qcow2"
+    naming.domain_name("tenant-b", "db", "5c0ffee5-0000-4000-8000-00000000000b"),
+    "boot",
+    extension="qcow2",
+)
+LEGACY_BOOT_DISK = naming.volume_name(
+    naming.legacy_domain_name("tenant-b", "db"), "boot", extension="qcow2"
 )
 
 
-@pytest.mark.parametrize("volume", [OTHER_TENANTS_BOOT_DISK, base_volume_name("ab" * 32, "qcow2")])
+@pytest.mark.parametrize(
+    "volume", [OTHER_TENANTS_BOOT_DISK, LEGACY_BOOT_DISK, base_volume_name("ab" * 32, "qcow2")]
+)
 def test_an_image_naming_a_machine_or_cache_volume_is_refused(volume: str) -> None:
     image = b.image(source={"volume": {"pool": "vmapi-lab", "volume": volume}})
     reason, where, message = only_problem(resolve(images=[image]))
