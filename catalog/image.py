@@ -38,6 +38,10 @@ HttpUrl = Annotated[AnyUrl, UrlConstraints(allowed_schemes=["http", "https"], ma
 # A machine type libvirt's qemu driver understands for x86: the `pc` (i440fx) and `q35` families,
 # plain or versioned. Anything else would fail at define time with a less helpful message.
 MACHINE_TYPE_PATTERN = r"^(pc|q35|pc-i440fx-[0-9]+\.[0-9]+|pc-q35-[0-9]+\.[0-9]+)$"
+# The download cap by default: distribution cloud images are well under 2 GiB and the largest
+# common guest images (Windows) around 20; a larger image is an explicit choice on its LibvirtImage.
+DEFAULT_MAX_IMAGE_GIB = 20
+MAX_IMAGE_GIB = 4096
 
 
 class ImageFormat(enum.StrEnum):
@@ -80,6 +84,14 @@ class HttpSource(KubeModel):
     sha256: str = Field(
         pattern=r"^[A-Fa-f0-9]{64}$",
         description="Expected SHA-256 of the file, 64 hex digits; verified before any use.",
+    )
+    max_size_gib: int = Field(
+        default=DEFAULT_MAX_IMAGE_GIB,
+        alias="maxSizeGiB",
+        ge=1,
+        le=MAX_IMAGE_GIB,
+        description="Largest file accepted, in GiB: a server announcing more is refused before "
+        "anything is written, and one sending more than it announced is cut off.",
     )
 
     @field_validator("sha256")

@@ -258,6 +258,8 @@ class BaseImage(ResolvedModel):
     format: ImageFormat
     url: str | None = None
     sha256: str | None = None
+    max_bytes: int | None = None
+    """The most a download may bring (the image's `maxSizeGiB`)."""
 
 
 class VolumePlan(ResolvedModel):

@@ -123,6 +123,9 @@ class VolumeStore(Protocol):
         ...
 
     def delete_volume(self, pool: str, name: str) -> None: ...
+    def pool_available(self, pool: str) -> int | None:
+        """Free bytes in `pool` as libvirt accounts them; None when it cannot say."""
+        ...
 
 
 class LiveOperations(Protocol):

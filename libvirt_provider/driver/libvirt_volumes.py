@@ -209,6 +209,14 @@ class LibvirtVolumes(LibvirtConnection):
         with self._pool_lock(pool):
             return self._call(upload)
 
+    def pool_available(self, pool: str) -> int | None:
+        def available(conn: libvirt.virConnect) -> int | None:
+            _state, capacity, _allocation, free = conn.storagePoolLookupByName(pool).info()
+            # A pool that reports no capacity at all (some network pools) does not account space.
+            return int(free) if capacity else None
+
+        return self._call(available)
+
     def grow_volume(self, *, pool: str, name: str, capacity_bytes: int) -> VolumeInfo:
         def grow(conn: libvirt.virConnect) -> VolumeInfo:
             vol = conn.storagePoolLookupByName(pool).storageVolLookupByName(name)

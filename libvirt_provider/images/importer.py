@@ -7,6 +7,10 @@ background download for it and reports progress on every later call:
 
 - the bytes are streamed from the server straight into a pool volume through libvirt (never held
   in memory whole), and hashed on the way;
+- nothing is written when the announced size is over the image's cap (`maxSizeGiB`) or the
+  pool's free space, and a server sending more than it announced is cut off;
+- a qcow2 whose header names a backing file or an external data file is stopped as soon as its
+  header has arrived (`qcow2.py`), and libvirt's own view of the finished volume is checked again;
 - a mismatching checksum, a short read or any error deletes the half-written volume, and the
   failure is reported (and retried only after `retry_after`);
 - a verified base is marked by a small companion volume `<base>.verified` holding the digest. A base
@@ -41,6 +45,7 @@ from libvirt_provider.driver.base import PoolAccess
 from libvirt_provider.errors import NotFoundError, ProviderError
 from libvirt_provider.images.digest import BackgroundDigest
 from libvirt_provider.images.names import marker_name, shown_url
+from libvirt_provider.images.qcow2 import HEADER_BYTES, header_problem
 from libvirt_provider.resolved import BaseImage
 
 __all__ = ["ImageImporter", "ImportRecord", "ImportState"]
@@ -118,6 +123,16 @@ class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
 
 
 _OPENER = urllib.request.build_opener(_HttpOnlyRedirects)
+
+
+def _refuse_foreign_files(base: BaseImage, url: str, head: bytes) -> None:
+    """Stop a qcow2 download whose header points at other host files (see images.qcow2)."""
+    problem = header_problem(head)
+    if problem is not None:
+        raise ProviderError(
+            f"image {base.image!r} from {url} is refused: {problem}; imported images must "
+            "stand alone, so it was discarded"
+        )
 
 
 def _open_url(url: str) -> Download:
@@ -277,6 +292,7 @@ class ImageImporter:
             if length is None:
                 raise ProviderError(f"{url} sent no Content-Length; cannot stream it")
             job.total = int(length)
+            self._check_room(base, url, job.total)
             log.info(
                 "importing image %s from %s into %s/%s: %d bytes",
                 base.image,
@@ -287,6 +303,8 @@ class ImageImporter:
             )
             self._on_change(base)
 
+            head = bytearray()
+
             def chunks() -> Iterator[bytes]:
                 reported = time.monotonic()
                 while chunk := response.read(CHUNK):
@@ -295,6 +313,14 @@ class ImageImporter:
                             f"{url}: not finished after {self._deadline:.0f} s "
                             f"({job.done} of {job.total} bytes); abandoned"
                         )
+                    if job.total is not None and job.done + len(chunk) > job.total:
+                        raise ProviderError(
+                            f"{url} sent more than the {job.total} bytes it announced; abandoned"
+                        )
+                    if base.format == "qcow2" and len(head) < HEADER_BYTES:
+                        head.extend(chunk[: HEADER_BYTES - len(head)])
+                        if len(head) == HEADER_BYTES or job.done + len(chunk) == job.total:
+                            _refuse_foreign_files(base, url, bytes(head))
                     digest.update(chunk)
                     job.done += len(chunk)
                     if time.monotonic() - reported > PROGRESS_SECONDS:
@@ -309,6 +335,21 @@ class ImageImporter:
                 pool=base.pool, name=base.volume, size=job.total, chunks=chunks()
             )
             return digest.hexdigest()
+
+    def _check_room(self, base: BaseImage, url: str, size: int) -> None:
+        """Refuse before writing anything: more than the image's cap, or than the pool has free
+        (a full pool would pause every running machine whose disks grow in it)."""
+        if base.max_bytes is not None and size > base.max_bytes:
+            raise ProviderError(
+                f"image {base.image!r} from {url} is {size} bytes, more than its cap of "
+                f"{base.max_bytes} (spec.source.http.maxSizeGiB); nothing was downloaded"
+            )
+        free = self._hv.pool_available(base.pool)
+        if free is not None and size > free:
+            raise ProviderError(
+                f"image {base.image!r} from {url} is {size} bytes; pool {base.pool!r} has "
+                f"{free} bytes free; nothing was downloaded"
+            )
 
     def _refuse_backing_chain(self, base: BaseImage, url: str) -> None:
         """An imported image must stand alone: a qcow2 whose header names a backing file would

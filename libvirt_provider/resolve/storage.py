@@ -114,6 +114,7 @@ def resolve_base_image(
         format=fmt,
         url=str(source.http.url),
         sha256=source.http.sha256,
+        max_bytes=source.http.max_size_gib * GIB,
     )
 
 

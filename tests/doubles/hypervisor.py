@@ -72,6 +72,8 @@ class FakeHypervisor:
     listeners: list[LifecycleListener] = field(default_factory=list)
     uploads: dict[tuple[str, str], bytes] = field(default_factory=dict)
     resized: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Free bytes per pool, for the import's space check; a pool not listed does not say.
+    pool_free: dict[str, int] = field(default_factory=dict)
 
     def _enter(self, op: str) -> None:
         self.calls.append(op)
@@ -213,6 +215,10 @@ class FakeHypervisor:
     def list_volumes(self, pool: str) -> list[VolumeInfo]:
         self._enter("list_volumes")
         return [v for (p, _), v in self.volumes.items() if p == pool]
+
+    def pool_available(self, pool: str) -> int | None:
+        self._enter("pool_available")
+        return self.pool_free.get(pool)
 
     def add_volume(self, pool: str, name: str, *, capacity_bytes: int = 1 << 30) -> VolumeInfo:
         """Test set-up: a volume that already exists (e.g. a cached base image)."""

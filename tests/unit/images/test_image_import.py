@@ -18,8 +18,9 @@ from libvirt_provider.images.names import marker_name, shown_url
 from libvirt_provider.resolved import BaseImage
 from tests.doubles.hypervisor import FakeHypervisor
 from tests.eventually import eventually
+from tests.unit.images.qcow2_bytes import qcow2_image
 
-DATA = b"qcow2-bytes" * 1000
+DATA = qcow2_image(size=11000)
 SHA = hashlib.sha256(DATA).hexdigest()
 
 
@@ -209,3 +210,56 @@ def test_an_imported_image_with_a_backing_file_is_discarded() -> None:
     assert "names a backing file" in importer.ensure(_base()).message
     assert ("default", _base().volume) not in hv.volumes
     assert ("default", marker_name(_base().volume)) not in hv.volumes
+
+
+def _refused(hv: FakeHypervisor, data: bytes, base: BaseImage | None = None) -> str:
+    base = base or _base(hashlib.sha256(data).hexdigest())
+    importer = ImageImporter(hv, opener=lambda url: _Response(data), retry_after=3600)
+    eventually(lambda: importer.ensure(base).failed, timeout=10, what="import refused")
+    assert (base.pool, base.volume) not in hv.volumes
+    assert (base.pool, marker_name(base.volume)) not in hv.volumes
+    return importer.ensure(base).message
+
+
+@pytest.mark.parametrize(
+    ("image", "problem"),
+    [
+        (qcow2_image(backing=True), "names a backing file"),
+        (qcow2_image(data_file_extension=True), "names an external data file"),
+        (b"<html>not found</html>" + b" " * 200, "not a qcow2 image"),
+    ],
+    ids=["backing-file", "data-file", "not-qcow2"],
+)
+def test_a_qcow2_naming_other_files_is_stopped_at_its_header(image: bytes, problem: str) -> None:
+    assert problem in _refused(FakeHypervisor(), image)
+
+
+def test_an_image_over_its_cap_is_refused_before_anything_is_written() -> None:
+    hv = FakeHypervisor()
+    base = _base().model_copy(update={"max_bytes": len(DATA) - 1})
+    message = _refused(hv, DATA, base)
+    assert "more than its cap" in message
+    assert "maxSizeGiB" in message
+    assert "upload_stream" not in hv.calls
+
+
+def test_an_image_larger_than_the_pools_free_space_is_refused() -> None:
+    hv = FakeHypervisor(pool_free={"default": len(DATA) - 1})
+    assert "bytes free" in _refused(hv, DATA)
+    assert "upload_stream" not in hv.calls
+
+
+class _Overflowing(_Response):
+    """A server that announces fewer bytes than it sends."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.headers = {"Content-Length": str(len(data) // 2)}
+
+
+def test_a_server_sending_more_than_it_announced_is_cut_off() -> None:
+    hv = FakeHypervisor()
+    importer = ImageImporter(hv, opener=lambda url: _Overflowing(DATA), retry_after=3600)
+    eventually(lambda: importer.ensure(_base()).failed, timeout=10, what="import refused")
+    assert "more than the" in importer.ensure(_base()).message
+    assert ("default", _base().volume) not in hv.volumes
