@@ -72,6 +72,7 @@ __all__ = [
     "REASON_OWNED_BY_ANOTHER",
     "REASON_POWERED_OFF",
     "REASON_REFERENCE_NOT_FOUND",
+    "REASON_RETRYING",
     "REASON_RUNNING",
     "REASON_SECRET_NOT_FOUND",
     "REASON_STARTING",
@@ -139,6 +140,9 @@ REASON_GUEST_NOT_COMPLYING: Final = "GuestNotComplying"
 REASON_IMPORTING_IMAGE: Final = "ImportingImage"
 REASON_IMAGE_IMPORT_FAILED: Final = "ImageImportFailed"
 REASON_HOST_CHANGED: Final = "HostChanged"
+# A libvirt call failed in a way that usually passes (libvirtd restarting, a timeout): retried with
+# backoff, and, unlike ProviderError, not terminal, so it never becomes the VM's failureReason.
+REASON_RETRYING: Final = "Retrying"
 # ... and of the link between a LibvirtMachine and its VirtualMachine.
 REASON_NOT_LINKED: Final = "NotLinked"
 REASON_VIRTUAL_MACHINE_NOT_FOUND: Final = "VirtualMachineNotFound"

@@ -1,5 +1,6 @@
 """Gathering what one pass needs: the linked VirtualMachine and the machine resolved against the
-catalog, its Secrets and this host's facts.
+catalog, its Secrets and this host's facts; for a deletion, the machine's domain name and the disks
+it keeps, from what earlier passes recorded.
 
 Reads only; the decisions are the resolver's (`libvirt_provider.resolve`) and the link check's
 (`linkage`).
@@ -8,6 +9,7 @@ Reads only; the decisions are the resolver's (`libvirt_provider.resolve`) and th
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 from dataclasses import dataclass, replace
 from typing import Any, cast, get_args
@@ -22,10 +24,13 @@ from catalog.storage import LibvirtStorageClass
 from generic import constants as vmapi
 from generic.api import PowerOffMode, PowerState
 from libvirt_provider import constants as c
+from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import HostFacts
+from libvirt_provider.errors import ProviderError
 from libvirt_provider.machine.linkage import Link, check_link
+from libvirt_provider.machine.status import recorded_retained, retained_volumes
 from libvirt_provider.machine.store import MachineStore, Obj
 from libvirt_provider.resolve import Resolution, resolve_machine
 
@@ -103,6 +108,54 @@ class InputReader:
             host=self.host_facts(),
             domain_name=domain_name,
         )
+
+    def domain_name(self, obj: Obj) -> str:
+        """The name of the machine's domain: the one it has (see naming).
+
+        A status without a recorded name is a first pass, or one whose status was lost (a
+        restore from backup): then the domain with the machine's UUID, if any, tells the name it
+        was created with.
+        """
+        meta = obj.get("metadata") or {}
+        namespace, name, uid = (str(meta.get(k)) for k in ("namespace", "name", "uid"))
+        recorded = ((obj.get("status") or {}).get("providerMetadata") or {}).get("domainName")
+        chosen = naming.machine_domain_name(
+            namespace, name, uid, recorded=recorded if isinstance(recorded, str) else None
+        )
+        if recorded is None:
+            legacy = naming.legacy_domain_name(namespace, name)
+            with contextlib.suppress(ProviderError):
+                existing = self._hv.lookup(uuid=uid, name=chosen)
+                if existing is not None and existing.name == legacy:
+                    return legacy
+        return chosen
+
+    def volumes_to_keep(self, obj: Obj) -> set[tuple[str, str]]:
+        """Volumes whose disks say deleteOnTermination: false.
+
+        Read from what the machine's passes recorded (`status.retainedVolumes`), so deletion
+        needs no catalog object or Secret: in a namespace being deleted, those may be gone
+        first, and re-resolving the spec would then keep nothing. A machine that no pass of
+        this version has recorded yet falls back to resolving."""
+        recorded = recorded_retained(obj.get("status"))
+        if recorded is not None:
+            return recorded
+        try:
+            machine = LibvirtMachine.model_validate(obj)
+            vm = self.linked_vm(obj, machine).vm
+            resolution = (
+                self.resolve(obj, machine, vm, domain_name=self.domain_name(obj))
+                if vm is not None
+                else None
+            )
+        except (ProviderError, ValidationError, ValueError) as err:
+            meta = obj.get("metadata") or {}
+            where = f"{meta.get('namespace')}/{meta.get('name')}"
+            log.warning("deleting %s: which disks to keep is unknown: %s", where, err)
+            return set()
+        if resolution is None or resolution.machine is None:
+            return set()
+        return retained_volumes(resolution.machine)
 
     def host_facts(self) -> HostFacts:
         # The host's name is the daemon's --host (the value of the host label that shards the

@@ -26,7 +26,6 @@ from generic.conditions import find_condition
 from generic.formats import format_time, merge_patch, validation_message
 from generic.workqueue import Outcome
 from libvirt_provider import constants as c
-from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import (
@@ -47,9 +46,8 @@ from libvirt_provider.machine.status import (
     compute_status,
     created_on,
     failed,
-    recorded_retained,
+    problem_reason,
     retained_record,
-    retained_volumes,
 )
 from libvirt_provider.machine.store import MachineKey, MachineStore, Obj
 from libvirt_provider.machine.teardown import Teardown
@@ -124,6 +122,8 @@ class MachineReconciler:
         self._teardown = Teardown(
             hypervisor=hypervisor, events=store, console_log_dir=console_log_dir
         )
+        # When each machine's current run of failed passes began (see _problem).
+        self._failing_since: dict[str, dt.datetime] = {}
 
     def reconcile(self, key: MachineKey) -> Outcome:
         try:
@@ -143,11 +143,11 @@ class MachineReconciler:
             return DONE  # another host's machine: its own daemon reconciles it
         elsewhere = created_on(obj.get("status"))
         if elsewhere is not None and elsewhere != self._host:
-            return self._moved(obj, self._domain_name(obj), elsewhere)
+            return self._moved(obj, self._inputs.domain_name(obj), elsewhere)
         if meta.get("deletionTimestamp"):
             # From the object's identity and recorded facts only: any object the API server
             # accepted can be deleted, even one the models refuse.
-            return self._delete(obj, self._domain_name(obj))
+            return self._delete(obj, self._inputs.domain_name(obj))
         try:
             machine = LibvirtMachine.model_validate(obj)
         except ValidationError as err:
@@ -157,7 +157,7 @@ class MachineReconciler:
         if c.FINALIZER not in (meta.get("finalizers") or []):
             self._set_finalizers(obj, [*(meta.get("finalizers") or []), c.FINALIZER])
             return AGAIN
-        domain_name = self._domain_name(obj)
+        domain_name = self._inputs.domain_name(obj)
         vm: Obj | None = None
         try:
             linked = self._inputs.linked_vm(obj, machine)
@@ -170,30 +170,11 @@ class MachineReconciler:
             else:
                 report, outcome = self._converge(obj, machine, vm, domain_name)
         except ProviderError as err:
-            report, outcome = self._failed(obj, vm, *_provider_problem(err)), RETRY
+            report, outcome = self._failed(obj, vm, *self._problem(obj, err)), RETRY
         self._write_status(obj, domain_name, report)
+        if outcome is not RETRY:
+            self._failing_since.pop(machine.metadata.uid, None)
         return outcome
-
-    def _domain_name(self, obj: Obj) -> str:
-        """The name of the machine's domain: the one it has (see naming).
-
-        A status without a recorded name is a first pass, or one whose status was lost (a
-        restore from backup): then the domain with the machine's UUID, if any, tells the name it
-        was created with.
-        """
-        meta = obj.get("metadata") or {}
-        namespace, name, uid = (str(meta.get(k)) for k in ("namespace", "name", "uid"))
-        recorded = ((obj.get("status") or {}).get("providerMetadata") or {}).get("domainName")
-        chosen = naming.machine_domain_name(
-            namespace, name, uid, recorded=recorded if isinstance(recorded, str) else None
-        )
-        if recorded is None:
-            legacy = naming.legacy_domain_name(namespace, name)
-            with contextlib.suppress(ProviderError):
-                existing = self._hv.lookup(uuid=uid, name=chosen)
-                if existing is not None and existing.name == legacy:
-                    return legacy
-        return chosen
 
     # -- the normal path ---------------------------------------------------------------------
 
@@ -218,7 +199,7 @@ class MachineReconciler:
         try:
             return self._bring_up_to_date(obj, plan, intent, existing.uuid)
         except ProviderError as err:
-            report = self._failed(obj, vm, *_provider_problem(err))
+            report = self._failed(obj, vm, *self._problem(obj, err))
             return Report(report.readiness, domain_uuid=existing.uuid), RETRY
 
     def _create(
@@ -313,15 +294,16 @@ class MachineReconciler:
             return DONE
         uuid = str(meta.get("uid"))
         try:
-            keep = self._volumes_to_keep(obj)
+            keep = self._inputs.volumes_to_keep(obj)
             self._teardown.run(obj, uuid=uuid, domain_name=domain_name, keep=keep)
         except ProviderError as err:
             message = f"cleanup failed, keeping the finalizer: {err}"
             self._store.event(obj, reason=c.EVENT_CLEANUP_FAILED, message=message, warning=True)
-            report = self._failed(obj, None, vmapi.REASON_PROVIDER_ERROR, message)
+            report = self._failed(obj, None, self._problem(obj, err)[0], message)
             self._write_status(obj, domain_name, report)
             return RETRY
         self._power.forget(uuid)
+        self._failing_since.pop(uuid, None)
         remaining = [f for f in meta.get("finalizers") or [] if f != c.FINALIZER]
         try:
             self._store.set_finalizers(
@@ -334,34 +316,18 @@ class MachineReconciler:
             return AGAIN
         return DONE
 
-    def _volumes_to_keep(self, obj: Obj) -> set[tuple[str, str]]:
-        """Volumes whose disks say deleteOnTermination: false.
-
-        Read from what the machine's passes recorded (`status.retainedVolumes`), so deletion
-        needs no catalog object or Secret: in a namespace being deleted, those may be gone
-        first, and re-resolving the spec would then keep nothing. A machine that no pass of
-        this version has recorded yet falls back to resolving."""
-        recorded = recorded_retained(obj.get("status"))
-        if recorded is not None:
-            return recorded
-        try:
-            machine = LibvirtMachine.model_validate(obj)
-            vm = self._inputs.linked_vm(obj, machine).vm
-            resolution = (
-                self._inputs.resolve(obj, machine, vm, domain_name=self._domain_name(obj))
-                if vm is not None
-                else None
-            )
-        except (ProviderError, ValidationError, ValueError) as err:
-            meta = obj.get("metadata") or {}
-            where = f"{meta.get('namespace')}/{meta.get('name')}"
-            log.warning("deleting %s: which disks to keep is unknown: %s", where, err)
-            return set()
-        if resolution is None or resolution.machine is None:
-            return set()
-        return retained_volumes(resolution.machine)
-
     # -- reporting ---------------------------------------------------------------------------
+
+    def _problem(self, obj: Obj, err: ProviderError) -> tuple[str, str]:
+        """The condition for a failed step (see `problem_reason`): the machine's failures are
+        timed from the first of a run of failed passes, in memory (a restart starts again)."""
+        uid = str((obj.get("metadata") or {}).get("uid"))
+        now = self._clock()
+        since = self._failing_since.setdefault(uid, now)
+        retryable = isinstance(err, RetryableError)
+        reason = problem_reason(retryable=retryable, failing_for=now - since)
+        message = f"libvirt failed (retrying with backoff): {err}" if retryable else str(err)
+        return reason, message
 
     def _set_finalizers(self, obj: Obj, finalizers: list[str]) -> None:
         meta = obj.get("metadata") or {}
@@ -414,9 +380,3 @@ class MachineReconciler:
             self._store.patch_machine_status(
                 str(meta.get("namespace")), str(meta.get("name")), patch
             )
-
-
-def _provider_problem(err: ProviderError) -> tuple[str, str]:
-    if isinstance(err, RetryableError):
-        return vmapi.REASON_PROVIDER_ERROR, f"libvirt failed (retrying with backoff): {err}"
-    return vmapi.REASON_PROVIDER_ERROR, str(err)

@@ -12,6 +12,7 @@ not the guest losing its address); once the domain is not running, no address is
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from libvirt_provider.driver.types import AddressSource, InterfaceAddress
 from libvirt_provider.resolved import ResolvedMachine
 
 __all__ = [
+    "TRANSIENT_GRACE",
     "NicAddressPlan",
     "Readiness",
     "assess_readiness",
@@ -32,6 +34,7 @@ __all__ = [
     "created_on",
     "failed",
     "nics_without_address",
+    "problem_reason",
     "provider_id",
     "recorded_retained",
     "retained_record",
@@ -190,6 +193,23 @@ def failed(reason: str, message: str) -> Readiness:
         up_to_date_reason=reason,
         up_to_date_message=message,
     )
+
+
+# How long a failure libvirt calls transient may last before it is reported as terminal.
+TRANSIENT_GRACE = dt.timedelta(minutes=5)
+
+
+def problem_reason(*, retryable: bool, failing_for: dt.timedelta) -> str:
+    """The condition reason for a failed step.
+
+    A failure that usually passes (libvirtd restarting, a timeout) is `Retrying` at first: not
+    terminal, so it stays out of the VM's failureReason. Once the same machine has failed that
+    way for `TRANSIENT_GRACE` it is the contract's terminal ProviderError, since it is not passing
+    by itself (a missing folder and a permission are system errors too) and a human must look.
+    """
+    if retryable and failing_for < TRANSIENT_GRACE:
+        return c.REASON_RETRYING
+    return vmapi.REASON_PROVIDER_ERROR
 
 
 def compute_status(

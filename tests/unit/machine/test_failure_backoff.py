@@ -102,7 +102,7 @@ def test_a_start_that_always_fails_is_retried_with_backoff_and_reported_once() -
     assert passes <= attempts + 2
     # A handful of Event objects, however many times the failure repeated.
     assert sum(store.posted.values()) <= 5, store.posted
-    assert store.posted["ProviderError"] == 2  # on the LibvirtMachine and on its VM
+    assert store.posted["Retrying"] == 2  # on the LibvirtMachine and on its VM
     assert store.occurrences > sum(store.posted.values())
     ready = next(
         c

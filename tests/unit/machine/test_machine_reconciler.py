@@ -193,6 +193,16 @@ def test_a_failed_start_undoes_what_the_pass_made() -> None:
     ready = {c["type"]: c for c in store.machines["web"]["status"]["conditions"]}
     assert ready["InfrastructureReady"]["status"] == "False"
     assert "libvirtd went away" in ready["InfrastructureReady"]["message"]
+    # A transient failure is not the contract's terminal ProviderError (the VM's failureReason).
+    assert ready["InfrastructureReady"]["reason"] == "Retrying"
+
+
+def test_a_permanent_failure_is_the_terminal_provider_error() -> None:
+    store, hv = _store(), _hypervisor()
+    hv.fail_next("start", PermanentError("unsupported configuration: no such machine type"))
+    _reconciler(store, hv).reconcile(KEY)
+    ready = {c["type"]: c for c in store.machines["web"]["status"]["conditions"]}
+    assert ready["InfrastructureReady"]["reason"] == "ProviderError"
 
 
 def test_an_unlinked_machine_touches_nothing() -> None:
