@@ -75,6 +75,7 @@ __all__ = [
     "REASON_RETRYING",
     "REASON_RUNNING",
     "REASON_SECRET_NOT_FOUND",
+    "REASON_SECRET_NOT_READABLE",
     "REASON_STARTING",
     "REASON_STOPPING",
     "REASON_SUSPENDED",
@@ -82,6 +83,7 @@ __all__ = [
     "REASON_VIRTUAL_MACHINE_NOT_FOUND",
     "REASON_WAITING_FOR_ADDRESS",
     "RESOLUTION_REASONS",
+    "SECRETS_CLUSTER_ROLE",
     "STORAGE_CLASS_KIND",
     "STORAGE_CLASS_PLURAL",
     "VERSION",
@@ -117,13 +119,18 @@ REASON_REFERENCE_NOT_FOUND: Final = "ReferenceNotFound"
 REASON_AMBIGUOUS_DEFAULT: Final = "AmbiguousDefault"
 REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_SECRET_NOT_FOUND: Final = "SecretNotFound"
+# The daemon may not read Secrets in the machine's namespace: an admin has not opted it in.
+REASON_SECRET_NOT_READABLE: Final = "SecretNotReadable"
 REASON_NOT_AVAILABLE_ON_HOST: Final = "NotAvailableOnHost"
+# The ClusterRole a RoleBinding in a namespace grants the daemon to read cloud-init Secrets there.
+SECRETS_CLUSTER_ROLE: Final = "vm-api-libvirt-provider-secrets"
 # The reasons the resolver reports (beside the contract's UnsupportedByProvider).
 RESOLUTION_REASONS: Final = (
     REASON_REFERENCE_NOT_FOUND,
     REASON_AMBIGUOUS_DEFAULT,
     REASON_INVALID_SPEC,
     REASON_SECRET_NOT_FOUND,
+    REASON_SECRET_NOT_READABLE,
     REASON_NOT_AVAILABLE_ON_HOST,
 )
 

@@ -16,6 +16,7 @@ never by inspecting libvirt error codes::
 from __future__ import annotations
 
 __all__ = [
+    "AccessDeniedError",
     "ForeignDomainError",
     "NotFoundError",
     "PermanentError",
@@ -56,6 +57,10 @@ class RetryableError(ProviderError):
 
 class PermanentError(ProviderError):
     """The request itself is wrong for this platform; retrying it unchanged cannot succeed."""
+
+
+class AccessDeniedError(PermanentError):
+    """The daemon's credentials may not do this (an HTTP 403 from the API server)."""
 
 
 class UnsupportedError(PermanentError):

@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from typing import Any, cast
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from generic import constants as vmapi
 from generic.adapters.events import EventRecorder
@@ -28,6 +29,7 @@ from generic.adapters.kubeclient import (
 )
 from libvirt_provider import constants as c
 from libvirt_provider.errors import (
+    AccessDeniedError,
     NotFoundError,
     PermanentError,
     RetryableError,
@@ -127,12 +129,22 @@ class KubeAdapter:
         return list(listing.get("items") or [])
 
     def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
-        """The Secret's base64-encoded data; None when the Secret does not exist."""
+        """The Secret's base64-encoded data; None when the Secret does not exist.
+
+        Raises AccessDeniedError when the daemon may not read Secrets in `namespace` (it reads
+        them only where a RoleBinding opts the namespace in; see docs/security.md)."""
         try:
             with _translated():
-                secret = self._core.read_namespaced_secret(
-                    name, namespace, _request_timeout=REQUEST_TIMEOUT
-                )
+                try:
+                    secret = self._core.read_namespaced_secret(
+                        name, namespace, _request_timeout=REQUEST_TIMEOUT
+                    )
+                except ApiException as err:
+                    if err.status == 403:
+                        raise AccessDeniedError(
+                            f"reading Secret {name!r} in namespace {namespace!r} is forbidden"
+                        ) from err
+                    raise
         except NotFoundError:
             return None
         return {k: str(v) for k, v in (secret.data or {}).items()}

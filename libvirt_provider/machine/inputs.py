@@ -28,7 +28,7 @@ from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import HostFacts
-from libvirt_provider.errors import ProviderError
+from libvirt_provider.errors import AccessDeniedError, ProviderError
 from libvirt_provider.machine.linkage import Link, check_link
 from libvirt_provider.machine.status import recorded_retained, retained_volumes
 from libvirt_provider.machine.store import MachineStore, Obj
@@ -99,12 +99,14 @@ class InputReader:
             networks=self._parse_all(c.NETWORK_PLURAL, LibvirtNetwork),
             storage_classes=self._parse_all(c.STORAGE_CLASS_PLURAL, LibvirtStorageClass),
         )
+        secrets, unreadable = self._secrets(machine.metadata.namespace, vm)
         return resolve_machine(
             vm_name=str((vm.get("metadata") or {}).get("name")),
             vm_spec=vm.get("spec") or {},
             machine=obj,
             catalog=catalog,
-            secrets=self._secrets(machine.metadata.namespace, vm),
+            secrets=secrets,
+            unreadable_secrets=frozenset(unreadable),
             host=self.host_facts(),
             domain_name=domain_name,
         )
@@ -168,18 +170,24 @@ class InputReader:
             return facts
         return replace(facts, domain_types=facts.domain_types & self._domain_types)
 
-    def _secrets(self, namespace: str, vm: Obj) -> dict[str, dict[str, bytes]]:
-        """The Secrets the VM's cloud-init names; a missing one is simply absent (a problem)."""
+    def _secrets(self, namespace: str, vm: Obj) -> tuple[dict[str, dict[str, bytes]], set[str]]:
+        """The Secrets the VM's cloud-init names, and the names the daemon may not read there; a
+        missing or unreadable one is simply absent (a problem the resolver reports)."""
         cloud_init = ((vm.get("spec") or {}).get("bootstrap") or {}).get("cloudInit") or {}
         found: dict[str, dict[str, bytes]] = {}
+        unreadable: set[str] = set()
         for selector in (cloud_init.get("userData"), cloud_init.get("networkData")):
             name = selector.get("name") if isinstance(selector, dict) else None
-            if not isinstance(name, str) or name in found:
+            if not isinstance(name, str) or name in found or name in unreadable:
                 continue
-            raw = self._store.get_secret_data(namespace, name)
+            try:
+                raw = self._store.get_secret_data(namespace, name)
+            except AccessDeniedError:
+                unreadable.add(name)
+                continue
             if raw is not None:
                 found[name] = {k: base64.b64decode(v) for k, v in raw.items()}
-        return found
+        return found, unreadable
 
     def _parse_all(self, plural: str, model: Any) -> list[Any]:
         parsed = []

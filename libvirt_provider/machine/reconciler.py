@@ -67,6 +67,8 @@ AGAIN = Outcome(immediately=True)
 # times an hour, never in a loop that creates and removes the domain.
 RETRY = Outcome(retry=True)
 
+_UNWATCHED_INPUTS = frozenset({c.REASON_SECRET_NOT_FOUND, c.REASON_SECRET_NOT_READABLE})
+
 _STARTING = Readiness(
     ready=False,
     reason=c.REASON_STARTING,
@@ -188,11 +190,15 @@ class MachineReconciler:
         intent = power_intent(vm)
         resolution = self._inputs.resolve(obj, machine, vm, domain_name=domain_name)
         if resolution.machine is None:
-            report = self._failed(obj, vm, resolution.problems[0].reason, resolution.message())
+            reason = resolution.problems[0].reason
+            report = self._failed(obj, vm, reason, resolution.message())
+            # Catalog objects are watched and wake the machine when they change; Secrets and
+            # RBAC are not, so a problem with them is looked at again, with backoff.
+            outcome = RETRY if reason in _UNWATCHED_INPUTS else DONE
             if existing is None:
-                return report, DONE
+                return report, outcome
             state = observed_power_state(self._hv.status(existing.uuid))
-            return Report(report.readiness, domain_uuid=existing.uuid, power_state=state), DONE
+            return Report(report.readiness, domain_uuid=existing.uuid, power_state=state), outcome
         plan = resolution.machine
         if existing is None:
             return self._create(obj, vm, plan, intent)

@@ -8,7 +8,12 @@ from pydantic import SecretBytes
 
 from generic.api import SecretKeySelector
 from libvirt_provider.cloudinit import NetworkInterfaceConfig, instance_id, network_config
-from libvirt_provider.constants import REASON_INVALID_SPEC, REASON_SECRET_NOT_FOUND
+from libvirt_provider.constants import (
+    REASON_INVALID_SPEC,
+    REASON_SECRET_NOT_FOUND,
+    REASON_SECRET_NOT_READABLE,
+    SECRETS_CLUSTER_ROLE,
+)
 from libvirt_provider.naming import volume_name
 from libvirt_provider.resolve.context import VM, Context
 from libvirt_provider.resolved import CloudInitData
@@ -16,6 +21,17 @@ from libvirt_provider.resolved import CloudInitData
 
 def _secret(ctx: Context, selector: SecretKeySelector, where: str) -> bytes | None:
     data = ctx.secrets.get(selector.name)
+    if data is None and selector.name in ctx.unreadable_secrets:
+        namespace = ctx.machine.metadata.namespace
+        ctx.problem(
+            REASON_SECRET_NOT_READABLE,
+            where,
+            f"the provider may not read Secret {selector.name!r}: Secrets in namespace "
+            f"{namespace!r} are readable only once a cluster admin opts the namespace in, with a "
+            f"RoleBinding there to the ClusterRole {SECRETS_CLUSTER_ROLE!r} for the provider's "
+            "ServiceAccount (docs/security.md)",
+        )
+        return None
     if data is None:
         ctx.problem(
             REASON_SECRET_NOT_FOUND,

@@ -99,6 +99,8 @@ class Context:
     host: HostOffer
     domain_name: str | None = None
     """The name the machine's domain already has, when it has one (see naming)."""
+    unreadable_secrets: frozenset[str] = frozenset()
+    """Secrets in the machine's namespace the daemon may not read (not opted in there)."""
     problems: list[Problem] = field(default_factory=list)
 
     def problem(self, reason: str, where: str, message: str) -> None:

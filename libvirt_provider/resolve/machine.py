@@ -254,6 +254,7 @@ def resolve_machine(
     secrets: SecretData,
     host: HostOffer,
     domain_name: str | None = None,
+    unreadable_secrets: frozenset[str] = frozenset(),
 ) -> Resolution:
     """Resolve a linked VM + LibvirtMachine pair for `host`. Raw dicts are parsed here, so a spec
     the models refuse becomes a problem to report rather than an exception. `domain_name` is the
@@ -271,5 +272,6 @@ def resolve_machine(
         secrets=secrets,
         host=host,
         domain_name=domain_name,
+        unreadable_secrets=unreadable_secrets,
     )
     return resolve_pair(context)

@@ -6,6 +6,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from libvirt_provider.errors import AccessDeniedError
+
 Obj = dict[str, Any]
 
 
@@ -15,6 +17,8 @@ class MemoryStore:
     vms: dict[str, Obj] = field(default_factory=dict)
     catalog: dict[str, list[Obj]] = field(default_factory=dict)
     secrets: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Namespaces whose Secrets the daemon may not read (not opted in by a RoleBinding).
+    secrets_forbidden_in: set[str] = field(default_factory=set)
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
     def get_machine(self, namespace: str, name: str) -> Obj | None:
@@ -29,6 +33,8 @@ class MemoryStore:
         return copy.deepcopy(self.catalog.get(plural, []))
 
     def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        if namespace in self.secrets_forbidden_in:
+            raise AccessDeniedError(f"reading Secret {name!r} in namespace {namespace!r}")
         return self.secrets.get(name)
 
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:

@@ -1,27 +1,33 @@
 """The RBAC in deploy/ is enough, and checked against an API server that enforces it.
 
 The daemon runs here with a token of the `libvirt-provider` ServiceAccount bound by deploy/rbac.yaml
-instead of the lab's admin credential, and takes a pair through its whole life.
+instead of the lab's admin credential, and takes a pair through its whole life: its cloud-init
+Secret is unreadable (and the machine says how to allow it) until a RoleBinding opts the namespace
+in.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import libvirt
 import pytest
 import yaml
 from kubernetes import client
 
+from libvirt_provider.constants import SECRETS_CLUSTER_ROLE
 from tests.e2e.conftest import REPO, LabInfo
 from tests.e2e.provider.conftest import (
     GROUP,
     apply,
+    condition,
     create,
     delete_vm_and_wait,
     domain_names,
@@ -45,6 +51,12 @@ def ns(api_client: client.ApiClient) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
+
+
+def _reason(api_client: client.ApiClient, ns: str, name: str, reason: str) -> dict[str, Any] | None:
+    """The LibvirtMachine's InfrastructureReady condition, once it has `reason`."""
+    found = condition(get(api_client, ns, name, vm=False), "InfrastructureReady")
+    return found if found.get("reason") == reason else None
 
 
 def _service_account_kubeconfig(
@@ -92,10 +104,44 @@ def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
         kubeconfig=str(kubeconfig),
         lease_namespace="vm-api-system",
     )
+    core = client.CoreV1Api(api_client)
     try:
-        docs = pair(ns, "least")
+        # Its cloud-init comes from a Secret in a namespace not opted in yet.
+        user_data = base64.b64encode(b"#cloud-config\n").decode()
+        core.create_namespaced_secret(
+            ns, {"metadata": {"name": "ci"}, "data": {"user-data": user_data}}
+        )
+        bootstrap = {"cloudInit": {"userData": {"name": "ci", "key": "user-data"}}}
+        docs = pair(ns, "least", vm_spec={"bootstrap": bootstrap})
         docs[1]["metadata"]["labels"]["infrastructure.vm-api.io/host"] = HOST
         create(api_client, docs)
+        domain = domain_of(api_client, ns, "least")
+        refused = eventually(
+            lambda: _reason(api_client, ns, "least", "SecretNotReadable"),
+            timeout=60,
+            what="SecretNotReadable on the LibvirtMachine",
+        )
+        assert SECRETS_CLUSTER_ROLE in refused["message"]
+        assert domain not in domain_names(virt)
+        # The admin opts the namespace in; the daemon looks again by itself (no watch on RBAC).
+        client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(
+            ns,
+            {
+                "metadata": {"name": "vm-api-cloud-init"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": SECRETS_CLUSTER_ROLE,
+                },
+                "subjects": [
+                    {
+                        "kind": "ServiceAccount",
+                        "name": "libvirt-provider",
+                        "namespace": "vm-api-system",
+                    }
+                ],
+            },
+        )
         eventually(
             lambda: ((get(api_client, ns, "least", vm=True) or {}).get("status") or {}).get(
                 "ready"
@@ -108,7 +154,6 @@ def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
-    domain = domain_of(api_client, ns, "least")
     assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []
     # Other tests leave provider kinds of other groups installed, labelled for the generic

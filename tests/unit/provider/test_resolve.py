@@ -26,6 +26,7 @@ def resolve(
     vm: dict[str, Any] | None = None,
     lm: dict[str, Any] | None = None,
     secrets: SecretData | None = None,
+    unreadable: frozenset[str] = frozenset(),
     **kinds: Any,
 ) -> Resolution:
     return resolve_machine(
@@ -35,6 +36,7 @@ def resolve(
         catalog=b.catalog(**{k: v for k, v in kinds.items() if k != "host"}),
         secrets=secrets or {},
         host=kinds.get("host", b.HOST),
+        unreadable_secrets=unreadable,
     )
 
 
@@ -476,6 +478,14 @@ class TestSecrets:
         reason, _, message = only_problem(resolve(vm=vm))
         assert reason == c.REASON_SECRET_NOT_FOUND
         assert "Secret 'boot' not found in namespace 'default'" in message
+
+    def test_a_secret_the_provider_may_not_read_says_how_to_allow_it(self) -> None:
+        vm = b.vm_spec(bootstrap={"cloudInit": {"userData": {"name": "boot", "key": "u"}}})
+        reason, where, message = only_problem(resolve(vm=vm, unreadable=frozenset({"boot"})))
+        assert reason == c.REASON_SECRET_NOT_READABLE
+        assert where.endswith("cloudInit.userData")
+        assert "RoleBinding" in message
+        assert c.SECRETS_CLUSTER_ROLE in message
 
     def test_a_missing_key_names_the_key_and_never_the_contents(self) -> None:
         vm = b.vm_spec(bootstrap={"cloudInit": {"userData": {"name": "boot", "key": "u"}}})
