@@ -62,6 +62,7 @@ class _Discovery:
     def __init__(self, api: client.ApiClient, *, ttl: float, negative_ttl: float) -> None:
         self._apis = client.ApisApi(api)
         self._custom = client.CustomObjectsApi(api)
+        self._extensions = client.ApiextensionsV1Api(api)
         self._ttl = ttl
         self._negative_ttl = negative_ttl
         self._lock = threading.Lock()
@@ -109,10 +110,34 @@ class _Discovery:
                 ).resources
             for resource in resources:
                 if resource.kind == kind and "/" not in resource.name:
+                    self._require_provider_crd(group, kind, resource.name)
                     return version, resource.name
         raise KindNotServedError(
             f"group {group!r} serves no kind {kind!r} (is the provider's CRD installed?)"
         )
+
+
+    def _require_provider_crd(self, group: str, kind: str, plural: str) -> None:
+        """Only a kind whose CRD carries the provider label is one: a VM's reference must never
+        make the controller adopt (and, with the VM, delete) an arbitrary object, such as a
+        built-in resource or another operator's custom resource in the tenant's namespace."""
+        name = f"{plural}.{group}"
+        try:
+            with translate_errors(f"reading CustomResourceDefinition {name}"):
+                crd = self._extensions.read_custom_resource_definition(
+                    name, _request_timeout=REQUEST_TIMEOUT
+                )
+        except GoneError:
+            raise KindNotServedError(
+                f"{kind}.{group} is not a custom resource, so it is no vm-api.io provider kind"
+            ) from None
+        labels = (crd.metadata.labels if crd.metadata else None) or {}
+        if labels.get(c.PROVIDER_CRD_LABEL) != c.PROVIDER_CRD_LABEL_VALUE:
+            raise KindNotServedError(
+                f"the CustomResourceDefinition {name} lacks the label "
+                f"{c.PROVIDER_CRD_LABEL}={c.PROVIDER_CRD_LABEL_VALUE} that marks vm-api.io "
+                "provider kinds; only those are adopted"
+            )
 
 
 class KubeGateway:

@@ -275,7 +275,7 @@ class TestPropagation:
             lambda: "failureReason" not in (cluster.vm("web") or {}).get("status", {}), timeout=5
         )
 
-    def test_unlabelled_kind_is_adopted_and_labelling_it_starts_a_watch(
+    def test_an_unlabelled_kind_is_refused_until_its_crd_is_labelled(
         self, cluster: Cluster, api_client: client.ApiClient
     ) -> None:
         plain = StubKind(group=f"plain-{uuid.uuid4().hex[:6]}.generic.e2e.test")
@@ -286,13 +286,20 @@ class TestPropagation:
             cluster.stub = plain
             cluster.create_vm("web")
             cluster.create_provider("web", backlink="web")
-            # Adoption goes through discovery alone.
-            eventually(lambda: _controller_owner(cluster.provider("web")), timeout=TIMEOUT)
+            # A reference to a kind whose CRD does not mark it a provider is never adopted: it
+            # could be any object in the tenant's namespace, which the VM's deletion would take.
+            eventually(lambda: _reason(cluster, "web") == c.REASON_NOT_ADOPTED, timeout=TIMEOUT)
+            refused = cluster.condition("web", c.CONDITION_READY)
+            assert refused is not None
+            assert f"lacks the label {c.PROVIDER_CRD_LABEL}" in refused["message"]
+            assert _controller_owner(cluster.provider("web")) is None
             ext.patch_custom_resource_definition(
                 crd["metadata"]["name"],
                 {"metadata": {"labels": {c.PROVIDER_CRD_LABEL: c.PROVIDER_CRD_LABEL_VALUE}}},
             )
-            # Once labelled, a status write arrives well inside the 30 s poll interval.
+            # Labelled, the kind is adopted and watched: a status write arrives well inside the
+            # 30 s poll interval.
+            eventually(lambda: _controller_owner(cluster.provider("web")), timeout=TIMEOUT)
             cluster.write_provider_status("web", READY)
             eventually(lambda: _ready_status(cluster, "web"), timeout=10, what="watched")
         finally:
