@@ -96,8 +96,8 @@ def parse_quantity(value: int | str) -> float:
     """The numeric value of a Kubernetes quantity (`512Mi` -> 536870912.0)."""
     if isinstance(value, int):
         return float(value)
-    if not _QUANTITY_RE.match(value):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+    if len(value) > c.QUANTITY_MAX_LENGTH or not _QUANTITY_RE.match(value):
+        raise ValueError(f"{value[: c.QUANTITY_MAX_LENGTH]!r} is not a Kubernetes quantity")
     number = re.match(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?(\d+(\.\d*)?|\.\d+))?", value)
     assert number is not None  # the full pattern matched
     digits = number.group(0)
@@ -118,6 +118,7 @@ Quantity = Annotated[
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": c.QUANTITY_PATTERN,
+            "maxLength": c.QUANTITY_MAX_LENGTH,
             "x-kubernetes-int-or-string": True,
             **_validations(
                 _cel(

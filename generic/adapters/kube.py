@@ -116,7 +116,6 @@ class _Discovery:
             f"group {group!r} serves no kind {kind!r} (is the provider's CRD installed?)"
         )
 
-
     def _require_provider_crd(self, group: str, kind: str, plural: str) -> None:
         """Only a kind whose CRD carries the provider label is one: a VM's reference must never
         make the controller adopt (and, with the VM, delete) an arbitrary object, such as a

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import time
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from generic import constants as c
 from generic.api import (
     Disk,
     InstanceType,
@@ -168,3 +171,17 @@ def test_status_uses_wire_names() -> None:
     assert status.provider_id == "libvirt://h/u"
     with pytest.raises(ValidationError):
         VirtualMachineStatus.model_validate({"addresses": [{"type": "Bogus", "address": "x"}]})
+
+
+@pytest.mark.parametrize("text", ["1e200000", "1e999", "1e" + "9" * 62, "1" * 65])
+def test_a_quantity_with_a_huge_exponent_or_length_is_refused_at_once(text: str) -> None:
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        parse_quantity(text)
+    assert time.perf_counter() - started < 0.05
+    assert not re.match(c.QUANTITY_PATTERN, text) or len(text) > c.QUANTITY_MAX_LENGTH
+
+
+@pytest.mark.parametrize("text", ["512Mi", "1e9", "1E+18", "2Gi", "0.5Gi", "100M"])
+def test_ordinary_quantities_still_parse(text: str) -> None:
+    assert parse_quantity(text) > 0
