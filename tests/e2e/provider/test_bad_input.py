@@ -58,11 +58,10 @@ def test_quantities_that_once_froze_the_daemon_are_refused_by_the_api(
         lambda: custom.create_namespaced_custom_object(GROUP, V, ns, "libvirtmachines", lm),
         "spec.hotplug.maxMemory",
     )
-    vm["spec"]["resources"] = {"cpus": 1, "memory": quantity}
-    del vm["spec"]["instanceType"]
+    vm["spec"]["instanceType"] = {"resources": {"cpus": 1, "memory": quantity}}
     _refused(
         lambda: custom.create_namespaced_custom_object(VM_GROUP, V, ns, "virtualmachines", vm),
-        "spec.resources.memory",
+        "spec.instanceType.resources.memory",
     )
     machine_class = {
         "apiVersion": f"{GROUP}/{V}",

@@ -44,13 +44,13 @@ def _lm(**fields: Any) -> Case:
 
 
 FIELDS: dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], Case]]] = {
-    "resources.memory": (
+    "instanceType.resources.memory": (
         QUANTITY,
-        lambda v: _vm(instanceType=None, resources={"cpus": 1, "memory": v}),
+        lambda v: _vm(instanceType={"resources": {"cpus": 1, "memory": v}}),
     ),
-    "resources.cpus": (
+    "instanceType.resources.cpus": (
         COUNT,
-        lambda v: _vm(instanceType=None, resources={"cpus": v, "memory": "1Gi"}),
+        lambda v: _vm(instanceType={"resources": {"cpus": v, "memory": "1Gi"}}),
     ),
     "hotplug.maxMemory": (QUANTITY, lambda v: _lm(hotplug={"maxMemory": v})),
     "hotplug.maxCPUs": (COUNT, lambda v: _lm(hotplug={"maxCPUs": v})),
