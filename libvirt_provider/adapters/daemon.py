@@ -117,7 +117,7 @@ def _machine_side(
     register_login(registry, kubeconfig=cfg.kubeconfig)
     register_provider(registry, controller=controller, host=cfg.host, images=cache)
     settings = kopf.OperatorSettings()
-    configure_provider_settings(settings)
+    configure_provider_settings(settings, host=cfg.host)
     return OperatorThread("provider-operator", registry, settings), cache
 
 

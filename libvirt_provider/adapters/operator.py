@@ -52,9 +52,16 @@ log = logging.getLogger(__name__)
 KOPF_PREFIX = "provider.infrastructure.vm-api.io"
 
 
-def configure_settings(settings: kopf.OperatorSettings) -> None:
-    """kopf settings of the provider's operator: the generic controller's, under its own names."""
+def configure_settings(settings: kopf.OperatorSettings, *, host: str) -> None:
+    """kopf settings of the provider's operator: the generic controller's, under its own names,
+    and this host's machines selected by the API server.
+
+    Server-side, not by the handler's label filter: the daemon then streams only its own host's
+    machines, and a machine relabelled to another host arrives as DELETED (and as ADDED when the
+    label comes back), so nothing remembered about it outlives the move.
+    """
     configure_generic_settings(settings, prefix=KOPF_PREFIX)
+    settings.watching.label_selectors[GROUP, c.MACHINE_PLURAL] = f"{c.HOST_LABEL}={host}"
 
 
 class MachineController:
