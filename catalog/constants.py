@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "CATALOG_PLURALS",
     "GROUP",
     "IMAGE_KIND",
     "IMAGE_PLURAL",
@@ -33,3 +34,4 @@ IMAGE_PLURAL: Final = "libvirtimages"
 MACHINE_CLASS_PLURAL: Final = "libvirtmachineclasses"
 NETWORK_PLURAL: Final = "libvirtnetworks"
 STORAGE_CLASS_PLURAL: Final = "libvirtstorageclasses"
+CATALOG_PLURALS: Final = (IMAGE_PLURAL, MACHINE_CLASS_PLURAL, NETWORK_PLURAL, STORAGE_CLASS_PLURAL)

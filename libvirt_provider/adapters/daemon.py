@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import kopf
 
+from catalog.constants import CATALOG_PLURALS, GROUP, VERSION
+from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import load_kube_config
 from generic.adapters.operator import register_login
 from libvirt_provider.adapters.health import Check, HealthServer, bounded
@@ -165,6 +167,12 @@ def run(cfg: DaemonConfig) -> int:
     api = load_kube_config(cfg.kubeconfig)
     hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
     store = KubeAdapter(api, host=cfg.host)
+    # Every pass reads the whole catalog: served from memory, fed by one watch per kind.
+    catalog = [
+        ClusterInformer(api, group=GROUP, version=VERSION, plural=plural)
+        for plural in CATALOG_PLURALS
+    ]
+    store.use_informers({informer.plural: informer for informer in catalog})
     provider, cache = _machine_side(cfg, store, hypervisor)
     leader = GenericLeader(cfg, api) if cfg.generic else None
     health = _health(cfg, provider, leader, hypervisor, store)
@@ -180,6 +188,8 @@ def run(cfg: DaemonConfig) -> int:
         if cfg.metrics_address is not None
         else None
     )
+    for informer in catalog:
+        informer.start()
     health.start()
     if metrics is not None:
         metrics.start()
@@ -208,6 +218,7 @@ def run(cfg: DaemonConfig) -> int:
         ("the LibvirtMachine controller", provider.stop),
         ("the image cache", cache.stop),
         ("the health endpoint", health.stop),
+        *((f"the {i.plural} informer", i.stop) for i in catalog),
         *([("the metrics endpoint", metrics.stop)] if metrics is not None else []),
     ]
     if leader is not None:

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from generic import constants as vmapi
 from generic.adapters.events import EventRecorder
+from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import (
     REQUEST_TIMEOUT,
     ApiFailure,
@@ -66,6 +67,7 @@ class KubeAdapter:
         self._core = client.CoreV1Api(api)
         self._host = host
         self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
+        self._informers: dict[str, ClusterInformer] = {}
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -118,7 +120,15 @@ class KubeAdapter:
             return f"cannot list this host's LibvirtMachines: {err}"
         return None
 
+    def use_informers(self, informers: Mapping[str, ClusterInformer]) -> None:
+        """Serve `list_cluster` of these plurals from watch-fed memory once each has synced."""
+        self._informers = dict(informers)
+
     def list_cluster(self, plural: str) -> list[Obj]:
+        informer = self._informers.get(plural)
+        cached = informer.items() if informer is not None else None
+        if cached is not None:
+            return cached
         with _translated():
             listing = cast(
                 Obj,

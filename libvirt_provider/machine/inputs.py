@@ -78,6 +78,8 @@ class InputReader:
         self._store = store
         self._hv = hypervisor
         self._host = host
+        # plural -> name -> (resourceVersion, the parsed model, None when invalid)
+        self._parsed: dict[str, dict[str, tuple[str, Any]]] = {}
         # Restricts the domain types offered to the resolver (e.g. a host whose /dev/kvm exists
         # but cannot run guests is told to offer only "qemu").
         self._domain_types = domain_types
@@ -190,11 +192,21 @@ class InputReader:
         return found, unreadable
 
     def _parse_all(self, plural: str, model: Any) -> list[Any]:
-        parsed = []
+        """Every valid object of a catalog kind; an object is parsed once per resourceVersion
+        (every pass reads the whole catalog), and an invalid one is logged once and skipped."""
+        known = self._parsed.get(plural, {})
+        fresh: dict[str, tuple[str, Any]] = {}
         for obj in self._store.list_cluster(plural):
+            meta = obj.get("metadata") or {}
+            name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
+            hit = known.get(name)
+            if hit is not None and version and hit[0] == version:
+                fresh[name] = hit
+                continue
             try:
-                parsed.append(model.model_validate(obj))
+                fresh[name] = (version, model.model_validate(obj))
             except ValidationError as err:
-                name = (obj.get("metadata") or {}).get("name")
                 log.warning("ignoring invalid %s %s: %s", plural, name, err.error_count())
-        return parsed
+                fresh[name] = (version, None)
+        self._parsed[plural] = fresh
+        return [parsed for _, parsed in fresh.values() if parsed is not None]

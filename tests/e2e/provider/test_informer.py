@@ -1,0 +1,69 @@
+"""The catalog informer against the real API server: listed once, then kept current by its watch."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from kubernetes import client
+
+from generic.adapters.informer import ClusterInformer
+from tests.e2e.conftest import LabInfo
+from tests.e2e.provider.conftest import GROUP, V, install_api
+from tests.eventually import eventually
+
+
+def _image(name: str, volume: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{V}",
+        "kind": "LibvirtImage",
+        "metadata": {"name": name},
+        "spec": {"source": {"volume": {"pool": "vmapi-lab", "volume": volume}}},
+    }
+
+
+def _volume(informer: ClusterInformer, name: str) -> str | None:
+    for obj in informer.items() or []:
+        if obj["metadata"]["name"] == name:
+            return str(obj["spec"]["source"]["volume"]["volume"])
+    return None
+
+
+def test_the_informer_follows_creation_change_and_deletion(
+    lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    install_api(lab, api_client)
+    custom = client.CustomObjectsApi(api_client)
+    changes: list[float] = []
+    informer = ClusterInformer(
+        api_client,
+        group=GROUP,
+        version=V,
+        plural="libvirtimages",
+        on_change=lambda: changes.append(time.monotonic()),
+    )
+    name = "informed-" + uuid.uuid4().hex[:6]
+    informer.start()
+    try:
+        assert informer.wait_synced(30), "the first list"
+        listed = {o["metadata"]["name"] for o in informer.items() or []}
+        assert "test-guest" in listed  # the sample catalog, there before the informer started
+
+        custom.create_cluster_custom_object(GROUP, V, "libvirtimages", _image(name, "a.qcow2"))
+        eventually(lambda: _volume(informer, name) == "a.qcow2", timeout=10, what="created")
+        custom.patch_cluster_custom_object(
+            GROUP, V, "libvirtimages", name, {"spec": {"source": {"volume": {"volume": "b.qcow2"}}}}
+        )
+        eventually(lambda: _volume(informer, name) == "b.qcow2", timeout=10, what="changed")
+        custom.delete_cluster_custom_object(GROUP, V, "libvirtimages", name)
+        eventually(
+            lambda: name not in {o["metadata"]["name"] for o in informer.items() or []},
+            timeout=10,
+            what="deleted",
+        )
+        assert changes, "on_change was called"
+    finally:
+        started = time.monotonic()
+        informer.stop()
+        assert time.monotonic() - started < 6
