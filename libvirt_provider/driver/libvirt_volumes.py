@@ -20,7 +20,7 @@ import libvirt
 from lxml import etree
 
 from libvirt_provider.driver.libvirt_connection import LibvirtConnection
-from libvirt_provider.driver.libvirt_errors import is_missing
+from libvirt_provider.driver.libvirt_errors import is_missing, translated
 from libvirt_provider.driver.pool_files import remove_stale_partials, write_into
 from libvirt_provider.driver.types import OverlaySpec, VolumeInfo
 from libvirt_provider.driver.volume_xml import render_blank_volume, render_overlay_volume
@@ -175,16 +175,37 @@ class LibvirtVolumes(LibvirtConnection):
     def _upload_through_libvirt(
         self, *, pool: str, name: str, size: int, chunks: Iterable[bytes]
     ) -> VolumeInfo:
+        """Create the volume, stream the bytes into it, register what arrived.
+
+        Only creating and registering hold the pool's lock and a call slot: a download can last
+        hours, and every other machine's volume work in the pool, and every libvirt call slot,
+        must stay available meanwhile (libvirt connections and streams are thread-safe).
+        """
         xml = render_blank_volume(name=name, capacity_bytes=size, format="raw")
 
-        def upload(conn: libvirt.virConnect) -> VolumeInfo:
+        def create(conn: libvirt.virConnect) -> None:
+            conn.storagePoolLookupByName(pool).createXML(xml, 0)
+
+        def register(conn: libvirt.virConnect) -> VolumeInfo:
             p = conn.storagePoolLookupByName(pool)
-            vol = p.createXML(xml, 0)
-            try:
+            # The bytes may be a qcow2 image: let libvirt re-read format and virtual size.
+            p.refresh(0)
+            return _volume_info(pool, p.storageVolLookupByName(name))
+
+        def remove(conn: libvirt.virConnect) -> None:
+            with contextlib.suppress(libvirt.libvirtError):
+                conn.storagePoolLookupByName(pool).storageVolLookupByName(name).delete(0)
+
+        with self._pool_lock(pool):
+            self._call(create)
+        try:
+            with translated():
+                conn = self._connection()
+                vol = conn.storagePoolLookupByName(pool).storageVolLookupByName(name)
                 stream = conn.newStream(0)
                 vol.upload(stream, 0, size, 0)
-                sent = 0
                 try:
+                    sent = 0
                     for chunk in chunks:
                         view = memoryview(chunk)
                         while view:
@@ -198,16 +219,12 @@ class LibvirtVolumes(LibvirtConnection):
                     with contextlib.suppress(libvirt.libvirtError):
                         stream.abort()
                     raise
-                # The bytes may be a qcow2 image: let libvirt re-read format and virtual size.
-                p.refresh(0)
-                return _volume_info(pool, p.storageVolLookupByName(name))
-            except BaseException:
-                with contextlib.suppress(libvirt.libvirtError):
-                    vol.delete(0)
-                raise
-
-        with self._pool_lock(pool):
-            return self._call(upload)
+            with self._pool_lock(pool):
+                return self._call(register)
+        except BaseException:
+            with self._pool_lock(pool):
+                self._call(remove)
+            raise
 
     def pool_available(self, pool: str) -> int | None:
         def available(conn: libvirt.virConnect) -> int | None:

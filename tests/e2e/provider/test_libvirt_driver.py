@@ -195,3 +195,48 @@ def test_a_streamed_volume_lands_in_the_pool_by_either_path(
         hv.upload_stream(pool=lab.pool, name="short.raw", size=len(data) + 1, chunks=iter(chunks))
     assert hv.find_volume(lab.pool, "short.raw") is None
     assert not [p for p in (lab.dir / "pool").iterdir() if "short.raw" in p.name]
+
+
+def test_a_streamed_upload_holds_neither_the_pool_nor_a_call_slot_while_bytes_arrive(
+    hv: LibvirtHypervisor, lab: LabInfo
+) -> None:
+    """A download through libvirt's stream can last hours; meanwhile other machines' volumes in
+    the same pool must still be made and removed."""
+    hv._local_dirs[lab.pool] = None  # the libvirt stream path
+    name = f"slow-{uuid.uuid4().hex[:8]}.raw"
+    other = f"meanwhile-{uuid.uuid4().hex[:8]}.qcow2"
+    first_sent, release = threading.Event(), threading.Event()
+
+    def trickle() -> Iterator[bytes]:
+        yield b"\0" * MIB
+        first_sent.set()
+        release.wait(60)
+        yield b"\0" * MIB
+
+    uploaded: list[object] = []
+    upload = threading.Thread(
+        target=lambda: uploaded.append(
+            hv.upload_stream(pool=lab.pool, name=name, size=2 * MIB, chunks=trickle())
+        )
+    )
+    upload.start()
+    try:
+        assert first_sent.wait(30), "the upload started"
+        done = threading.Event()
+        threading.Thread(
+            target=lambda: (
+                hv.create_blank(pool=lab.pool, name=other, capacity_bytes=MIB, format="qcow2"),
+                hv.delete_volume(lab.pool, other),
+                done.set(),
+            )
+        ).start()
+        eventually(done.is_set, timeout=15, what="another volume made and removed meanwhile")
+    finally:
+        release.set()
+        upload.join(60)
+    try:
+        assert uploaded, "the upload finished"
+        assert hv.find_volume(lab.pool, name) is not None
+    finally:
+        hv.delete_volume(lab.pool, name)
+        hv._local_dirs.pop(lab.pool, None)
