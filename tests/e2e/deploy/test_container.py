@@ -193,9 +193,9 @@ def test_the_image_runs_a_machine_and_stops_cleanly_as_the_daemonset_runs_it(
     docs = pair(ns, "boxed")
     docs[1]["metadata"]["labels"]["infrastructure.vm-api.io/host"] = HOST
     create(api_client, docs)
+    domain = domain_of(api_client, ns, "boxed")
     wait_ready(api_client, ns, "boxed", what="the VM Ready through the container")
     delete_vm_and_wait(api_client, ns, "boxed", what="the pair deleted through the container")
-    domain = domain_of(api_client, ns, "boxed")
     assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []
 
