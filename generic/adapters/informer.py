@@ -4,7 +4,9 @@ A reconcile pass that lists a kind from the API server costs a cluster-wide LIST
 hundreds of machines per host and passes on every change, those reads dominate the API server's
 load and the daemon's CPU. An informer lists once, then follows a watch from the list's
 resourceVersion, so reads are served from memory and the API server sees one long-lived
-connection. It relists after a 410 Gone (the resourceVersion is too old) and after any error,
+connection; `on_change` is called after each change is applied, so a reader woken by it sees the
+change (a wake-up from a second watch of the same kind could arrive before the copy has it). It
+relists after a 410 Gone (the resourceVersion is too old) and after any error,
 with backoff, and it is `synced` only once a list has completed, so a caller never mistakes an
 empty cache for an empty cluster: until then `items()` returns None and the caller reads the API.
 
@@ -26,11 +28,15 @@ from urllib3.exceptions import HTTPError
 
 from generic.adapters.kubeclient import REQUEST_TIMEOUT
 
-__all__ = ["ClusterInformer"]
+__all__ = ["RELISTED", "ClusterInformer"]
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+# The event type `on_change` gets (with no object) when a relist found the copy changed: anything
+# may have, including deletions whose watch events were lost.
+RELISTED = "RELISTED"
 
 # How long one watch request lasts before it is renewed (jittered so that many informers do not
 # renew together); the API server ends it with a clean close.
@@ -47,7 +53,7 @@ class ClusterInformer:
         group: str,
         version: str,
         plural: str,
-        on_change: Callable[[], None] = lambda: None,
+        on_change: Callable[[str, Obj | None], None] = lambda _type, _obj: None,
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._group, self._version, self._plural = group, version, plural
@@ -114,7 +120,7 @@ class ClusterInformer:
             self._objects = fresh
         self._synced.set()
         if changed:
-            self._on_change()
+            self._on_change(RELISTED, None)
         return str(listing["metadata"]["resourceVersion"])
 
     def _follow(self, resource_version: str) -> None:
@@ -152,7 +158,8 @@ class ClusterInformer:
                             self._objects.pop(str(meta["name"]), None)
                         else:
                             self._objects[str(meta["name"])] = obj
-                    self._on_change()
+                    # After the copy changed: whoever is told reads what it was told about.
+                    self._on_change(str(kind), obj)
                 resource_version = self._watch.resource_version or resource_version
             except ApiException as err:
                 if err.status == 410:

@@ -30,6 +30,7 @@ import threading
 from dataclasses import dataclass
 
 import kopf
+from kubernetes.client import ApiClient
 
 from catalog.constants import CATALOG_PLURALS, GROUP, VERSION
 from generic.adapters.informer import ClusterInformer
@@ -39,7 +40,7 @@ from libvirt_provider.adapters.health import Check, HealthServer, bounded
 from libvirt_provider.adapters.kopf_thread import OperatorThread
 from libvirt_provider.adapters.kube import KubeAdapter
 from libvirt_provider.adapters.leader import GenericLeader
-from libvirt_provider.adapters.operator import MachineController
+from libvirt_provider.adapters.operator import MachineController, catalog_listener
 from libvirt_provider.adapters.operator import configure_settings as configure_provider_settings
 from libvirt_provider.adapters.operator import register as register_provider
 from libvirt_provider.adapters.shutdown import Shutdown, Step
@@ -83,9 +84,10 @@ class DaemonConfig:
 
 
 def _machine_side(
-    cfg: DaemonConfig, store: KubeAdapter, hypervisor: LibvirtHypervisor
-) -> tuple[OperatorThread, ImageCache]:
-    """The LibvirtMachine controller's operator and the host's image cache, wired together."""
+    cfg: DaemonConfig, api: ApiClient, store: KubeAdapter, hypervisor: LibvirtHypervisor
+) -> tuple[OperatorThread, ImageCache, list[ClusterInformer]]:
+    """The LibvirtMachine controller's operator, the host's image cache and the catalog's
+    informers, wired together."""
 
     def import_changed(base: BaseImage) -> None:
         # The image's status follows every change. Machines waiting for the image look again on
@@ -120,7 +122,20 @@ def _machine_side(
     register_provider(registry, controller=controller, host=cfg.host, images=cache)
     settings = kopf.OperatorSettings()
     configure_provider_settings(settings, host=cfg.host)
-    return OperatorThread("provider-operator", registry, settings), cache
+    # Every pass reads the whole catalog: served from memory, fed by one watch per kind, whose
+    # changes also wake the machines (so the wake-up and the read come from the same copy).
+    catalog = [
+        ClusterInformer(
+            api,
+            group=GROUP,
+            version=VERSION,
+            plural=plural,
+            on_change=catalog_listener(plural, controller=controller, images=cache),
+        )
+        for plural in CATALOG_PLURALS
+    ]
+    store.use_informers({informer.plural: informer for informer in catalog})
+    return OperatorThread("provider-operator", registry, settings), cache, catalog
 
 
 def _health(
@@ -167,13 +182,7 @@ def run(cfg: DaemonConfig) -> int:
     api = load_kube_config(cfg.kubeconfig)
     hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
     store = KubeAdapter(api, host=cfg.host)
-    # Every pass reads the whole catalog: served from memory, fed by one watch per kind.
-    catalog = [
-        ClusterInformer(api, group=GROUP, version=VERSION, plural=plural)
-        for plural in CATALOG_PLURALS
-    ]
-    store.use_informers({informer.plural: informer for informer in catalog})
-    provider, cache = _machine_side(cfg, store, hypervisor)
+    provider, cache, catalog = _machine_side(cfg, api, store, hypervisor)
     leader = GenericLeader(cfg, api) if cfg.generic else None
     health = _health(cfg, provider, leader, hypervisor, store)
 

@@ -6,9 +6,10 @@ What wakes a machine's reconcile, so changes arrive promptly rather than by poll
   so each daemon sees only its own machines);
 - a watch event of a VirtualMachine whose `spec.infrastructureRef` names a LibvirtMachine (the
   generic VM carries the portable intent: power, size, image);
-- a watch event of any catalog object (images, classes, networks, storage classes), which wakes
-  every machine of this host; for images only when the spec changed or the image went, since every
-  host writes import progress into image status and that means nothing to a machine;
+- a change of any catalog object (images, classes, networks, storage classes), from the catalog
+  informers that also serve the passes' reads (`catalog_listener`), which wakes every machine of
+  this host; for images only when the spec changed or the image went, since every host writes
+  import progress into image status and that means nothing to a machine;
 - a libvirt lifecycle event of a domain (started, stopped, crashed, saved), mapped back to its
   machine by domain UUID (= the LibvirtMachine's uid);
 - a reconnect to libvirtd (events may have been missed) and a slow resync, only a safety net.
@@ -42,6 +43,7 @@ from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 __all__ = [
     "MachineController",
     "SpecChanges",
+    "catalog_listener",
     "configure_settings",
     "machine_fingerprint",
     "register",
@@ -201,7 +203,6 @@ def register(
 
     _watch_machines(registry, controller=controller, host=host, images=images)
     _watch_virtual_machines(registry, controller=controller)
-    _watch_catalog(registry, controller=controller, images=images)
 
 
 def _watch_machines(
@@ -247,31 +248,29 @@ def _watch_virtual_machines(
             controller.on_linked_vm(MachineKey(meta.namespace, str(ref.get("name"))))
 
 
-def _watch_catalog(
-    registry: kopf.OperatorRegistry, *, controller: MachineController, images: ImageCache
-) -> None:
+def catalog_listener(
+    plural: str, *, controller: MachineController, images: ImageCache
+) -> Callable[[str, Mapping[str, Any] | None], None]:
+    """What a change of one catalog kind wakes, for that kind's informer (which also serves the
+    reads, so the machines woken see the change).
+
+    Any change of a class, network or storage class wakes every machine. For images, only a
+    change of spec or a deletion does (the hosts' import entries in their status change all the
+    time), and it also asks the image cache for a pass.
+    """
+    if plural != c.IMAGE_PLURAL:
+        return lambda _type, _obj: controller.wake_all()
     image_specs = SpecChanges()
 
-    @kopf.on.event(
-        GROUP, VERSION, c.IMAGE_PLURAL, registry=registry, id=f"libvirt-machine/{c.IMAGE_PLURAL}"
-    )
-    def _image(event: kopf.RawEvent, meta: kopf.Meta, **_: Any) -> None:
+    def on_image(event_type: str, obj: Mapping[str, Any] | None) -> None:
+        meta = (obj or {}).get("metadata") or {}
         generation = meta.get("generation")
-        changed = image_specs.changed(
-            str(meta.name),
+        if obj is None or image_specs.changed(
+            str(meta.get("name")),
             generation if isinstance(generation, int) else None,
-            deleted=event.get("type") == "DELETED",
-        )
-        if changed:
+            deleted=event_type == "DELETED",
+        ):
             controller.wake_all()
             images.request_pass()
 
-    for plural in (
-        c.MACHINE_CLASS_PLURAL,
-        c.NETWORK_PLURAL,
-        c.STORAGE_CLASS_PLURAL,
-    ):
-
-        @kopf.on.event(GROUP, VERSION, plural, registry=registry, id=f"libvirt-machine/{plural}")
-        def _catalog(**_: Any) -> None:
-            controller.wake_all()
+    return on_image

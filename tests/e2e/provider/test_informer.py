@@ -35,13 +35,19 @@ def test_the_informer_follows_creation_change_and_deletion(
 ) -> None:
     install_api(lab, api_client)
     custom = client.CustomObjectsApi(api_client)
-    changes: list[float] = []
+    changes: list[tuple[str, str | None]] = []
+
+    def seen(event_type: str, obj: dict[str, Any] | None) -> None:
+        # Told after the copy changed: what the informer hands out already has it.
+        name = obj["metadata"]["name"] if obj else None
+        if event_type == "DELETED":
+            assert name not in {o["metadata"]["name"] for o in informer.items() or []}
+        elif name is not None:
+            assert _volume(informer, name) == obj["spec"]["source"]["volume"]["volume"]
+        changes.append((event_type, name))
+
     informer = ClusterInformer(
-        api_client,
-        group=GROUP,
-        version=V,
-        plural="libvirtimages",
-        on_change=lambda: changes.append(time.monotonic()),
+        api_client, group=GROUP, version=V, plural="libvirtimages", on_change=seen
     )
     name = "informed-" + uuid.uuid4().hex[:6]
     informer.start()
@@ -62,7 +68,8 @@ def test_the_informer_follows_creation_change_and_deletion(
             timeout=10,
             what="deleted",
         )
-        assert changes, "on_change was called"
+        mine = [event_type for event_type, seen_name in changes if seen_name == name]
+        assert mine == ["ADDED", "MODIFIED", "DELETED"], changes
     finally:
         started = time.monotonic()
         informer.stop()
