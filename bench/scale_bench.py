@@ -1,0 +1,671 @@
+"""Benchmark of the control plane at scale: daemons on libvirt's test driver, N linked pairs.
+
+Why it exists: on libvirt's in-process test driver domains define and start in microseconds, so
+every second measured here is the control plane's own (the daemon, its API traffic, the generic
+controller), not a guest's.
+
+What it does, bounded in time and stopping by itself:
+- writes a test-driver node definition (`test:///<file>.xml`) with the lab's pool (holding the
+  sample image's volume) and the lab's network, so the sample catalog resolves unchanged;
+- starts --daemons `libvirt-provider` processes on it (hosts `scale-host-<i>`, the generic
+  controller enabled; one of them leads it), against the lab's real kube-apiserver;
+- creates N linked VirtualMachine + LibvirtMachine pairs (the sample pair) at --rate pairs per
+  second, spread over the hosts, in a fresh namespace;
+- prints create -> domain running (the LibvirtMachine's status first reports `PoweredOn`) and
+  create -> VM Ready, p50/p95/max, from the script's own watches; the time until all are Ready;
+  daemon RSS and CPU during creation and over an --idle-seconds window; API requests per machine
+  by verb and resource, from the kube-apiserver's `apiserver_request_total` deltas minus the
+  script's own requests; the time to delete every VM (the generic controller deletes each
+  LibvirtMachine, the daemon its domain), and a check that nothing is left.
+
+"create" is the moment the script starts the pair's first POST. What the test driver holds lives
+inside each daemon's process, so "nothing left" is checked from the API: no VirtualMachine or
+LibvirtMachine remains (a LibvirtMachine's finalizer goes only after its domain and volumes are
+gone) and the Warning Events of the run are listed.
+
+Traffic goes only to the lab's API server on 127.0.0.1. Needs the lab: `make lab-up` first.
+
+usage: .venv/bin/python bench/scale_bench.py [--machines 1000] [--rate 10] [--idle-seconds 60]
+                                             [--daemons 1] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from lxml import etree
+from lxml.builder import E
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from libvirt_provider.constants import HOST_LABEL  # noqa: E402
+from tests.e2e.conftest import LabInfo, read_lab  # noqa: E402
+from tests.e2e.provider.conftest import (  # noqa: E402
+    GROUP,
+    VM_GROUP,
+    V,
+    answers,
+    delete_quietly,
+    health_base,
+    install_api,
+    pair,
+    start_daemon,
+)
+from tests.eventually import eventually  # noqa: E402
+
+HOST_PREFIX = "scale-host-"
+NS_PREFIX = "scale-"
+READS = ("GET", "LIST", "WATCH")
+WRITES = ("POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY")
+EVENTS = "events"
+VMS, LMS = "virtualmachines", "libvirtmachines"
+Key = tuple[str, str]  # (verb, resource[/subresource])
+
+
+# -- the test driver's node ---------------------------------------------------------------------
+
+
+def write_node_xml(lab: LabInfo, path: Path) -> str:
+    """A test-driver node with the lab's pool (the guest image's volume in it) and network; the
+    URI that opens it. Each daemon that opens it gets a private copy in its own process."""
+    pool_dir = "/scale-bench-pool"
+    node = E.node(
+        E.network(
+            E.name(lab.network),
+            E.uuid(str(uuid.uuid5(uuid.NAMESPACE_URL, "scale-bench-network"))),
+            E.bridge(name="scalebr0"),
+            E.ip(
+                E.dhcp(E.range(start="10.250.0.2", end="10.250.255.254")),
+                address="10.250.0.1",
+                netmask="255.255.0.0",
+            ),
+        ),
+        E.pool(
+            E.name(lab.pool),
+            E.uuid(str(uuid.uuid5(uuid.NAMESPACE_URL, "scale-bench-pool"))),
+            E.target(E.path(pool_dir)),
+            E.volume(
+                E.name(lab.guest_volume),
+                E.capacity("64", unit="MiB"),
+                E.allocation("16", unit="MiB"),
+                E.target(E.path(f"{pool_dir}/{lab.guest_volume}"), E.format(type="qcow2")),
+                type="file",
+            ),
+            type="dir",
+        ),
+    )
+    path.write_bytes(etree.tostring(node, pretty_print=True))
+    return f"test://{path.resolve()}"
+
+
+# -- counting -----------------------------------------------------------------------------------
+
+
+class Requests:
+    """The script's own API requests, by (verb, resource), so they can be taken off the server's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[Key] = Counter()
+
+    def add(self, verb: str, resource: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[(verb, resource)] += n
+
+    def snapshot(self) -> Counter[Key]:
+        with self._lock:
+            return Counter(self._counts)
+
+
+def server_requests(api: client.ApiClient) -> Counter[Key]:
+    """apiserver_request_total summed by (verb, resource[/subresource]); resource requests only
+    (discovery and /metrics itself have no resource)."""
+    resp = api.rest_client.pool_manager.request(
+        "GET", f"{api.configuration.host}/metrics", timeout=30
+    )
+    if resp.status != 200:
+        raise SystemExit(f"scale_bench: the API server's /metrics answered {resp.status}")
+    counts: Counter[Key] = Counter()
+    for line in resp.data.decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_text, _, value = line[len("apiserver_request_total{") :].rpartition("} ")
+        labels = dict(part.split("=", 1) for part in labels_text.split(",") if "=" in part)
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        resource = labels.get("resource", "")
+        if not resource:
+            continue
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        counts[(labels.get("verb", "?"), resource)] += round(float(value))
+    return counts
+
+
+@dataclass
+class Phase:
+    """API requests made by everyone but this script between two points."""
+
+    name: str
+    counts: Counter[Key]
+    seconds: float
+
+    @classmethod
+    def between(
+        cls,
+        name: str,
+        start: tuple[float, Counter[Key], Counter[Key]],
+        end: tuple[float, Counter[Key], Counter[Key]],
+    ) -> Phase:
+        counts: Counter[Key] = Counter()
+        for key in set(end[1]) | set(start[1]):
+            n = (end[1][key] - start[1][key]) - (end[2][key] - start[2][key])
+            if n > 0:
+                counts[key] = n
+        return cls(name, counts, end[0] - start[0])
+
+    def total(self, verbs: tuple[str, ...], *, events: bool = True) -> int:
+        return sum(
+            n
+            for (verb, resource), n in self.counts.items()
+            if verb in verbs and (events or resource != EVENTS)
+        )
+
+
+# -- the daemons --------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@dataclass
+class Daemon:
+    host: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    peak_rss: float = 0.0
+
+
+class Daemons:
+    """The daemons on the test driver, their resource use sampled twice a second."""
+
+    def __init__(self, lab: LabInfo, uri: str, count: int) -> None:
+        test_lab = LabInfo(
+            env={**lab.env, "LIBVIRT_DEFAULT_URI": uri, "VMAPI_LAB_DOMAIN_TYPE": "test"}
+        )
+        self.items: list[Daemon] = []
+        for i in range(count):
+            host = f"{HOST_PREFIX}{i}"
+            proc, log = start_daemon(test_lab, host=host, log_name=f"scale-bench-{host}.log")
+            self.items.append(Daemon(host, proc, log))
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
+
+    def wait_started(self) -> None:
+        for d in self.items:
+            base = health_base(d.proc, d.log)
+            eventually(lambda base=base: answers(f"{base}/healthz"), timeout=60, what="healthy")
+        eventually(
+            lambda: any(
+                "leads: starting the generic controller" in d.log.read_text() for d in self.items
+            ),
+            timeout=60,
+            what="a daemon leading the generic controller",
+        )
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            for d in self.items:
+                with contextlib.suppress(OSError):
+                    d.peak_rss = max(d.peak_rss, rss_mib(d.proc.pid))
+
+    def reset_peaks(self) -> None:
+        for d in self.items:
+            d.peak_rss = rss_mib(d.proc.pid)
+
+    def cpu(self) -> list[float]:
+        return [cpu_seconds(d.proc.pid) for d in self.items]
+
+    def rss(self) -> list[float]:
+        return [rss_mib(d.proc.pid) for d in self.items]
+
+    def alive(self) -> bool:
+        return all(d.proc.poll() is None for d in self.items)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for d in self.items:
+            if d.proc.poll() is None:
+                d.proc.terminate()
+        for d in self.items:
+            try:
+                d.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                d.proc.kill()
+                d.proc.wait(timeout=10)
+
+
+# -- watching the namespace ---------------------------------------------------------------------
+
+
+@dataclass
+class Seen:
+    """When each object first met the predicate, and which are gone (monotonic seconds)."""
+
+    first: dict[str, float] = field(default_factory=dict)
+    deleted: set[str] = field(default_factory=set)
+
+
+class Watcher:
+    """One kind in the namespace, list-then-watch with resume, recording when each object first
+    meets `predicate` and when it is deleted."""
+
+    def __init__(
+        self,
+        custom: client.CustomObjectsApi,
+        own: Requests,
+        *,
+        ns: str,
+        group: str,
+        plural: str,
+        predicate: Callable[[dict[str, Any]], bool],
+    ) -> None:
+        self.custom, self.own, self.ns = custom, own, ns
+        self.group, self.plural, self.predicate = group, plural, predicate
+        self.seen = Seen()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watch-{plural}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def counts(self) -> tuple[int, int]:
+        with self._lock:
+            return len(self.seen.first), len(self.seen.deleted)
+
+    def first(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self.seen.first)
+
+    def _note(self, kind: str, obj: dict[str, Any]) -> None:
+        now = time.monotonic()
+        name = obj["metadata"]["name"]
+        with self._lock:
+            if kind == "DELETED":
+                self.seen.deleted.add(name)
+            elif name not in self.seen.first and self.predicate(obj):
+                self.seen.first[name] = now
+
+    def _run(self) -> None:
+        rv: str | None = None
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    self.own.add("LIST", self.plural)
+                    listed = self.custom.list_namespaced_custom_object(
+                        self.group, V, self.ns, self.plural
+                    )
+                    for obj in listed["items"]:
+                        self._note("ADDED", obj)
+                    rv = listed["metadata"]["resourceVersion"]
+                self.own.add("WATCH", self.plural)
+                stream = watch.Watch().stream(
+                    self.custom.list_namespaced_custom_object,
+                    self.group,
+                    V,
+                    self.ns,
+                    self.plural,
+                    resource_version=rv,
+                    timeout_seconds=5,
+                )
+                for event in stream:
+                    if event["type"] == "ERROR":
+                        rv = None  # 410 Gone: list again
+                        break
+                    obj = event["object"]
+                    self._note(event["type"], obj)
+                    rv = obj["metadata"]["resourceVersion"]
+            except ApiException as err:
+                if err.status == 410:
+                    rv = None
+                elif not self._stop.wait(0.5):  # the API server is busy; the next try resumes
+                    continue
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def spread(label: str, values: list[float], n: int) -> str:
+    if not values:
+        return f"{label:<30} none of {n}"
+    return (
+        f"{label:<30} p50 {percentile(values, 50):7.2f} s   p95 {percentile(values, 95):7.2f} s"
+        f"   max {max(values):7.2f} s   ({len(values)} of {n})"
+    )
+
+
+def print_phase(phase: Phase, *, per: int | None) -> None:
+    """The phase's requests by verb and resource, per machine (`per`) or per second."""
+    unit = "per machine" if per else "per second"
+    div = per or max(phase.seconds, 1e-9)
+    print(f"  {phase.name} ({phase.seconds:.1f} s), {unit}:")
+    for verb, resource in sorted(phase.counts, key=lambda k: (k[0] not in READS, k)):
+        n = phase.counts[(verb, resource)]
+        print(f"    {verb:<7} {resource:<34} {n / div:9.2f}   ({n})")
+    reads = phase.total(READS)
+    writes = phase.total(WRITES, events=False)
+    events = phase.total(WRITES) - writes
+    print(
+        f"    reads {reads / div:.2f}, writes {writes / div:.2f} (Events excluded), "
+        f"Event writes {events / div:.2f} {unit}"
+    )
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    machines: int
+    rate: float
+    idle: float
+    daemons: int
+    ready_timeout: float
+    delete_timeout: float
+    creators: int
+
+
+def pair_docs(ns: str, index: int, hosts: int) -> list[dict[str, Any]]:
+    docs = pair(ns, f"m{index:05d}")
+    docs[1]["metadata"]["labels"][HOST_LABEL] = f"{HOST_PREFIX}{index % hosts}"
+    return docs
+
+
+def create_paced(
+    custom: client.CustomObjectsApi, own: Requests, ns: str, s: Settings
+) -> dict[str, float]:
+    """Create the pairs at `rate` per second from a pool of threads; when each pair started."""
+    started: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def create_one(index: int) -> None:
+        vm, lm = pair_docs(ns, index, s.daemons)
+        with lock:
+            started[vm["metadata"]["name"]] = time.monotonic()
+        own.add("POST", VMS)
+        custom.create_namespaced_custom_object(VM_GROUP, V, ns, VMS, vm)
+        own.add("POST", LMS)
+        custom.create_namespaced_custom_object(GROUP, V, ns, LMS, lm)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=s.creators) as pool:
+        futures = []
+        for i in range(s.machines):
+            # Pacing of the load generator, not a wait for an effect.
+            delay = t0 + i / s.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            futures.append(pool.submit(create_one, i))
+        for future in futures:
+            future.result()
+    return started
+
+
+def wait_until(probe: Callable[[], bool], timeout: float, check: Callable[[], bool]) -> bool:
+    """Whether `probe` held within `timeout`; stops early when `check` (daemons alive) fails."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe():
+            return True
+        if not check():
+            return False
+        time.sleep(0.05)  # polling the watchers' in-memory tallies
+    return probe()
+
+
+def warnings_in(core: client.CoreV1Api, own: Requests, ns: str) -> Counter[str]:
+    own.add("LIST", EVENTS)
+    items = core.list_namespaced_event(ns, field_selector="type=Warning").items
+    return Counter(f"{e.involved_object.kind}/{e.reason}" for e in items)
+
+
+def clean_up(custom: client.CustomObjectsApi, core: client.CoreV1Api, ns: str) -> None:
+    """Leave no object behind, even after a failed run: delete what is left, and once the
+    daemons are stopped, release any finalizer still held so the namespace can go."""
+    for group, plural in ((VM_GROUP, VMS), (GROUP, LMS)):
+        for obj in custom.list_namespaced_custom_object(group, V, ns, plural)["items"]:
+            delete_quietly(custom, group, ns, plural, obj["metadata"]["name"])
+            with contextlib.suppress(ApiException):
+                custom.patch_namespaced_custom_object(
+                    group,
+                    V,
+                    ns,
+                    plural,
+                    obj["metadata"]["name"],
+                    {"metadata": {"finalizers": None}},
+                )
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(ns)
+
+
+Point = tuple[float, Counter[Key], Counter[Key]]
+
+
+class Bench:
+    """One run: the API clients, the daemons, the watches, and the three phases."""
+
+    def __init__(self, lab: LabInfo, s: Settings, workdir: Path) -> None:
+        self.s = s
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=lab.kubeconfig, client_configuration=cfg)
+        cfg.connection_pool_maxsize = s.creators + 8
+        self.api = client.ApiClient(cfg)
+        self.core, self.custom = client.CoreV1Api(self.api), client.CustomObjectsApi(self.api)
+        install_api(lab, self.api)
+        self.uri = write_node_xml(lab, workdir / "node.xml")
+        self.own = Requests()
+        self.ns = NS_PREFIX + uuid.uuid4().hex[:6]
+        self.daemons = Daemons(lab, self.uri, s.daemons)
+        self.running = Watcher(
+            self.custom,
+            self.own,
+            ns=self.ns,
+            group=GROUP,
+            plural=LMS,
+            predicate=lambda o: (o.get("status") or {}).get("powerState") == "PoweredOn",
+        )
+        self.ready = Watcher(
+            self.custom,
+            self.own,
+            ns=self.ns,
+            group=VM_GROUP,
+            plural=VMS,
+            predicate=lambda o: bool((o.get("status") or {}).get("ready")),
+        )
+        self.started: dict[str, float] = {}
+
+    def point(self) -> Point:
+        return time.monotonic(), server_requests(self.api), self.own.snapshot()
+
+    def create(self) -> tuple[Phase, bool]:
+        s, n, daemons = self.s, self.s.machines, self.daemons
+        p0 = self.point()
+        cpu0 = daemons.cpu()
+        daemons.reset_peaks()
+        self.started = create_paced(self.custom, self.own, self.ns, s)
+        created_in = time.monotonic() - p0[0]
+        all_ready = wait_until(lambda: self.ready.counts()[0] >= n, s.ready_timeout, daemons.alive)
+        p1 = self.point()
+        cpu1 = daemons.cpu()
+        phase = Phase.between("creation, first create to all Ready", p0, p1)
+        runs, readies = self.running.first(), self.ready.first()
+        print(f"created {n} pairs in {created_in:.1f} s ({n / created_in:.1f} pairs/s)")
+        print(spread("create -> domain running", [runs[k] - self.started[k] for k in runs], n))
+        print(spread("create -> VM Ready", [readies[k] - self.started[k] for k in readies], n))
+        if all_ready:
+            print(f"all {n} Ready {max(readies.values()) - p0[0]:.1f} s after the first create")
+        else:
+            print(f"NOT all Ready: {len(readies)} of {n} within {s.ready_timeout:.0f} s")
+        for d, c0, c1 in zip(daemons.items, cpu0, cpu1, strict=True):
+            print(
+                f"daemon {d.host} during creation: CPU {100 * (c1 - c0) / phase.seconds:.1f}% "
+                f"of a core, RSS peak {d.peak_rss:.0f} MiB"
+            )
+        return phase, all_ready
+
+    def idle(self) -> Phase:
+        daemons = self.daemons
+        p1, cpu1 = self.point(), daemons.cpu()
+        daemons.reset_peaks()
+        if self.s.idle > 0:
+            time.sleep(self.s.idle)  # the idle window is the measurement itself
+        p2, cpu2 = self.point(), daemons.cpu()
+        phase = Phase.between("idle, nothing changing", p1, p2)
+        for d, c1, c2, rss in zip(daemons.items, cpu1, cpu2, daemons.rss(), strict=True):
+            print(
+                f"daemon {d.host} idle with {len(self.started) // self.s.daemons} machines: CPU "
+                f"{100 * (c2 - c1) / phase.seconds:.2f}% of a core over {phase.seconds:.0f} s, "
+                f"RSS {rss:.0f} MiB (peak {d.peak_rss:.0f})"
+            )
+        return phase
+
+    def delete(self) -> tuple[Phase, bool]:
+        n, custom, ns = self.s.machines, self.custom, self.ns
+        p2 = self.point()
+        with ThreadPoolExecutor(max_workers=self.s.creators) as pool:
+            for name in self.started:
+                self.own.add("DELETE", VMS)
+                pool.submit(delete_quietly, custom, VM_GROUP, ns, VMS, name)
+        all_gone = wait_until(
+            lambda: self.ready.counts()[1] >= n and self.running.counts()[1] >= n,
+            self.s.delete_timeout,
+            self.daemons.alive,
+        )
+        p3 = self.point()
+        phase = Phase.between("deletion, first delete to all gone", p2, p3)
+        self.own.add("LIST", VMS)
+        self.own.add("LIST", LMS)
+        left = len(custom.list_namespaced_custom_object(VM_GROUP, V, ns, VMS)["items"]) + len(
+            custom.list_namespaced_custom_object(GROUP, V, ns, LMS)["items"]
+        )
+        clean = all_gone and not left
+        print(
+            f"delete all: {phase.seconds:.1f} s; "
+            + (
+                f"nothing left ({n} VMs and {n} LibvirtMachines gone)"
+                if clean
+                else f"NOT all gone: {left} objects left after {self.s.delete_timeout:.0f} s"
+            )
+        )
+        for d, rss in zip(self.daemons.items, self.daemons.rss(), strict=True):
+            print(f"daemon {d.host} after deletion: RSS {rss:.0f} MiB")
+        warnings = warnings_in(self.core, self.own, ns)
+        print(
+            "Warning Events in the namespace: "
+            + (", ".join(f"{k} x{v}" for k, v in sorted(warnings.items())) or "none")
+        )
+        return phase, clean
+
+    def run(self) -> int:
+        s = self.s
+        print(
+            f"scale_bench: {s.machines} pairs at {s.rate:g}/s over {s.daemons} daemon(s) on "
+            f"{self.uri} (namespace {self.ns}); idle window {s.idle:g} s; {os.cpu_count()} CPUs"
+        )
+        self.own.add("POST", "namespaces")
+        self.core.create_namespace({"metadata": {"name": self.ns}})
+        try:
+            self.daemons.wait_started()
+            self.running.start()
+            self.ready.start()
+            creation, all_ready = self.create()
+            idle = self.idle()
+            deletion, clean = self.delete()
+            print("API requests (kube-apiserver apiserver_request_total, this script's own off):")
+            print_phase(creation, per=s.machines)
+            print_phase(idle, per=None)
+            print_phase(deletion, per=s.machines)
+        finally:
+            self.close()
+        print(f"daemon logs: {', '.join(str(d.log) for d in self.daemons.items)}")
+        return 0 if all_ready and clean else 1
+
+    def close(self) -> None:
+        self.running.stop()
+        self.ready.stop()
+        with contextlib.suppress(Exception):
+            for group, plural in ((VM_GROUP, VMS), (GROUP, LMS)):
+                for obj in self.custom.list_namespaced_custom_object(group, V, self.ns, plural)[
+                    "items"
+                ]:
+                    delete_quietly(self.custom, group, self.ns, plural, obj["metadata"]["name"])
+        self.daemons.stop()
+        clean_up(self.custom, self.core, self.ns)
+        self.api.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--machines", type=int, default=1000, help="pairs to create (N)")
+    parser.add_argument("--rate", type=float, default=10.0, help="pairs created per second")
+    parser.add_argument("--idle-seconds", type=float, default=60.0, help="idle window")
+    parser.add_argument("--daemons", type=int, default=1, help="daemons (hosts) on the test driver")
+    parser.add_argument("--ready-timeout", type=float, default=600.0, help="after the last create")
+    parser.add_argument("--delete-timeout", type=float, default=900.0)
+    parser.add_argument("--smoke", action="store_true", help="3 pairs, 1 s idle: a quick check")
+    args = parser.parse_args()
+    if args.smoke:
+        args.machines, args.rate, args.idle_seconds = 3, 20.0, 1.0
+        args.ready_timeout, args.delete_timeout = 60.0, 60.0
+    settings = Settings(
+        machines=args.machines,
+        rate=args.rate,
+        idle=args.idle_seconds,
+        daemons=args.daemons,
+        ready_timeout=args.ready_timeout,
+        delete_timeout=args.delete_timeout,
+        creators=max(4, math.ceil(args.rate / 10)),
+    )
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
+        return Bench(read_lab(), settings, Path(tmp)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
