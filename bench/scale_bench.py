@@ -6,7 +6,10 @@ controller), not a guest's.
 
 What it does, bounded in time and stopping by itself:
 - writes a test-driver node definition (`test:///<file>.xml`) with the lab's pool (holding the
-  sample image's volume) and the lab's network, so the sample catalog resolves unchanged;
+  sample image's volume) and the lab's network, so the sample catalog resolves unchanged, plus
+  pools for the boot disks: the test driver fixes every pool at 100 GiB, so machines are spread
+  over pools of MACHINES_PER_POOL 1 GiB disks each, through LibvirtStorageClasses `scale-bench-<k>`
+  the script creates (and deletes at the end);
 - starts --daemons `libvirt-provider` processes on it (hosts `scale-host-<i>`, the generic
   controller enabled; one of them leads it), against the lab's real kube-apiserver;
 - creates N linked VirtualMachine + LibvirtMachine pairs (the sample pair) at --rate pairs per
@@ -73,20 +76,45 @@ from tests.eventually import eventually  # noqa: E402
 
 HOST_PREFIX = "scale-host-"
 NS_PREFIX = "scale-"
+POOL_PREFIX = "scale-bench-"
+# The test driver's pools hold 100 GiB whatever the node file says; a boot disk counts its
+# capacity (1 GiB for the sample pair) against it.
+MACHINES_PER_POOL = 90
+STORAGE_CLASSES = "libvirtstorageclasses"
 READS = ("GET", "LIST", "WATCH")
 WRITES = ("POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY")
 EVENTS = "events"
 VMS, LMS = "virtualmachines", "libvirtmachines"
 Key = tuple[str, str]  # (verb, resource[/subresource])
+# What the daemons call: their own groups, Events, Leases, Secrets. Everything else (the lab's
+# controller-manager restarting its watches, the API server's own endpoints) is summed as OTHER.
+DAEMON_GROUPS = frozenset({"vm-api.io", "infrastructure.vm-api.io"})
+DAEMON_RESOURCES = frozenset({"events", "leases", "secrets"})
+OTHER = "(other clients)"
 
 
 # -- the test driver's node ---------------------------------------------------------------------
 
 
-def write_node_xml(lab: LabInfo, path: Path) -> str:
-    """A test-driver node with the lab's pool (the guest image's volume in it) and network; the
-    URI that opens it. Each daemon that opens it gets a private copy in its own process."""
+def disk_pools(machines: int, hosts: int) -> int:
+    """Pools one host needs for its share of the boot disks."""
+    return max(1, math.ceil(math.ceil(machines / hosts) / MACHINES_PER_POOL))
+
+
+def write_node_xml(lab: LabInfo, path: Path, pools: int) -> str:
+    """A test-driver node with the lab's pool (the guest image's volume in it), the lab's network
+    and `pools` pools for boot disks; the URI that opens it. Each daemon that opens it gets a
+    private copy in its own process."""
     pool_dir = "/scale-bench-pool"
+    disk_pool_elements = [
+        E.pool(
+            E.name(f"{POOL_PREFIX}{k}"),
+            E.uuid(str(uuid.uuid5(uuid.NAMESPACE_URL, f"scale-bench-pool-{k}"))),
+            E.target(E.path(f"/{POOL_PREFIX}{k}")),
+            type="dir",
+        )
+        for k in range(pools)
+    ]
     node = E.node(
         E.network(
             E.name(lab.network),
@@ -111,6 +139,7 @@ def write_node_xml(lab: LabInfo, path: Path) -> str:
             ),
             type="dir",
         ),
+        *disk_pool_elements,
     )
     path.write_bytes(etree.tostring(node, pretty_print=True))
     return f"test://{path.resolve()}"
@@ -153,7 +182,9 @@ def server_requests(api: client.ApiClient) -> Counter[Key]:
         resource = labels.get("resource", "")
         if not resource:
             continue
-        if labels.get("subresource"):
+        if labels.get("group") not in DAEMON_GROUPS and resource not in DAEMON_RESOURCES:
+            resource = OTHER
+        elif labels.get("subresource"):
             resource += "/" + labels["subresource"]
         counts[(labels.get("verb", "?"), resource)] += round(float(value))
     return counts
@@ -185,7 +216,7 @@ class Phase:
         return sum(
             n
             for (verb, resource), n in self.counts.items()
-            if verb in verbs and (events or resource != EVENTS)
+            if verb in verbs and resource != OTHER and (events or resource != EVENTS)
         )
 
 
@@ -386,12 +417,16 @@ def print_phase(phase: Phase, *, per: int | None) -> None:
     unit = "per machine" if per else "per second"
     div = per or max(phase.seconds, 1e-9)
     print(f"  {phase.name} ({phase.seconds:.1f} s), {unit}:")
-    for verb, resource in sorted(phase.counts, key=lambda k: (k[0] not in READS, k)):
+    for verb, resource in sorted(phase.counts, key=lambda k: (k[1] == OTHER, k[0] not in READS, k)):
         n = phase.counts[(verb, resource)]
         print(f"    {verb:<7} {resource:<34} {n / div:9.2f}   ({n})")
     reads = phase.total(READS)
     writes = phase.total(WRITES, events=False)
     events = phase.total(WRITES) - writes
+    print(
+        "    (other clients: the lab's controller-manager and the API server itself; Lease "
+        "writes include the API server's identity Lease, one every 10 s)"
+    )
     print(
         f"    reads {reads / div:.2f}, writes {writes / div:.2f} (Events excluded), "
         f"Event writes {events / div:.2f} {unit}"
@@ -409,13 +444,36 @@ class Settings:
     daemons: int
     ready_timeout: float
     delete_timeout: float
+    stall: float
     creators: int
 
 
 def pair_docs(ns: str, index: int, hosts: int) -> list[dict[str, Any]]:
+    """The sample pair, on host index % hosts, its boot disk in that host's next pool."""
     docs = pair(ns, f"m{index:05d}")
+    docs[0]["spec"]["bootDisk"]["storageClassName"] = (
+        f"{POOL_PREFIX}{index // hosts // MACHINES_PER_POOL}"
+    )
     docs[1]["metadata"]["labels"][HOST_LABEL] = f"{HOST_PREFIX}{index % hosts}"
     return docs
+
+
+def storage_classes(custom: client.CustomObjectsApi, pools: int, *, create: bool) -> None:
+    """The benchmark's LibvirtStorageClasses, one per disk pool (never the default)."""
+    for k in range(pools):
+        name = f"{POOL_PREFIX}{k}"
+        if create:
+            body = {
+                "apiVersion": f"{GROUP}/{V}",
+                "kind": "LibvirtStorageClass",
+                "metadata": {"name": name},
+                "spec": {"pool": name},
+            }
+            with contextlib.suppress(ApiException):  # left by an interrupted run: the same
+                custom.create_cluster_custom_object(GROUP, V, STORAGE_CLASSES, body)
+        else:
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, V, STORAGE_CLASSES, name)
 
 
 def create_paced(
@@ -448,16 +506,23 @@ def create_paced(
     return started
 
 
-def wait_until(probe: Callable[[], bool], timeout: float, check: Callable[[], bool]) -> bool:
-    """Whether `probe` held within `timeout`; stops early when `check` (daemons alive) fails."""
+def wait_until(
+    progress: Callable[[], int], goal: int, timeout: float, check: Callable[[], bool], stall: float
+) -> bool:
+    """Whether `progress` reached `goal` within `timeout`; gives up early when `check` (the
+    daemons are alive) fails or `progress` stays the same for `stall` seconds."""
     deadline = time.monotonic() + timeout
+    last, moved = -1, time.monotonic()
     while time.monotonic() < deadline:
-        if probe():
+        now, done = time.monotonic(), progress()
+        if done >= goal:
             return True
-        if not check():
+        if done != last:
+            last, moved = done, now
+        if not check() or now - moved > stall:
             return False
         time.sleep(0.05)  # polling the watchers' in-memory tallies
-    return probe()
+    return progress() >= goal
 
 
 def warnings_in(core: client.CoreV1Api, own: Requests, ns: str) -> Counter[str]:
@@ -499,7 +564,9 @@ class Bench:
         self.api = client.ApiClient(cfg)
         self.core, self.custom = client.CoreV1Api(self.api), client.CustomObjectsApi(self.api)
         install_api(lab, self.api)
-        self.uri = write_node_xml(lab, workdir / "node.xml")
+        self.pools = disk_pools(s.machines, s.daemons)
+        storage_classes(self.custom, self.pools, create=True)
+        self.uri = write_node_xml(lab, workdir / "node.xml", self.pools)
         self.own = Requests()
         self.ns = NS_PREFIX + uuid.uuid4().hex[:6]
         self.daemons = Daemons(lab, self.uri, s.daemons)
@@ -531,7 +598,9 @@ class Bench:
         daemons.reset_peaks()
         self.started = create_paced(self.custom, self.own, self.ns, s)
         created_in = time.monotonic() - p0[0]
-        all_ready = wait_until(lambda: self.ready.counts()[0] >= n, s.ready_timeout, daemons.alive)
+        all_ready = wait_until(
+            lambda: self.ready.counts()[0], n, s.ready_timeout, daemons.alive, s.stall
+        )
         p1 = self.point()
         cpu1 = daemons.cpu()
         phase = Phase.between("creation, first create to all Ready", p0, p1)
@@ -542,7 +611,7 @@ class Bench:
         if all_ready:
             print(f"all {n} Ready {max(readies.values()) - p0[0]:.1f} s after the first create")
         else:
-            print(f"NOT all Ready: {len(readies)} of {n} within {s.ready_timeout:.0f} s")
+            print(f"NOT all Ready: {len(readies)} of {n} (gave up after {phase.seconds:.0f} s)")
         for d, c0, c1 in zip(daemons.items, cpu0, cpu1, strict=True):
             print(
                 f"daemon {d.host} during creation: CPU {100 * (c1 - c0) / phase.seconds:.1f}% "
@@ -574,9 +643,11 @@ class Bench:
                 self.own.add("DELETE", VMS)
                 pool.submit(delete_quietly, custom, VM_GROUP, ns, VMS, name)
         all_gone = wait_until(
-            lambda: self.ready.counts()[1] >= n and self.running.counts()[1] >= n,
+            lambda: self.ready.counts()[1] + self.running.counts()[1],
+            2 * n,
             self.s.delete_timeout,
             self.daemons.alive,
+            self.s.stall,
         )
         p3 = self.point()
         phase = Phase.between("deletion, first delete to all gone", p2, p3)
@@ -591,7 +662,7 @@ class Bench:
             + (
                 f"nothing left ({n} VMs and {n} LibvirtMachines gone)"
                 if clean
-                else f"NOT all gone: {left} objects left after {self.s.delete_timeout:.0f} s"
+                else f"NOT all gone: {left} objects left (gave up after {phase.seconds:.0f} s)"
             )
         )
         for d, rss in zip(self.daemons.items, self.daemons.rss(), strict=True):
@@ -638,6 +709,7 @@ class Bench:
                     delete_quietly(self.custom, group, self.ns, plural, obj["metadata"]["name"])
         self.daemons.stop()
         clean_up(self.custom, self.core, self.ns)
+        storage_classes(self.custom, self.pools, create=False)
         self.api.close()
 
 
@@ -649,11 +721,14 @@ def main() -> int:
     parser.add_argument("--daemons", type=int, default=1, help="daemons (hosts) on the test driver")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="after the last create")
     parser.add_argument("--delete-timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--stall-seconds", type=float, default=120.0, help="give up when nothing moves this long"
+    )
     parser.add_argument("--smoke", action="store_true", help="3 pairs, 1 s idle: a quick check")
     args = parser.parse_args()
     if args.smoke:
         args.machines, args.rate, args.idle_seconds = 3, 20.0, 1.0
-        args.ready_timeout, args.delete_timeout = 60.0, 60.0
+        args.ready_timeout, args.delete_timeout, args.stall_seconds = 60.0, 60.0, 30.0
     settings = Settings(
         machines=args.machines,
         rate=args.rate,
@@ -661,6 +736,7 @@ def main() -> int:
         daemons=args.daemons,
         ready_timeout=args.ready_timeout,
         delete_timeout=args.delete_timeout,
+        stall=args.stall_seconds,
         creators=max(4, math.ceil(args.rate / 10)),
     )
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
