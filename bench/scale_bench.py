@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import subprocess
@@ -233,6 +234,28 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def other_cpu(lab: LabInfo) -> dict[str, float]:
+    """CPU seconds of what shares the machine with the daemons: the lab's kube-apiserver (etcd
+    runs inside it) and this script."""
+    found = {"this script": time.process_time()}
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        pid = int(json.loads((lab.dir / "state.json").read_text())["apiserver_pid"])
+        found["kube-apiserver"] = cpu_seconds(pid)
+    return found
+
+
+def print_other_cpu(before: dict[str, float], after: dict[str, float], seconds: float) -> None:
+    print(
+        "  beside them: "
+        + ", ".join(
+            f"{name} {100 * (after[name] - before[name]) / seconds:.1f}%"
+            for name in before
+            if name in after
+        )
+        + " of a core"
+    )
 
 
 @dataclass
@@ -531,6 +554,30 @@ def warnings_in(core: client.CoreV1Api, own: Requests, ns: str) -> Counter[str]:
     return Counter(f"{e.involved_object.kind}/{e.reason}" for e in items)
 
 
+def forget_hosts(custom: client.CustomObjectsApi) -> None:
+    """Take the benchmark hosts' entries out of every LibvirtImage's status.hosts (each daemon
+    wrote its own; once stopped, nobody else would), with the object's resourceVersion, so a
+    concurrent writer's entry is never lost: a conflict reads again."""
+    for _ in range(5):
+        conflict = False
+        for image in custom.list_cluster_custom_object(GROUP, V, "libvirtimages")["items"]:
+            hosts = (image.get("status") or {}).get("hosts") or []
+            kept = [h for h in hosts if not str(h.get("host", "")).startswith(HOST_PREFIX)]
+            if kept == hosts:
+                continue
+            image["status"]["hosts"] = kept
+            try:
+                custom.replace_cluster_custom_object_status(
+                    GROUP, V, "libvirtimages", image["metadata"]["name"], image
+                )
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                conflict = True
+        if not conflict:
+            return
+
+
 def clean_up(custom: client.CustomObjectsApi, core: client.CoreV1Api, ns: str) -> None:
     """Leave no object behind, even after a failed run: delete what is left, and once the
     daemons are stopped, release any finalizer still held so the namespace can go."""
@@ -557,7 +604,7 @@ class Bench:
     """One run: the API clients, the daemons, the watches, and the three phases."""
 
     def __init__(self, lab: LabInfo, s: Settings, workdir: Path) -> None:
-        self.s = s
+        self.s, self.lab = s, lab
         cfg = client.Configuration()
         config.load_kube_config(config_file=lab.kubeconfig, client_configuration=cfg)
         cfg.connection_pool_maxsize = s.creators + 8
@@ -594,7 +641,7 @@ class Bench:
     def create(self) -> tuple[Phase, bool]:
         s, n, daemons = self.s, self.s.machines, self.daemons
         p0 = self.point()
-        cpu0 = daemons.cpu()
+        cpu0, others0 = daemons.cpu(), other_cpu(self.lab)
         daemons.reset_peaks()
         self.started = create_paced(self.custom, self.own, self.ns, s)
         created_in = time.monotonic() - p0[0]
@@ -602,7 +649,7 @@ class Bench:
             lambda: self.ready.counts()[0], n, s.ready_timeout, daemons.alive, s.stall
         )
         p1 = self.point()
-        cpu1 = daemons.cpu()
+        cpu1, others1 = daemons.cpu(), other_cpu(self.lab)
         phase = Phase.between("creation, first create to all Ready", p0, p1)
         runs, readies = self.running.first(), self.ready.first()
         print(f"created {n} pairs in {created_in:.1f} s ({n / created_in:.1f} pairs/s)")
@@ -617,27 +664,33 @@ class Bench:
                 f"daemon {d.host} during creation: CPU {100 * (c1 - c0) / phase.seconds:.1f}% "
                 f"of a core, RSS peak {d.peak_rss:.0f} MiB"
             )
+        print_other_cpu(others0, others1, phase.seconds)
         return phase, all_ready
 
     def idle(self) -> Phase:
         daemons = self.daemons
-        p1, cpu1 = self.point(), daemons.cpu()
+        p1, cpu1, others1 = self.point(), daemons.cpu(), other_cpu(self.lab)
         daemons.reset_peaks()
         if self.s.idle > 0:
             time.sleep(self.s.idle)  # the idle window is the measurement itself
-        p2, cpu2 = self.point(), daemons.cpu()
+        p2, cpu2, others2 = self.point(), daemons.cpu(), other_cpu(self.lab)
         phase = Phase.between("idle, nothing changing", p1, p2)
-        for d, c1, c2, rss in zip(daemons.items, cpu1, cpu2, daemons.rss(), strict=True):
+        hosts = self.s.daemons
+        for i, (d, c1, c2, rss) in enumerate(
+            zip(daemons.items, cpu1, cpu2, daemons.rss(), strict=True)
+        ):
+            machines = len(range(i, len(self.started), hosts))
             print(
-                f"daemon {d.host} idle with {len(self.started) // self.s.daemons} machines: CPU "
+                f"daemon {d.host} idle with {machines} machines: CPU "
                 f"{100 * (c2 - c1) / phase.seconds:.2f}% of a core over {phase.seconds:.0f} s, "
                 f"RSS {rss:.0f} MiB (peak {d.peak_rss:.0f})"
             )
+        print_other_cpu(others1, others2, phase.seconds)
         return phase
 
     def delete(self) -> tuple[Phase, bool]:
         n, custom, ns = self.s.machines, self.custom, self.ns
-        p2 = self.point()
+        p2, cpu2, others2 = self.point(), self.daemons.cpu(), other_cpu(self.lab)
         with ThreadPoolExecutor(max_workers=self.s.creators) as pool:
             for name in self.started:
                 self.own.add("DELETE", VMS)
@@ -649,7 +702,7 @@ class Bench:
             self.daemons.alive,
             self.s.stall,
         )
-        p3 = self.point()
+        p3, cpu3, others3 = self.point(), self.daemons.cpu(), other_cpu(self.lab)
         phase = Phase.between("deletion, first delete to all gone", p2, p3)
         self.own.add("LIST", VMS)
         self.own.add("LIST", LMS)
@@ -665,8 +718,12 @@ class Bench:
                 else f"NOT all gone: {left} objects left (gave up after {phase.seconds:.0f} s)"
             )
         )
-        for d, rss in zip(self.daemons.items, self.daemons.rss(), strict=True):
-            print(f"daemon {d.host} after deletion: RSS {rss:.0f} MiB")
+        for d, c2, c3, rss in zip(self.daemons.items, cpu2, cpu3, self.daemons.rss(), strict=True):
+            print(
+                f"daemon {d.host} during deletion: CPU {100 * (c3 - c2) / phase.seconds:.1f}% "
+                f"of a core; RSS after it {rss:.0f} MiB"
+            )
+        print_other_cpu(others2, others3, phase.seconds)
         warnings = warnings_in(self.core, self.own, ns)
         print(
             "Warning Events in the namespace: "
@@ -710,6 +767,7 @@ class Bench:
         self.daemons.stop()
         clean_up(self.custom, self.core, self.ns)
         storage_classes(self.custom, self.pools, create=False)
+        forget_hosts(self.custom)
         self.api.close()
 
 
