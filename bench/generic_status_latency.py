@@ -2,7 +2,7 @@
 
 Run (the lab must be up; only 127.0.0.1 is contacted):
 
-    .venv/bin/python bench/generic_status_latency.py [--pairs 200] [--idle 30]
+    .venv/bin/python bench/generic_status_latency.py [--pairs 200] [--idle 30] [--smoke]
 
 It creates a stub provider kind (labelled CRD) and N linked VirtualMachine/provider pairs in a
 fresh namespace, runs the generic controller in this process (kopf in a thread, its Kubernetes
@@ -268,7 +268,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--idle", type=float, default=30.0, help="idle window in seconds")
+    parser.add_argument(
+        "--smoke", action="store_true", help="10 pairs, 1 s idle: a quick check that it runs"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.pairs, args.idle = 10, 1.0
     if not 10 <= args.pairs <= 500:
         raise SystemExit("--pairs must be between 10 and 500")
     kubeconfig = os.environ.get("KUBECONFIG") or lab_kubeconfig()

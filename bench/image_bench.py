@@ -24,6 +24,7 @@ makes in the pool is named `bench-<run id>-...` and deleted at the end. Bounded:
 wait. Traffic goes only to 127.0.0.1 and the lab's libvirtd. Needs the lab: `make lab-up` first.
 
 usage: .venv/bin/python bench/image_bench.py [--repeats 10] [--import-repeats 4] [--overlay-gib 20]
+                                             [--smoke]
 """
 
 from __future__ import annotations
@@ -105,18 +106,23 @@ def qemu_img_info(path: Path) -> dict[str, object]:
     return info
 
 
-def ensure_base(gib: int) -> Path:
-    """A qcow2 image of `gib` GiB virtual size holding real data, generated once and cached."""
-    path = CACHE / f"base-{gib}g-{BASE_VERSION}.qcow2"
-    if path.exists() and qemu_img_info(path).get("virtual-size") == gib * GIB:
+def ensure_base(directory: Path, mib: int) -> Path:
+    """A qcow2 image of `mib` MiB virtual size holding real data, generated once into
+    `directory` and reused."""
+    path = directory / (
+        f"base-{mib // 1024}g-{BASE_VERSION}.qcow2"
+        if mib % 1024 == 0
+        else f"base-{mib}m-{BASE_VERSION}.qcow2"
+    )
+    if path.exists() and qemu_img_info(path).get("virtual-size") == mib * MIB:
         return path
-    CACHE.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
     print(f"generating {path} (once; reused by later runs) ...", flush=True)
     raw = path.with_suffix(".raw.tmp")
     tmp = path.with_suffix(".qcow2.tmp")
     try:
         with raw.open("wb") as f:
-            for i in range(gib * 1024):
+            for i in range(mib):
                 f.write(_block(i))
         subprocess.run(
             ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(tmp)], check=True
@@ -182,13 +188,13 @@ def serve(path: Path) -> Iterator[str]:
 
 
 def overlay_times(
-    hv: LibvirtHypervisor, pool: str, run: str, bases: dict[int, Path], *, repeats: int, gib: int
-) -> dict[int, list[float]]:
+    hv: LibvirtHypervisor, pool: str, run: str, bases: dict[str, Path], *, repeats: int, gib: int
+) -> dict[str, list[float]]:
     """Seconds per create_overlay, per base size; each overlay is deleted before the next."""
-    times: dict[int, list[float]] = {size: [] for size in bases}
+    times: dict[str, list[float]] = {size: [] for size in bases}
     for i in range(-1, repeats):  # -1: warm-up, not counted
         for size, base in bases.items():
-            name = f"bench-{run}-overlay-{size}g-{i + 1}.qcow2"
+            name = f"bench-{run}-overlay-{size.replace(' ', '')}-{i + 1}.qcow2"
             spec = OverlaySpec(
                 pool=pool,
                 name=name,
@@ -346,22 +352,33 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10, help="overlays per base size")
     parser.add_argument("--import-repeats", type=int, default=4, help="imports, plain copies")
     parser.add_argument("--overlay-gib", type=int, default=20, help="size the overlay grows to")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="16 and 64 MiB bases in the lab's folder (not the shared cache), one run each",
+    )
     args = parser.parse_args()
     env = lab_env()
     pool = env["VMAPI_LAB_POOL"]
     pool_dir = Path(env["VMAPI_LAB_DIR"]) / "pool"
     run = uuid.uuid4().hex[:8]
 
-    bases = {1: ensure_base(1), 4: ensure_base(4)}
-    size = bases[1].stat().st_size
-    if CACHE.stat().st_dev != pool_dir.stat().st_dev:
-        raise SystemExit(f"bench: {CACHE} is not on the pool's filesystem ({pool_dir})")
+    directory, sizes = CACHE, {"1 GiB": 1024, "4 GiB": 4096}
+    if args.smoke:
+        args.repeats, args.import_repeats, args.overlay_gib = 1, 1, 1
+        directory = Path(env["VMAPI_LAB_DIR"]) / "bench-smoke"
+        sizes = {"16 MiB": 16, "64 MiB": 64}
+    bases = {label: ensure_base(directory, mib) for label, mib in sizes.items()}
+    small, large = list(bases)
+    size = bases[small].stat().st_size
+    if directory.stat().st_dev != pool_dir.stat().st_dev:
+        raise SystemExit(f"bench: {directory} is not on the pool's filesystem ({pool_dir})")
 
     hv = LibvirtHypervisor(env["LIBVIRT_DEFAULT_URI"])
     try:
         overlays = overlay_times(hv, pool, run, bases, repeats=args.repeats, gib=args.overlay_gib)
         plain, plain_synced, imports, streams = import_runs(
-            hv, pool, run, bases[1], repeats=args.import_repeats
+            hv, pool, run, bases[small], repeats=args.import_repeats
         )
     finally:
         clean_up(hv, pool, run)
@@ -373,13 +390,13 @@ def main() -> int:
         f"{args.overlay_gib} GiB, {args.repeats} runs per base, interleaved"
     )
     print(f"  {'base':<8} {'file size':>10} {'median':>10} {'max':>10}")
-    for gib, times in overlays.items():
+    for label, times in overlays.items():
         print(
-            f"  {f'{gib} GiB':<8} {bases[gib].stat().st_size / GIB:>6.2f} GiB "
+            f"  {label:<8} {bases[label].stat().st_size / GIB:>6.2f} GiB "
             f"{1000 * statistics.median(times):>7.1f} ms {1000 * max(times):>7.1f} ms"
         )
-    ratio = statistics.median(overlays[4]) / statistics.median(overlays[1])
-    print(f"  ratio 4 GiB / 1 GiB (medians): {ratio:.2f}   target: < 100 ms at any size, ~1.0")
+    ratio = statistics.median(overlays[large]) / statistics.median(overlays[small])
+    print(f"  ratio {large} / {small} (medians): {ratio:.2f}   target: < 100 ms at any size, ~1.0")
 
     def figures(runs: list[float]) -> str:
         rates = [mb_s(seconds, size) for seconds in runs]

@@ -11,7 +11,7 @@ Prints, for N machines (default 10) in the lab:
 Bounded: N machines, deadlines on every wait, everything deleted at the end. Traffic goes only to
 the lab (loopback and the lab's libvirtd). Needs the lab: `make lab-up` first.
 
-usage: python bench/provider_burst.py [--machines 10] [--idle-seconds 30]
+usage: python bench/provider_burst.py [--machines 10] [--idle-seconds 30] [--smoke]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -43,18 +42,11 @@ from libvirt_provider.domainxml import render_domain_xml  # noqa: E402
 from libvirt_provider.driver.base import OverlaySpec  # noqa: E402
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor  # noqa: E402
 from libvirt_provider.resolve import resolve_machine  # noqa: E402
-from tests.e2e.conftest import LAB_SCRIPT, _parse_exports  # noqa: E402
+from tests.e2e.conftest import read_lab  # noqa: E402
+from tests.e2e.provider.conftest import answers, health_base  # noqa: E402
 
 HOST = "bench-host"
-HEALTH_PORT = 19441
 G, VG, V = "infrastructure.vm-api.io", "vm-api.io", "v1alpha1"
-
-
-def lab_env() -> dict[str, str]:
-    out = subprocess.run(
-        [sys.executable, str(LAB_SCRIPT), "env"], capture_output=True, text=True, check=True
-    ).stdout
-    return _parse_exports(out)
 
 
 def wait(probe: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
@@ -143,14 +135,6 @@ def raw_baseline(env: dict[str, str], n: int) -> list[float]:
     return done
 
 
-def healthy() -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{HEALTH_PORT}/healthz", timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])
@@ -207,9 +191,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--machines", type=int, default=10)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--smoke", action="store_true", help="1 machine, 1 s idle: a quick check")
     args = parser.parse_args()
+    if args.smoke:
+        args.machines, args.idle_seconds = 1, 1.0
     n = args.machines
-    env = lab_env()
+    env = read_lab().env
     kubectl = [
         str(Path(env["VMAPI_LAB_DIR"]) / "bin" / "kubectl"),
         "--kubeconfig",
@@ -237,16 +224,16 @@ def main() -> int:
             "--libvirt-uri", env["LIBVIRT_DEFAULT_URI"],
             "--host", HOST,
             "--domain-types", env["VMAPI_LAB_DOMAIN_TYPE"],
-            "--health-address", "127.0.0.1", "--health-port", str(HEALTH_PORT),
+            "--health-address", "127.0.0.1", "--health-port", "0",
             "--lease-namespace", "kube-system",
-            "--log-level", "WARNING",
         ],
-        stdout=log.open("ab"),
+        stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )  # fmt: skip
     conn = libvirt.open(env["LIBVIRT_DEFAULT_URI"])
     try:
-        wait(healthy, 60, "the daemon's health endpoint", interval=0.2)
+        base = health_base(daemon, log)
+        wait(lambda: answers(f"{base}/healthz"), 60, "the daemon healthy", interval=0.2)
         names = [f"m{i}" for i in range(n)]
         running, leased, ready = burst(custom, conn, ns, names)
         if len(ready) < n:

@@ -76,6 +76,9 @@ class ResolvedModel(BaseModel):
 class DomainType(enum.StrEnum):
     KVM = "kvm"
     QEMU = "qemu"
+    # libvirt's in-process test driver (`test:///`), the only driver that offers it: for
+    # benchmarks of the control plane, where domains start instantly and run nothing.
+    TEST = "test"
 
 
 class CpuMode(enum.StrEnum):

@@ -4,7 +4,8 @@ One shared connection per daemon, opened lazily and reopened after loss. libvirt
 so callers run it from worker threads; a semaphore bounds how many calls are in flight toward
 libvirtd at once. libvirt's default event loop runs in a thread of its own: it carries keepalive
 probes (so a dead libvirtd is noticed within seconds) and lifecycle events (so the controller
-reconciles promptly instead of polling).
+reconciles promptly instead of polling). A driver without keepalive (libvirt's in-process test
+driver, which cannot lose its daemon) is used without it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TypeVar
 
 import libvirt
 
-from libvirt_provider.driver.libvirt_errors import translated
+from libvirt_provider.driver.libvirt_errors import is_unsupported_call, translated
 from libvirt_provider.driver.types import LifecycleListener
 from libvirt_provider.errors import RetryableError
 
@@ -94,6 +95,8 @@ class LibvirtConnection:
     ) -> None:
         self._uri = uri
         self._keepalive = (keepalive_interval, keepalive_count)
+        # Set once this URI's driver said it has no keepalive, so that is logged only once.
+        self._keepalive_unsupported = False
         self._conn: libvirt.virConnect | None = None
         self._lifecycle_callback: int | None = None
         self._connected_before = False
@@ -122,7 +125,7 @@ class LibvirtConnection:
             except libvirt.libvirtError as err:
                 raise RetryableError(f"cannot connect to libvirt at {self._uri}: {err}") from err
             try:
-                conn.setKeepAlive(*self._keepalive)
+                self._set_keepalive(conn)
                 conn.registerCloseCallback(self._on_close, None)
                 self._lifecycle_callback = conn.domainEventRegisterAny(
                     None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
@@ -143,6 +146,18 @@ class LibvirtConnection:
             for callback in list(self._reconnect_listeners):
                 callback()
         return conn
+
+    def _set_keepalive(self, conn: libvirt.virConnect) -> None:
+        """Keepalive probes where the driver has them; an in-process driver (`test:///`) has no
+        daemon to lose and no keepalive, which is no reason to refuse the connection."""
+        try:
+            conn.setKeepAlive(*self._keepalive)
+        except libvirt.libvirtError as err:
+            if not is_unsupported_call(err):
+                raise
+            if not self._keepalive_unsupported:
+                self._keepalive_unsupported = True
+                log.info("libvirt at %s has no keepalive; connected without it", self._uri)
 
     def _drop_locked(self, conn: libvirt.virConnect) -> None:
         self._conn = None

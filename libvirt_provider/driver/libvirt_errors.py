@@ -74,6 +74,12 @@ def is_missing(err: libvirt.libvirtError) -> bool:
     return err.get_error_code() in _NOT_FOUND
 
 
+def is_unsupported_call(err: libvirt.libvirtError) -> bool:
+    """The connection's driver does not implement the call at all (e.g. keepalive on libvirt's
+    in-process test driver): a capability this connection lacks, not a failure."""
+    return bool(err.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT)
+
+
 def is_refused_flag(err: libvirt.libvirtError) -> bool:
     """The call's flags are unknown to this libvirt (older daemons report an invalid argument):
     the caller may try again with fewer flags."""

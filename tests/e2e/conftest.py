@@ -114,6 +114,14 @@ def _parse_exports(text: str) -> dict[str, str]:
     return env
 
 
+def read_lab() -> LabInfo:
+    """The running lab's settings (`lab.py env`), for fixtures and the bench scripts alike."""
+    out = subprocess.run(
+        [sys.executable, str(LAB_SCRIPT), "env"], capture_output=True, text=True, check=True
+    )
+    return LabInfo(env=_parse_exports(out.stdout))
+
+
 @pytest.fixture(scope="session")
 def lab() -> LabInfo:
     up = subprocess.run(
@@ -121,10 +129,7 @@ def lab() -> LabInfo:
     )
     if up.returncode != 0:
         pytest.fail(f"the lab did not come up: {up.stderr.strip()}", pytrace=False)
-    out = subprocess.run(
-        [sys.executable, str(LAB_SCRIPT), "env"], capture_output=True, text=True, check=True
-    )
-    return LabInfo(env=_parse_exports(out.stdout))
+    return read_lab()
 
 
 @pytest.fixture(scope="session")

@@ -88,6 +88,17 @@ class TestAValidPairResolvesCompletely:
         assert machine.domain.domain_type is DomainType.QEMU
         assert machine.domain.cpu.mode is None
 
+    @pytest.mark.parametrize("requested", ["kvm", "qemu", "auto"])
+    def test_on_libvirts_test_driver_every_requested_type_runs_as_test(
+        self, requested: str, domain_schema: etree.RelaxNG
+    ) -> None:
+        test_driver = b.host(domain_types=frozenset({"test"}))
+        machine = resolve(lm=b.machine({"domainType": requested}), host=test_driver).machine
+        assert machine is not None
+        assert machine.domain.domain_type is DomainType.TEST
+        assert machine.domain.cpu.mode is None
+        assert domain_schema.validate(etree.fromstring(render_domain_xml(machine.domain)))
+
     def test_an_http_image_is_cached_once_per_checksum_in_the_disks_pool(self) -> None:
         http = b.image(
             source={"http": {"url": "https://images.example/tiny.qcow2", "sha256": b.SHA}}
@@ -502,6 +513,8 @@ class TestHostMismatch:
         [
             ({"domain_types": frozenset({"qemu"})}, {"domainType": "kvm"}, "kvm is not available"),
             ({"domain_types": frozenset()}, {}, "offers: none"),
+            # Without `test` offered (narrowed away by --domain-types) nothing maps onto it.
+            ({"domain_types": frozenset({"lxc"})}, {"domainType": "qemu"}, "offers: lxc"),
             ({"pools": frozenset({"other"})}, {}, "pool 'vmapi-lab' does not exist"),
             ({"networks": frozenset()}, {}, "network 'vmapi-lab' does not exist"),
             ({}, {"host": "node-2"}, "placed on host 'node-2'"),
