@@ -9,8 +9,12 @@ process still owns kopf's operator-wide settings; `configure_settings` gives the
 names and the watch timeouts that re-establish dead streams.
 
 What the embedding process must do:
-- pass the same namespace patterns to `register(namespaces=...)` and to `kopf.operator(...)`
-  (or neither, for cluster-wide);
+- run kopf cluster-wide and pass namespace patterns to `register(namespaces=...)` only: the
+  controller applies them to every event itself. kopf's own namespace patterns are not used,
+  because kopf can miss a namespace created while it starts: its namespace observer lists the
+  namespaces, then starts a watch that lists them again and ignores that second listing, so a
+  namespace created between the two is never served (seen as an operator that never started
+  its watches, in two of three clean-clone test runs);
 - give kopf's finalizer and progress/diff-base annotations its own prefix (`configure_settings`
   does so; do not keep kopf's defaults, which other operators share);
 - let kopf log in (kopf's standard login handlers) and pass a `kubernetes` ApiClient, or let
@@ -142,10 +146,5 @@ def run_standalone(
     )
     settings = kopf.OperatorSettings()
     configure_settings(settings)
-    kopf.run(
-        registry=registry,
-        settings=settings,
-        standalone=True,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-    )
+    # Cluster-wide in kopf; `register` applies the namespace patterns (see the module's doc).
+    kopf.run(registry=registry, settings=settings, standalone=True, clusterwide=True)

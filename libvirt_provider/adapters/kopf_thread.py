@@ -26,13 +26,10 @@ class OperatorThread:
         name: str,
         registry: kopf.OperatorRegistry,
         settings: Any,
-        *,
-        namespaces: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self._registry = registry
         self._settings = settings
-        self._namespaces = namespaces
         self._stop = threading.Event()
         self.ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -49,8 +46,7 @@ class OperatorThread:
                         registry=self._registry,
                         settings=self._settings,
                         standalone=True,
-                        clusterwide=not self._namespaces,
-                        namespaces=self._namespaces,
+                        clusterwide=True,
                         stop_flag=self._stop,
                         ready_flag=self.ready,
                     )

@@ -75,9 +75,9 @@ class GenericLeader:
         )
         settings = kopf.OperatorSettings()
         configure_generic_settings(settings)
-        self._operator = OperatorThread(
-            "generic-operator", registry, settings, namespaces=self._cfg.generic_namespaces
-        )
+        # Cluster-wide in kopf, always: --generic-namespace patterns are applied by the
+        # controller itself (see generic.adapters.operator).
+        self._operator = OperatorThread("generic-operator", registry, settings)
         self._operator.start()
 
     def _follow(self) -> None:

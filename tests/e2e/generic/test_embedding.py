@@ -47,7 +47,7 @@ def embedded(
                 registry=registry,
                 settings=settings,
                 standalone=True,
-                namespaces=[f"{prefix}*"],
+                clusterwide=True,  # the patterns are the controller's (see register's doc)
                 stop_flag=stop,
             )
         )
