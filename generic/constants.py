@@ -70,6 +70,9 @@ API_REASONS: Final = frozenset(
     }
 )
 
+GENERIC_PROBLEM_REASONS: Final = frozenset({REASON_NOT_ADOPTED, REASON_INVALID_PROVIDER_STATUS})
+"""Reasons of this controller's own that are problems: posted as Warning Events."""
+
 TERMINAL_REASONS: Final = frozenset(
     {REASON_UNSUPPORTED_BY_PROVIDER, REASON_PROVIDER_ERROR, REASON_PREEMPTED}
 )

@@ -160,7 +160,16 @@ class Reconciler:
         elif reason == c.REASON_WAITING:
             return  # the Adopted event just said so
         else:
-            self._event(vm, "Warning", reason, message or f"the VM is not ready ({reason})")
+            # The contract's problem reasons and this controller's own are warnings. Any other
+            # reason is the provider's word for where it is (Starting, WaitingForAddress, ...):
+            # a step of normal progress, and a provider warns of its own problems itself.
+            warning = reason in c.API_REASONS or reason in c.GENERIC_PROBLEM_REASONS
+            self._event(
+                vm,
+                "Warning" if warning else "Normal",
+                reason,
+                message or f"the VM is not ready ({reason})",
+            )
 
     def _finalize(self, vm: Mapping[str, Any]) -> Outcome:
         if c.FINALIZER not in _finalizers(vm):

@@ -312,6 +312,23 @@ class TestMirroring:
         _run(cluster)
         assert "failureReason" not in cluster.vm("web")["status"]
 
+    @pytest.mark.parametrize(
+        ("reason", "event_type"),
+        [("Starting", "Normal"), ("WaitingForAddress", "Normal"), ("ProviderError", "Warning")],
+    )
+    def test_a_providers_progress_is_a_normal_event_and_a_contract_problem_a_warning(
+        self, cluster: FakeCluster, reason: str, event_type: str
+    ) -> None:
+        cluster.add_vm("web")
+        reported = {
+            "conditions": [
+                {"type": "InfrastructureReady", "status": "False", "reason": reason, "message": "m"}
+            ]
+        }
+        cluster.add_provider("web", backlink="web", status=reported)
+        _run(cluster)
+        assert cluster.events[-1][:2] == (event_type, reason)
+
     def test_wrong_types_are_reported_not_raised(self, cluster: FakeCluster) -> None:
         cluster.add_vm("web")
         broken = {**READY_STATUS, "powerState": 42}
