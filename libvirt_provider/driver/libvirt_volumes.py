@@ -49,9 +49,23 @@ class LibvirtVolumes(LibvirtConnection):
             # No refresh: every volume of ours is made through libvirt, so the pool knows it, and a
             # refresh fails while another client's volume job is running in the pool.
             p = conn.storagePoolLookupByName(pool)
-            return [_volume_info(pool, v) for v in p.listAllVolumes(0)]
+            found = []
+            for vol in p.listAllVolumes(0):
+                try:
+                    found.append(_volume_info(pool, vol))
+                except libvirt.libvirtError as err:
+                    if not is_missing(err):
+                        raise
+                    # Deleted by another worker between the listing and this look: not there.
+            return found
 
         return self._call(volumes)
+
+    def volume_names(self, pool: str) -> list[str]:
+        def names(conn: libvirt.virConnect) -> list[str]:
+            return [str(name) for name in conn.storagePoolLookupByName(pool).listVolumes()]
+
+        return self._call(names)
 
     def create_overlay(self, spec: OverlaySpec) -> VolumeInfo:
         xml = render_overlay_volume(spec)

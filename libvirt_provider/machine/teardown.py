@@ -100,7 +100,7 @@ class Teardown:
         found: set[tuple[str, str]] = set()
         for pool in sorted(self._hv.host_facts().pools):
             try:
-                volumes = self._hv.list_volumes(pool)
+                names = self._hv.volume_names(pool)
             except (StateConflictError, PermanentError) as err:
                 # An inactive or broken pool must not block every deletion on the host; nothing
                 # in it can be deleted now anyway.
@@ -112,7 +112,7 @@ class Teardown:
                     warning=True,
                 )
                 continue
-            found |= {(pool, v.name) for v in volumes if v.name.startswith(prefix)}
+            found |= {(pool, name) for name in names if name.startswith(prefix)}
         return found
 
     def _remove_console_log(self, domain_name: str) -> None:

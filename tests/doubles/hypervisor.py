@@ -220,6 +220,10 @@ class FakeHypervisor:
         self._enter("pool_available")
         return self.pool_free.get(pool)
 
+    def volume_names(self, pool: str) -> list[str]:
+        self._enter("volume_names")
+        return [n for (p, n) in self.volumes if p == pool]
+
     def add_volume(self, pool: str, name: str, *, capacity_bytes: int = 1 << 30) -> VolumeInfo:
         """Test set-up: a volume that already exists (e.g. a cached base image)."""
         vol = VolumeInfo(

@@ -495,7 +495,7 @@ def test_an_inactive_pool_does_not_block_deletion() -> None:
     reconciler.reconcile(KEY)
     store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     # The host's pools are listed in order: "fast" (inactive here), then "vmapi-lab".
-    hv.fail_next("list_volumes", StateConflictError("storage pool 'fast' is not active"))
+    hv.fail_next("volume_names", StateConflictError("storage pool 'fast' is not active"))
     assert reconciler.reconcile(KEY) == Outcome()
     assert "web" not in store.machines
     assert _owned_volumes(hv) == []
