@@ -69,15 +69,6 @@ RETRY = Outcome(retry=True)
 
 _UNWATCHED_INPUTS = frozenset({c.REASON_SECRET_NOT_FOUND, c.REASON_SECRET_NOT_READABLE})
 
-_STARTING = Readiness(
-    ready=False,
-    reason=c.REASON_STARTING,
-    message="the domain was created and is starting",
-    up_to_date=True,
-    up_to_date_reason=c.REASON_UP_TO_DATE,
-    up_to_date_message="the domain matches the spec",
-)
-
 
 @dataclass(frozen=True)
 class Report:
@@ -225,11 +216,10 @@ class MachineReconciler:
             )
             return Report(readiness, retained=retained_record(plan)), CONVERGING
         uuid = self._creation.create(obj, plan, intent.desired)
-        state = observed_power_state(self._hv.status(uuid))
-        report = Report(
-            _STARTING, domain_uuid=uuid, power_state=state, retained=retained_record(plan)
-        )
-        return report, CONVERGING
+        # Assessed in the same pass, as any existing domain is: a machine that is already where
+        # it should be (an instant start, a machine created powered off) is reported so at once,
+        # saving a status write here and its copy on the VM.
+        return self._bring_up_to_date(obj, plan, intent, uuid)
 
     def _bring_up_to_date(
         self, obj: Obj, plan: ResolvedMachine, intent: PowerIntent, uuid: str
