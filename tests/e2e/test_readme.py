@@ -39,8 +39,11 @@ def _commands(block: str) -> list[str]:
     return found
 
 
-def _read_until(lines: queue.Queue[str | None], pattern: re.Pattern[str], deadline: float) -> str:
-    """Everything printed until a line matching `pattern` (or fail at the deadline)."""
+def _read_until(
+    lines: queue.Queue[str | None], pattern: re.Pattern[str] | None, deadline: float
+) -> str:
+    """Everything printed until a line matching `pattern`, or until the output ends when
+    `pattern` is None; fails at the deadline, showing the output."""
     seen: list[str] = []
     end = time.monotonic() + deadline
     while (left := end - time.monotonic()) > 0:
@@ -49,31 +52,15 @@ def _read_until(lines: queue.Queue[str | None], pattern: re.Pattern[str], deadli
         except queue.Empty:
             break
         if line is None:
+            if pattern is None:
+                return "".join(seen)
             break
         seen.append(line)
-        if pattern.search(line):
+        if pattern is not None and pattern.search(line):
             return "".join(seen)
+    wanted = "end" if pattern is None else f"print a line matching {pattern.pattern!r}"
     raise AssertionError(
-        f"`make run` did not print a line matching {pattern.pattern!r} within {deadline:.0f} s; "
-        "its output:\n" + "".join(seen[-40:])
-    )
-
-
-def _read_until_end(lines: queue.Queue[str | None], deadline: float) -> str:
-    """Everything printed until the output ends (or fail at the deadline, showing it)."""
-    seen: list[str] = []
-    end = time.monotonic() + deadline
-    while (left := end - time.monotonic()) > 0:
-        try:
-            line = lines.get(timeout=left)
-        except queue.Empty:
-            break
-        if line is None:
-            return "".join(seen)
-        seen.append(line)
-    raise AssertionError(
-        f"`make run` did not end within {deadline:.0f} s of Ctrl-C; its output:\n"
-        + "".join(seen[-200:])
+        f"`make run` did not {wanted} within {deadline:.0f} s; its output:\n" + "".join(seen[-200:])
     )
 
 
@@ -114,7 +101,7 @@ def test_make_run_on_a_fresh_lab_shows_the_sample_ready_and_stops_on_ctrl_c() ->
         os.killpg(proc.pid, signal.SIGINT)
         # The daemon's stop deadline (25 s) plus its watchdog's margin, with room to spare: a
         # stop that hangs past its deadline ends with every thread's stack in the output.
-        rest = _read_until_end(lines, STOP_DEADLINE)
+        rest = _read_until(lines, None, STOP_DEADLINE)
         proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
