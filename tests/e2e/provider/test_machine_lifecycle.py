@@ -23,10 +23,10 @@ from tests.e2e.provider.conftest import (
     GROUP,
     HOST,
     VM_GROUP,
-    V,
     condition,
     create,
     delete_quietly,
+    delete_vm_and_wait,
     domain_names,
     domain_of,
     get,
@@ -99,17 +99,7 @@ def test_a_linked_pair_boots_powers_and_deletes_cleanly(
     patch_vm(api_client, ns, name, {"powerState": "PoweredOn"})
     eventually(ready_with_address, timeout=240, interval=1, what="resumed from the saved state")
 
-    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
-        VM_GROUP, V, ns, "virtualmachines", name
-    )
-    eventually(
-        lambda: (
-            get(api_client, ns, name, vm=True) is None
-            and get(api_client, ns, name, vm=False) is None
-        ),
-        timeout=120,
-        what="the VM and its LibvirtMachine gone",
-    )
+    delete_vm_and_wait(api_client, ns, name, what="the VM and its LibvirtMachine gone")
     assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []
 
