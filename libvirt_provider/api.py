@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from catalog.base import KubeModel
 from catalog.image import MACHINE_TYPE_PATTERN, Firmware
@@ -25,12 +25,16 @@ __all__ = [
     "ConsoleSpec",
     "DomainTypeChoice",
     "GraphicsType",
+    "HostSelector",
     "Hotplug",
     "LibvirtMachine",
     "LibvirtMachineSpec",
     "LibvirtMachineStatus",
     "MachineAddress",
     "MachineMeta",
+    "Placement",
+    "SelectorRequirement",
+    "SpreadBy",
 ]
 
 
@@ -91,18 +95,84 @@ HostName = Annotated[
 ]
 
 
+LabelKey = Annotated[str, Field(min_length=1, max_length=317)]
+LabelValue = Annotated[str, Field(max_length=63)]
+
+
+class SelectorRequirement(KubeModel):
+    key: LabelKey = Field(description="The label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="In, NotIn, Exists or DoesNotExist."
+    )
+    values: list[LabelValue] = Field(
+        default_factory=list, max_length=64, description="Values for In and NotIn."
+    )
+
+
+class HostSelector(KubeModel):
+    """A label selector over LibvirtHosts, as Kubernetes spells them."""
+
+    match_labels: dict[str, LabelValue] = Field(
+        default_factory=dict, max_length=64, description="Labels the host must carry."
+    )
+    match_expressions: list[SelectorRequirement] = Field(
+        default_factory=list, max_length=64, description="Requirements on the host's labels."
+    )
+
+
+class SpreadBy(enum.StrEnum):
+    HOST = "Host"
+    ZONE = "Zone"
+
+
+class Placement(KubeModel):
+    """Constraints for the placement of a machine created without a host."""
+
+    host_selector: HostSelector | None = Field(
+        default=None, description="Only hosts whose LibvirtHost labels match."
+    )
+    spread_group: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Machines of one group (in one namespace) go to different hosts (or zones) "
+        "while that is possible.",
+    )
+    spread_by: SpreadBy = Field(
+        default=SpreadBy.HOST,
+        description="Host or Zone (the host's topology.kubernetes.io/zone label).",
+    )
+
+
 class LibvirtMachineSpec(KubeModel):
     """Provider-only settings. Portable intent (size, image, disks, network, power) stays on the
     linked VirtualMachine."""
 
-    host: HostName | None = Field(
-        default=None,
-        description="Host (node name) whose daemon runs this machine. Immutable once set.",
+    # A transition rule on `host` alone cannot see the field being removed.
+    model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": "self == oldSelf", "message": "host is immutable"}
+                {
+                    "rule": "!has(oldSelf.host) || has(self.host)",
+                    "message": "host cannot be removed once set",
+                }
+            ]
+        }
+    )
+
+    host: HostName | None = Field(
+        default=None,
+        description="The LibvirtHost whose daemon runs this machine: set by the user to pin the "
+        "machine, or by placement. Immutable once set; the host label follows it.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "host is immutable once set"}
             ]
         },
+    )
+    placement: Placement | None = Field(
+        default=None, description="Constraints for placement when no host is given."
     )
     domain_type: DomainTypeChoice = Field(
         default=DomainTypeChoice.AUTO,

@@ -31,12 +31,14 @@ __all__ = [
     "EVENT_DISK_GROWN",
     "EVENT_LIVE_UPDATE_FAILED",
     "EVENT_NOTHING_REMOVED",
+    "EVENT_PLACED",
     "EVENT_POOL_SKIPPED",
     "EVENT_POWERED_OFF",
     "EVENT_REDEFINED",
     "EVENT_RESUMED",
     "EVENT_SAVED_STATE_DISCARDED",
     "EVENT_SHUTDOWN_REQUESTED",
+    "EVENT_SPREAD_NOT_HONOURED",
     "EVENT_STARTED",
     "EVENT_SUSPENDED",
     "EVENT_UNDEFINED",
@@ -47,7 +49,14 @@ __all__ = [
     "FINALIZER",
     "GROUP",
     "GUEST_AGENT_CHANNEL",
+    "HEARTBEAT_GRACE_SECONDS",
+    "HEARTBEAT_LEASE_PREFIX",
+    "HEARTBEAT_SECONDS",
+    "HOST_CONDITION_READY",
+    "HOST_KIND",
     "HOST_LABEL",
+    "HOST_PLURAL",
+    "HOST_SHORT_NAMES",
     "IMAGE_KIND",
     "IMAGE_PLURAL",
     "MACHINE_CLASS_KIND",
@@ -63,9 +72,12 @@ __all__ = [
     "REASON_FOREIGN_DOMAIN",
     "REASON_GUEST_NOT_COMPLYING",
     "REASON_HOST_CHANGED",
+    "REASON_HOST_NOT_READY",
+    "REASON_HOST_READY",
     "REASON_IMAGE_IMPORT_FAILED",
     "REASON_IMPORTING_IMAGE",
     "REASON_INVALID_SPEC",
+    "REASON_LIBVIRT_UNAVAILABLE",
     "REASON_LINK_MISMATCH",
     "REASON_NOT_AVAILABLE_ON_HOST",
     "REASON_NOT_LINKED",
@@ -96,6 +108,18 @@ MACHINE_PLURAL: Final = "libvirtmachines"
 MACHINE_SHORT_NAMES: Final = ("lvm", "lvms")
 
 FINALIZER: Final = f"{GROUP}/libvirt-machine"
+
+HOST_KIND: Final = "LibvirtHost"
+HOST_PLURAL: Final = "libvirthosts"
+HOST_SHORT_NAMES: Final = ("lvh",)
+HOST_CONDITION_READY: Final = "Ready"
+REASON_HOST_READY: Final = "HostReady"
+REASON_LIBVIRT_UNAVAILABLE: Final = "LibvirtUnavailable"
+# Each host's daemon renews the Lease `<prefix><host>` in its own namespace, as a kubelet renews its
+# node's; placement counts a host whose Lease is older than the grace as not ready.
+HEARTBEAT_LEASE_PREFIX: Final = "libvirt-host-"
+HEARTBEAT_SECONDS: Final = 10.0
+HEARTBEAT_GRACE_SECONDS: Final = 40.0
 
 # Machines are sharded by host: each daemon watches only the machines labelled with its host.
 HOST_LABEL: Final = f"{GROUP}/host"
@@ -147,6 +171,8 @@ REASON_GUEST_NOT_COMPLYING: Final = "GuestNotComplying"
 REASON_IMPORTING_IMAGE: Final = "ImportingImage"
 REASON_IMAGE_IMPORT_FAILED: Final = "ImageImportFailed"
 REASON_HOST_CHANGED: Final = "HostChanged"
+# The machine's host stopped renewing its heartbeat: its state is unknown, and it is not moved.
+REASON_HOST_NOT_READY: Final = "HostNotReady"
 # A libvirt call failed in a way that usually passes (libvirtd restarting, a timeout): retried with
 # backoff, and, unlike ProviderError, not terminal, so it never becomes the VM's failureReason.
 REASON_RETRYING: Final = "Retrying"
@@ -175,3 +201,5 @@ EVENT_DISK_GROWN: Final = "DiskGrown"
 EVENT_REDEFINED: Final = "Redefined"
 EVENT_UPDATED_LIVE: Final = "UpdatedLive"
 EVENT_LIVE_UPDATE_FAILED: Final = "LiveUpdateFailed"
+EVENT_PLACED: Final = "Placed"
+EVENT_SPREAD_NOT_HONOURED: Final = "SpreadNotHonoured"

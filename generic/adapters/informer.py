@@ -43,8 +43,14 @@ RELISTED = "RELISTED"
 WATCH_SECONDS = 300.0
 
 
+def _key(meta: Obj) -> str:
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
+
+
 class ClusterInformer:
-    """Every object of one cluster-scoped kind (`group`/`version`/`plural`), kept current."""
+    """Every object of one kind (`group`/`version`/`plural`) across the cluster, kept current;
+    optionally only those a field selector picks. Namespaced objects are keyed `namespace/name`."""
 
     def __init__(
         self,
@@ -54,7 +60,11 @@ class ClusterInformer:
         version: str,
         plural: str,
         on_change: Callable[[str, Obj | None], None] = lambda _type, _obj: None,
+        field_selector: str | None = None,
     ) -> None:
+        self._selector: dict[str, Any] = (
+            {"field_selector": field_selector} if field_selector else {}
+        )
         self._custom = client.CustomObjectsApi(api)
         self._group, self._version, self._plural = group, version, plural
         self._on_change = on_change
@@ -83,6 +93,11 @@ class ClusterInformer:
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
 
+    def get(self, key: str) -> Obj | None:
+        """The object named `key` (`namespace/name` for namespaced kinds), if the copy has it."""
+        with self._lock:
+            return self._objects.get(key)
+
     def items(self) -> list[Obj] | None:
         """Every object, or None while no list has completed (read the API then)."""
         if not self._synced.is_set():
@@ -106,12 +121,16 @@ class ClusterInformer:
 
     def _list(self) -> str:
         listing = self._custom.list_cluster_custom_object(
-            self._group, self._version, self._plural, _request_timeout=REQUEST_TIMEOUT
+            self._group,
+            self._version,
+            self._plural,
+            _request_timeout=REQUEST_TIMEOUT,
+            **self._selector,
         )
         if not isinstance(listing, dict):
             raise ValueError(f"listing {self._plural} returned {type(listing).__name__}")
         fresh = {
-            str(obj["metadata"]["name"]): obj
+            _key(obj["metadata"]): obj
             for obj in listing.get("items") or []
             if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict)
         }
@@ -136,6 +155,7 @@ class ClusterInformer:
                     self._plural,
                     resource_version=resource_version,
                     allow_watch_bookmarks=True,
+                    **self._selector,
                     timeout_seconds=int(seconds),
                     _request_timeout=(REQUEST_TIMEOUT[0], seconds + 30),
                 ):
@@ -155,9 +175,9 @@ class ClusterInformer:
                         continue
                     with self._lock:
                         if kind == "DELETED":
-                            self._objects.pop(str(meta["name"]), None)
+                            self._objects.pop(_key(meta), None)
                         else:
-                            self._objects[str(meta["name"])] = obj
+                            self._objects[_key(meta)] = obj
                     # After the copy changed: whoever is told reads what it was told about.
                     self._on_change(str(kind), obj)
                 resource_version = self._watch.resource_version or resource_version

@@ -218,9 +218,17 @@ class KubeAdapter:
         )
 
     def set_finalizers(
-        self, namespace: str, name: str, finalizers: list[str], resource_version: str
+        self,
+        namespace: str,
+        name: str,
+        finalizers: list[str],
+        resource_version: str,
+        *,
+        host: str | None = None,
     ) -> None:
-        body = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
+        body: Obj = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
+        if host is not None:
+            body["spec"] = {"host": host}
         with _translated():
             self._custom.patch_namespaced_custom_object(
                 c.GROUP,

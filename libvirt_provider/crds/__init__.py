@@ -16,6 +16,7 @@ from generic.constants import CATEGORY, CONDITION_INFRASTRUCTURE_READY
 from generic.crdgen import CrdSpec, PrinterColumn, build_crd, render_yaml
 from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachineSpec, LibvirtMachineStatus
+from libvirt_provider.host_api import LibvirtHostSpec, LibvirtHostStatus
 
 __all__ = ["CRDS", "CRD_DIR", "crd_path", "crd_yaml"]
 
@@ -141,12 +142,47 @@ LIBVIRT_STORAGE_CLASS = CrdSpec(
     ),
 )
 
+_HOST_READY = f'.status.conditions[?(@.type=="{c.HOST_CONDITION_READY}")]'
+
+LIBVIRT_HOST = CrdSpec(
+    group=c.GROUP,
+    version=c.VERSION,
+    kind=c.HOST_KIND,
+    plural=c.HOST_PLURAL,
+    singular="libvirthost",
+    description=(
+        "A KVM host that runs libvirt machines: what it has (capacity), what may be placed there "
+        "(allocatable, after overcommit and reservations), what is placed there (allocated) and "
+        "whether its daemon is alive (Ready, and a heartbeat Lease). Created and kept current by "
+        "the host's daemon; the spec (cordon, overcommit, reservations) and labels (a zone) are "
+        "the user's. Cluster-scoped."
+    ),
+    spec_model=LibvirtHostSpec,
+    status_model=LibvirtHostStatus,
+    scope="Cluster",
+    short_names=c.HOST_SHORT_NAMES,
+    categories=("libvirt",),
+    printer_columns=(
+        PrinterColumn("Ready", f"{_HOST_READY}.status", description="The daemon runs"),
+        PrinterColumn("Cordoned", ".spec.unschedulable", type="boolean"),
+        PrinterColumn("CPUs", ".status.summary.cpus", description="allocated/allocatable"),
+        PrinterColumn("Memory", ".status.summary.memory", description="allocated/allocatable"),
+        PrinterColumn("Machines", ".status.allocated.machines", type="integer"),
+        PrinterColumn("Zone", ".metadata.labels.topology\\.kubernetes\\.io/zone"),
+        PrinterColumn("Age", ".metadata.creationTimestamp", type="date"),
+        PrinterColumn("Libvirt", ".status.versions.libvirt", priority=1),
+        PrinterColumn("Qemu", ".status.versions.hypervisor", priority=1),
+    ),
+    spec_required=False,
+)
+
 CRDS: tuple[CrdSpec, ...] = (
     LIBVIRT_MACHINE,
     LIBVIRT_IMAGE,
     LIBVIRT_MACHINE_CLASS,
     LIBVIRT_NETWORK,
     LIBVIRT_STORAGE_CLASS,
+    LIBVIRT_HOST,
 )
 
 

@@ -17,7 +17,7 @@ from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.libvirt_connection import stop_event_loop
 from libvirt_provider.driver.libvirt_domains import LibvirtDomains
 from libvirt_provider.driver.libvirt_volumes import LibvirtVolumes
-from libvirt_provider.driver.types import HostFacts
+from libvirt_provider.driver.types import HostFacts, HostInventory, PoolInfo
 
 __all__ = ["LibvirtHypervisor", "stop_event_loop"]
 
@@ -47,6 +47,68 @@ class LibvirtHypervisor(LibvirtDomains, LibvirtVolumes):
             )
 
         return self._call(facts)
+
+    def host_inventory(self) -> HostInventory:
+        """Sizes, offers and versions of the host, for its LibvirtHost (one connection's view)."""
+
+        def inventory(conn: libvirt.virConnect) -> HostInventory:
+            caps = etree.fromstring(conn.getCapabilities().encode())
+            arch = caps.findtext("host/cpu/arch") or "x86_64"
+            types: set[str] = set()
+            machines: set[str] = set()
+            for guest in caps.iterfind("guest"):
+                guest_arch = guest.find("arch")
+                if guest.findtext("os_type") != "hvm" or guest_arch is None:
+                    continue
+                if guest_arch.get("name") != arch:
+                    continue
+                types.update(str(d.get("type")) for d in guest_arch.iterfind("domain"))
+                for machine in guest_arch.iter("machine"):
+                    machines.add(machine.text or "")
+                    if machine.get("canonical"):
+                        machines.add(str(machine.get("canonical")))
+            info = conn.getInfo()
+            pools = []
+            for pool in conn.listAllStoragePools():
+                if not pool.isActive():
+                    continue
+                _state, capacity, _allocation, available = pool.info()
+                pools.append(PoolInfo(pool.name(), int(capacity), int(available)))
+            networks = frozenset(n.name() for n in conn.listAllNetworks() if n.isActive())
+            return HostInventory(
+                cpus=int(info[2]),
+                memory=int(info[1]) * 2**20,
+                free_memory=int(conn.getFreeMemory()),
+                pools=tuple(sorted(pools, key=lambda p: p.name)),
+                networks=networks,
+                domain_types=frozenset(types),
+                machine_types=frozenset(m for m in machines if m),
+                uefi=_uefi(conn, arch, types),
+                libvirt_version=_version(conn.getLibVersion()),
+                hypervisor_version=_version(conn.getVersion()),
+            )
+
+        return self._call(inventory)
+
+
+def _version(number: int) -> str:
+    """libvirt's packed version number (major * 1,000,000 + minor * 1,000 + micro) as text."""
+    return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
+
+
+def _uefi(conn: libvirt.virConnect, arch: str, types: set[str]) -> bool:
+    """Whether the domain capabilities list an EFI firmware (a driver without them has none)."""
+    for virt_type in sorted(types & {"kvm", "qemu"}):
+        try:
+            xml = conn.getDomainCapabilities(None, arch, None, virt_type, 0)
+        except libvirt.libvirtError:
+            continue
+        caps = etree.fromstring(xml.encode())
+        firmware = [str(v.text) for v in caps.iterfind("os/enum[@name='firmware']/value")]
+        loaders = [str(v.text) for v in caps.iterfind("os/loader/value")]
+        if "efi" in firmware or any("OVMF" in loader for loader in loaders):
+            return True
+    return False
 
 
 if TYPE_CHECKING:

@@ -17,9 +17,11 @@ __all__ = [
     "DomainStatus",
     "GuestInfo",
     "HostFacts",
+    "HostInventory",
     "InterfaceAddress",
     "LifecycleListener",
     "OverlaySpec",
+    "PoolInfo",
     "VolumeInfo",
 ]
 
@@ -117,6 +119,32 @@ class HostFacts:
     # Where serial consoles are logged on this host (the daemon's setting, not libvirt's): None
     # keeps no log. qemu (or virtlogd) must be able to write there.
     console_log_dir: str | None = None
+    # The host's zone label on its LibvirtHost (the daemon's knowledge, not libvirt's).
+    zone: str | None = None
+
+
+@dataclass(frozen=True)
+class PoolInfo:
+    name: str
+    capacity: int
+    available: int
+
+
+@dataclass(frozen=True)
+class HostInventory:
+    """What a host has and offers, as libvirt reports it: the facts a LibvirtHost's status shows
+    and placement decides on."""
+
+    cpus: int
+    memory: int
+    free_memory: int
+    pools: tuple[PoolInfo, ...]
+    networks: frozenset[str]
+    domain_types: frozenset[str]
+    machine_types: frozenset[str]
+    uefi: bool
+    libvirt_version: str
+    hypervisor_version: str
 
 
 LifecycleListener = Callable[[str], None]

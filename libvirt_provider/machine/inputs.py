@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast, get_args
 
@@ -74,7 +75,9 @@ class InputReader:
         host: str,
         domain_types: frozenset[str] | None,
         console_log_dir: str | None,
+        zone: Callable[[], str | None] = lambda: None,
     ) -> None:
+        self._zone = zone
         self._store = store
         self._hv = hypervisor
         self._host = host
@@ -166,7 +169,10 @@ class InputReader:
         # machines), never libvirt's own idea of its hostname: spec.host, failureDomain and a
         # storage class's per-host pools all name hosts as users label them.
         facts = replace(
-            self._hv.host_facts(), hostname=self._host, console_log_dir=self._console_log_dir
+            self._hv.host_facts(),
+            hostname=self._host,
+            console_log_dir=self._console_log_dir,
+            zone=self._zone(),
         )
         if self._domain_types is None:
             return facts

@@ -35,6 +35,7 @@ from libvirt_provider.errors import (
     RetryableError,
     StateConflictError,
 )
+from libvirt_provider.hosts.inventory import Demand, demand_of, total
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.create import Creation
 from libvirt_provider.machine.inputs import InputReader, PowerIntent, power_intent
@@ -96,6 +97,7 @@ class MachineReconciler:
         images: ImageImporter | None = None,
         console_log_dir: str | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        zone: Callable[[], str | None] = lambda: None,
     ) -> None:
         images = images or ImageImporter(hypervisor)
         self._store = store
@@ -108,6 +110,7 @@ class MachineReconciler:
             host=host,
             domain_types=domain_types,
             console_log_dir=console_log_dir,
+            zone=zone,
         )
         self._creation = Creation(hypervisor=hypervisor, events=store, images=images)
         self._updater = DomainUpdater(hypervisor=hypervisor, events=store, images=images)
@@ -117,6 +120,14 @@ class MachineReconciler:
         )
         # When each machine's current run of failed passes began (see _problem).
         self._failing_since: dict[str, dt.datetime] = {}
+        # What each machine of this host takes (namespace/name -> demand), as last resolved:
+        # the "allocated" figures of the host's LibvirtHost.
+        self._demands: dict[str, Demand] = {}
+
+    def allocations(self) -> tuple[Demand, int]:
+        """The sum of what this host's machines take, and how many there are."""
+        demands = list(self._demands.values())
+        return total(demands), len(demands)
 
     def reconcile(self, key: MachineKey) -> Outcome:
         try:
@@ -130,6 +141,7 @@ class MachineReconciler:
     def _reconcile(self, key: MachineKey) -> Outcome:
         obj = self._store.get_machine(key.namespace, key.name)
         if obj is None:
+            self._demands.pop(f"{key.namespace}/{key.name}", None)
             return DONE
         meta = obj.get("metadata") or {}
         if (meta.get("labels") or {}).get(c.HOST_LABEL) != self._host:
@@ -148,7 +160,10 @@ class MachineReconciler:
             self._store.event(obj, reason=c.REASON_INVALID_SPEC, message=message, warning=True)
             return DONE
         if c.FINALIZER not in (meta.get("finalizers") or []):
-            self._set_finalizers(obj, [*(meta.get("finalizers") or []), c.FINALIZER])
+            # A machine pinned by its label alone gets its host recorded in the same write:
+            # spec.host is where the host lives (and cannot change once set).
+            pin = self._host if machine.spec.host is None else None
+            self._set_finalizers(obj, [*(meta.get("finalizers") or []), c.FINALIZER], host=pin)
             return AGAIN
         domain_name = self._inputs.domain_name(obj)
         vm: Obj | None = None
@@ -191,6 +206,8 @@ class MachineReconciler:
             state = observed_power_state(self._hv.status(existing.uuid))
             return Report(report.readiness, domain_uuid=existing.uuid, power_state=state), outcome
         plan = resolution.machine
+        meta = machine.metadata
+        self._demands[f"{meta.namespace}/{meta.name}"] = demand_of(plan)
         if existing is None:
             return self._create(obj, vm, plan, intent)
         try:
@@ -300,6 +317,7 @@ class MachineReconciler:
             return RETRY
         self._power.forget(uuid)
         self._failing_since.pop(uuid, None)
+        self._demands.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
         remaining = [f for f in meta.get("finalizers") or [] if f != c.FINALIZER]
         try:
             self._store.set_finalizers(
@@ -325,7 +343,7 @@ class MachineReconciler:
         message = f"libvirt failed (retrying with backoff): {err}" if retryable else str(err)
         return reason, message
 
-    def _set_finalizers(self, obj: Obj, finalizers: list[str]) -> None:
+    def _set_finalizers(self, obj: Obj, finalizers: list[str], *, host: str | None = None) -> None:
         meta = obj.get("metadata") or {}
         # A conflict means the object changed meanwhile; the next pass reads it again.
         with contextlib.suppress(StateConflictError, NotFoundError):
@@ -334,6 +352,7 @@ class MachineReconciler:
                 str(meta.get("name")),
                 finalizers,
                 str(meta.get("resourceVersion")),
+                host=host,
             )
 
     def _failed(self, obj: Obj, vm: Obj | None, reason: str, message: str) -> Report:

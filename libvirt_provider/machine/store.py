@@ -30,5 +30,14 @@ class MachineStore(EventSink, Protocol):
     def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None: ...
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None: ...
     def set_finalizers(
-        self, namespace: str, name: str, finalizers: list[str], resource_version: str
-    ) -> None: ...
+        self,
+        namespace: str,
+        name: str,
+        finalizers: list[str],
+        resource_version: str,
+        *,
+        host: str | None = None,
+    ) -> None:
+        """Set the finalizers (and `spec.host`, when given) if the object is still at
+        `resource_version`."""
+        ...

@@ -21,6 +21,8 @@ from libvirt_provider.resolved import CloudInitData
 
 def _secret(ctx: Context, selector: SecretKeySelector, where: str) -> bytes | None:
     data = ctx.secrets.get(selector.name)
+    if ctx.secrets_deferred:
+        return (data or {}).get(selector.key, b"")
     if data is None and selector.name in ctx.unreadable_secrets:
         namespace = ctx.machine.metadata.namespace
         ctx.problem(

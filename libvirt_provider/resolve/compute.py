@@ -43,12 +43,14 @@ def check_placement(ctx: Context) -> None:
             f"the machine is placed on host {wanted!r}, not on this host {ctx.host.hostname!r}",
         )
     placed = wanted or ctx.host.hostname
-    if ctx.vm.failure_domain is not None and ctx.vm.failure_domain != placed:
+    domain = ctx.vm.failure_domain
+    if domain is not None and domain not in (placed, ctx.host.zone):
         ctx.problem(
             REASON_INVALID_SPEC,
             f"{VM}.spec.failureDomain",
-            f"for the libvirt provider a failure domain is a host; {ctx.vm.failure_domain!r} "
-            f"is not the machine's host {placed!r}",
+            f"for the libvirt provider a failure domain is a host or a zone (the host's "
+            f"topology.kubernetes.io/zone label); {domain!r} is neither the machine's host "
+            f"{placed!r} nor its zone {ctx.host.zone or '(none)'}",
         )
     if ctx.vm.scheduling is not None and ctx.vm.scheduling.spot:
         ctx.unsupported(
@@ -75,6 +77,7 @@ def resolve_domain_type(ctx: Context) -> DomainType | None:
         f"{LM}.spec.domainType",
         f"domain type {choice.value} is not available on host {ctx.host.hostname!r} "
         f"(it offers: {', '.join(sorted(offered)) or 'none'})",
+        missing=f"domain type {choice.value}",
     )
     return None
 

@@ -50,6 +50,10 @@ class HostOffer(Protocol):
     def networks(self) -> AbstractSet[str]: ...
     @property
     def console_log_dir(self) -> str | None: ...
+    @property
+    def zone(self) -> str | None:
+        """The host's zone (its LibvirtHost's topology.kubernetes.io/zone label), if any."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,9 @@ class Problem:
     reason: str
     field: str
     message: str
+    missing: str | None = None
+    """For NotAvailableOnHost: what the host lacks ("network prod"), so placement can count
+    hosts by it."""
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
@@ -101,10 +108,12 @@ class Context:
     """The name the machine's domain already has, when it has one (see naming)."""
     unreadable_secrets: frozenset[str] = frozenset()
     """Secrets in the machine's namespace the daemon may not read (not opted in there)."""
+    secrets_deferred: bool = False
+    """Placement resolves without Secrets (it never reads them): their checks wait for the host."""
     problems: list[Problem] = field(default_factory=list)
 
-    def problem(self, reason: str, where: str, message: str) -> None:
-        self.problems.append(Problem(reason, where, message))
+    def problem(self, reason: str, where: str, message: str, *, missing: str | None = None) -> None:
+        self.problems.append(Problem(reason, where, message, missing))
 
     def unsupported(self, where: str, message: str) -> None:
         self.problem(REASON_UNSUPPORTED_BY_PROVIDER, where, message)

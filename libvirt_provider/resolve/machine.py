@@ -255,6 +255,7 @@ def resolve_machine(
     host: HostOffer,
     domain_name: str | None = None,
     unreadable_secrets: frozenset[str] = frozenset(),
+    secrets_deferred: bool = False,
 ) -> Resolution:
     """Resolve a linked VM + LibvirtMachine pair for `host`. Raw dicts are parsed here, so a spec
     the models refuse becomes a problem to report rather than an exception. `domain_name` is the
@@ -273,5 +274,6 @@ def resolve_machine(
         host=host,
         domain_name=domain_name,
         unreadable_secrets=unreadable_secrets,
+        secrets_deferred=secrets_deferred,
     )
     return resolve_pair(context)

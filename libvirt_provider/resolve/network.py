@@ -91,6 +91,7 @@ def _interface(
                 REASON_NOT_AVAILABLE_ON_HOST,
                 f"{where}.network",
                 f"libvirt network {device!r} does not exist on host {ctx.host.hostname!r}",
+                missing=f"network {device}",
             )
             return None
     elif source.bridge is not None:

@@ -77,6 +77,7 @@ def _pool_on_host(ctx: Context, pool: str, where: str) -> bool:
         REASON_NOT_AVAILABLE_ON_HOST,
         where,
         f"storage pool {pool!r} does not exist on host {ctx.host.hostname!r}",
+        missing=f"pool {pool}",
     )
     return False
 

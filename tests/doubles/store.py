@@ -41,10 +41,18 @@ class MemoryStore:
         _apply_merge_patch(self.machines[name].setdefault("status", {}), status)
 
     def set_finalizers(
-        self, namespace: str, name: str, finalizers: list[str], resource_version: str
+        self,
+        namespace: str,
+        name: str,
+        finalizers: list[str],
+        resource_version: str,
+        *,
+        host: str | None = None,
     ) -> None:
         obj = self.machines[name]
         obj["metadata"]["finalizers"] = finalizers
+        if host is not None:
+            obj.setdefault("spec", {})["host"] = host
         if obj["metadata"].get("deletionTimestamp") and not finalizers:
             del self.machines[name]
 

@@ -1,0 +1,210 @@
+"""This host's LibvirtHost and heartbeat: what the host has, offers and holds, and that it is alive.
+
+Every daemon runs one agent, on a thread of its own. Every `HEARTBEAT_SECONDS` it renews the
+host's Lease (as a kubelet renews its node's: one small write, the liveness signal placement
+reads), reads the host's inventory from libvirt, and writes the LibvirtHost's status only when it
+differs from what the object shows, so an idle fleet costs one write per host per heartbeat. The
+object is watched (only this one, by a field selector): a user's edit of its spec is reflected at
+once, and an edit of its status is put back.
+
+It never writes another host's object, and never the spec or labels of its own (they are the
+user's: cordon, overcommit, zone).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from urllib3.exceptions import HTTPError
+
+from generic.adapters.informer import ClusterInformer
+from generic.adapters.kubeclient import REQUEST_TIMEOUT
+from libvirt_provider import constants as c
+from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from libvirt_provider.driver.types import HostInventory
+from libvirt_provider.errors import ProviderError
+from libvirt_provider.host_api import LibvirtHostSpec, LibvirtHostStatus
+from libvirt_provider.hosts.inventory import Demand, host_status
+from libvirt_provider.hosts.placement import ZONE_LABEL
+
+__all__ = ["HostAgent", "heartbeat_lease_name"]
+
+log = logging.getLogger(__name__)
+
+Allocations = Callable[[], tuple[Demand, int]]
+
+
+def heartbeat_lease_name(host: str) -> str:
+    return f"{c.HEARTBEAT_LEASE_PREFIX}{host}"
+
+
+class HostAgent:
+    """Keeps this host's LibvirtHost and heartbeat Lease current, on its own thread."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        hypervisor: LibvirtHypervisor,
+        host: str,
+        lease_namespace: str,
+        allocations: Allocations,
+        interval: float = c.HEARTBEAT_SECONDS,
+    ) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._leases = client.CoordinationV1Api(api)
+        self._hv = hypervisor
+        self._host = host
+        self._namespace = lease_namespace
+        self._allocations = allocations
+        self._interval = interval
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self.informer = ClusterInformer(
+            api,
+            group=c.GROUP,
+            version=c.VERSION,
+            plural=c.HOST_PLURAL,
+            field_selector=f"metadata.name={host}",
+            on_change=lambda _type, _obj: self._wake.set(),
+        )
+        self._thread = threading.Thread(target=self._run, name="host-agent", daemon=True)
+
+    def start(self) -> None:
+        self.informer.start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        self.informer.stop()
+        if self._thread.is_alive():
+            self._thread.join(REQUEST_TIMEOUT[1] * 2)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def zone(self) -> str | None:
+        """The zone label the user put on this host's LibvirtHost, if any."""
+        obj = self.informer.get(self._host)
+        labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+        zone = labels.get(ZONE_LABEL)
+        return zone if isinstance(zone, str) else None
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.clear()
+            try:
+                self._beat()
+            except (ApiException, HTTPError, OSError) as err:
+                log.warning("host %s: renewing the heartbeat Lease failed: %s", self._host, err)
+            try:
+                self._sync()
+            except (ApiException, HTTPError, OSError) as err:
+                log.warning("host %s: writing the LibvirtHost failed: %s", self._host, err)
+            except Exception:  # a bug must not end the heartbeat for good
+                log.exception("host %s: the LibvirtHost pass failed", self._host)
+            # A change of the object (a user's edit) wakes the agent early.
+            self._wake.wait(self._interval)
+
+    def _beat(self) -> None:
+        now = dt.datetime.now(dt.UTC)
+        name = heartbeat_lease_name(self._host)
+        spec = {
+            "holderIdentity": self._host,
+            "leaseDurationSeconds": int(c.HEARTBEAT_GRACE_SECONDS),
+            "renewTime": now,
+        }
+        try:
+            self._leases.patch_namespaced_lease(
+                name, self._namespace, {"spec": spec}, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            body = client.V1Lease(
+                metadata=client.V1ObjectMeta(
+                    name=name, labels={c.HOST_LABEL: self._host}, namespace=self._namespace
+                ),
+                spec=client.V1LeaseSpec(
+                    holder_identity=self._host,
+                    lease_duration_seconds=int(c.HEARTBEAT_GRACE_SECONDS),
+                    renew_time=now,
+                    acquire_time=now,
+                ),
+            )
+            self._leases.create_namespaced_lease(
+                self._namespace, body, _request_timeout=REQUEST_TIMEOUT
+            )
+
+    def _sync(self) -> None:
+        if not self.informer.wait_synced(0):
+            return
+        obj = self.informer.get(self._host)
+        if obj is None:
+            self._create()
+            return
+        inventory: HostInventory | None = None
+        problem: str | None = None
+        try:
+            inventory = self._hv.host_inventory()
+        except ProviderError as err:
+            problem = f"libvirtd does not answer: {err}"
+        meta = obj.get("metadata") or {}
+        try:
+            spec = LibvirtHostSpec.model_validate(obj.get("spec") or {})
+        except ValidationError:
+            spec = LibvirtHostSpec()
+        current = obj.get("status") or {}
+        try:
+            previous: LibvirtHostStatus | None = LibvirtHostStatus.model_validate(current)
+        except ValidationError:
+            previous = None  # a user's edit the model refuses: rewritten whole
+        allocated, machines = self._allocations()
+        body = host_status(
+            inventory,
+            spec,
+            allocated=allocated,
+            machines=machines,
+            problem=problem,
+            previous=previous,
+            generation=meta.get("generation"),
+            now=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+        if body == current:
+            return
+        # A merge patch with null for every key the new status lacks: a user's additions go too.
+        patch: dict[str, Any] = {k: None for k in current if k not in body}
+        patch.update(body)
+        self._custom.patch_cluster_custom_object_status(
+            c.GROUP,
+            c.VERSION,
+            c.HOST_PLURAL,
+            self._host,
+            {"status": patch},
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+
+    def _create(self) -> None:
+        body = {
+            "apiVersion": f"{c.GROUP}/{c.VERSION}",
+            "kind": c.HOST_KIND,
+            "metadata": {"name": self._host},
+            "spec": {},
+        }
+        try:
+            self._custom.create_cluster_custom_object(
+                c.GROUP, c.VERSION, c.HOST_PLURAL, body, _request_timeout=REQUEST_TIMEOUT
+            )
+            log.info("created LibvirtHost %s", self._host)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        # Its status is written when the watch brings the object back (that wakes the agent).

@@ -1,0 +1,1 @@
+"""Hosts as objects: inventory, allocation and placement (pure)."""

@@ -1,0 +1,188 @@
+"""A LibvirtHost's status from libvirt's facts, the user's spec and the machines placed there.
+
+Pure: the host agent reads libvirt and the API, this module says what the status should be, and
+the agent writes it only when it differs (a status that changes with every free byte would be a
+write every heartbeat on every host). Sizes are floored to whole MiB for the same reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from catalog.quantity import QuantityError, parse_quantity
+from generic.api import Condition
+from libvirt_provider.constants import (
+    HOST_CONDITION_READY as CONDITION_READY,
+)
+from libvirt_provider.constants import (
+    REASON_HOST_READY,
+    REASON_LIBVIRT_UNAVAILABLE,
+)
+from libvirt_provider.driver.types import HostInventory
+from libvirt_provider.host_api import (
+    HostAllocated,
+    HostCapacity,
+    HostOffers,
+    HostSummary,
+    HostVersions,
+    LibvirtHostSpec,
+    LibvirtHostStatus,
+    PoolCapacity,
+)
+from libvirt_provider.resolved import ResolvedMachine
+
+__all__ = [
+    "Allocatable",
+    "Demand",
+    "allocatable",
+    "demand_of",
+    "format_size",
+    "host_status",
+    "parse_size",
+    "total",
+]
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one machine takes from its host: vCPUs, memory, and bytes of new volumes per pool."""
+
+    cpus: int = 0
+    memory: int = 0
+    pools: tuple[tuple[str, int], ...] = field(default=())
+
+
+def demand_of(machine: ResolvedMachine) -> Demand:
+    """The resources a resolved machine holds: its boot-time vCPUs and memory (hot-plug headroom
+    is not reserved: it is taken only when used) and the capacity of each volume it owns."""
+    per_pool: dict[str, int] = {}
+    for volume in machine.volumes:
+        per_pool[volume.pool] = per_pool.get(volume.pool, 0) + volume.capacity_bytes
+    return Demand(
+        cpus=machine.domain.cpu.vcpus,
+        memory=machine.domain.memory.current_mib * MIB,
+        pools=tuple(sorted(per_pool.items())),
+    )
+
+
+def total(demands: Iterable[Demand]) -> Demand:
+    cpus = memory = 0
+    for demand in demands:
+        cpus += demand.cpus
+        memory += demand.memory
+    return Demand(cpus=cpus, memory=memory)
+
+
+@dataclass(frozen=True)
+class Allocatable:
+    cpus: int
+    memory: int
+
+
+def allocatable(inventory: HostInventory, spec: LibvirtHostSpec) -> Allocatable:
+    """(capacity - reserved) x overcommit, as Nova computes it; never below zero."""
+    reserved_memory = parse_size(spec.reserved.memory)
+    cpus = math.floor(max(0, inventory.cpus - spec.reserved.cpus) * spec.overcommit.cpu)
+    memory = math.floor(max(0, inventory.memory - reserved_memory) * spec.overcommit.memory)
+    return Allocatable(cpus=cpus, memory=memory // MIB * MIB)
+
+
+def format_size(size: int) -> str:
+    """`size` floored to whole MiB, in the shortest exact spelling (`2Gi`, `1536Mi`)."""
+    mib = max(0, size) // MIB
+    if mib == 0:
+        return "0"
+    if mib % 1024 == 0:
+        return f"{mib // 1024}Gi"
+    return f"{mib}Mi"
+
+
+def parse_size(text: str | None) -> int:
+    """The bytes a status quantity stands for; a malformed one (a user's edit) counts as 0."""
+    if not text:
+        return 0
+    try:
+        return parse_quantity(text)
+    except QuantityError:
+        return 0
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.1f}Gi"
+
+
+def host_status(
+    inventory: HostInventory | None,
+    spec: LibvirtHostSpec,
+    *,
+    allocated: Demand,
+    machines: int,
+    problem: str | None,
+    previous: LibvirtHostStatus | None,
+    generation: int | None,
+    now: str,
+) -> dict[str, Any]:
+    """The status body to write. Without an inventory (libvirtd unreachable) the last known
+    figures stay and only Ready turns False."""
+    ready = problem is None and inventory is not None
+    body: dict[str, Any] = (
+        previous.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if previous is not None
+        else {}
+    )
+    if inventory is not None:
+        room = allocatable(inventory, spec)
+        body["capacity"] = HostCapacity(
+            cpus=inventory.cpus,
+            memory=format_size(inventory.memory),
+            pools=[
+                PoolCapacity(
+                    name=p.name,
+                    capacity=format_size(p.capacity),
+                    available=format_size(p.available),
+                )
+                for p in inventory.pools
+            ],
+        ).model_dump(by_alias=True, mode="json")
+        body["allocatable"] = HostAllocated(
+            cpus=room.cpus, memory=format_size(room.memory)
+        ).model_dump(by_alias=True, mode="json", exclude={"machines"})
+        body["offers"] = HostOffers(
+            domain_types=sorted(inventory.domain_types),
+            machine_types=sorted(inventory.machine_types),
+            uefi=inventory.uefi,
+            networks=sorted(inventory.networks),
+            pools=sorted(p.name for p in inventory.pools),
+        ).model_dump(by_alias=True, mode="json")
+        body["versions"] = HostVersions(
+            libvirt=inventory.libvirt_version, hypervisor=inventory.hypervisor_version
+        ).model_dump(by_alias=True, mode="json")
+        body["summary"] = HostSummary(
+            cpus=f"{allocated.cpus}/{room.cpus}",
+            memory=f"{_gib(allocated.memory)}/{_gib(room.memory)}",
+        ).model_dump(by_alias=True, mode="json")
+        body["observedGeneration"] = generation
+    body["allocated"] = HostAllocated(
+        cpus=allocated.cpus, memory=format_size(allocated.memory), machines=machines
+    ).model_dump(by_alias=True, mode="json")
+    old = {c.type: c for c in (previous.conditions or [])} if previous is not None else {}
+    reason = REASON_HOST_READY if ready else REASON_LIBVIRT_UNAVAILABLE
+    message = "the daemon runs and reaches libvirtd" if ready else (problem or "no inventory")
+    status = "True" if ready else "False"
+    before = old.get(CONDITION_READY)
+    since = before.last_transition_time if before is not None and before.status == status else now
+    body["conditions"] = [
+        Condition(
+            type=CONDITION_READY,
+            status=status,
+            reason=reason,
+            message=message[:1024],
+            last_transition_time=since,
+        ).model_dump(by_alias=True, exclude_none=True, mode="json")
+    ]
+    return {k: v for k, v in body.items() if v is not None}
