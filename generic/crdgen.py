@@ -129,6 +129,11 @@ def _convert(node: Schema, defs: Mapping[str, Schema], path: str) -> Schema:
             out[key] = " ".join(str(value).split())
         elif key == "anyOf":
             out[key] = [{"type": o["type"]} for o in value]
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            # JSON Schema's numeric form; OpenAPI v3.0 (what a CRD takes) spells it as the bound
+            # plus a flag.
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
         elif key in _PASSTHROUGH or key.startswith("x-kubernetes-"):
             out[key] = value
         else:

@@ -20,6 +20,7 @@ from generic.api import Condition
 __all__ = [
     "DEFAULT_CPU_OVERCOMMIT",
     "DEFAULT_MEMORY_OVERCOMMIT",
+    "HostAllocatable",
     "HostAllocated",
     "HostCapacity",
     "HostOffers",
@@ -121,6 +122,11 @@ class HostVersions(KubeModel):
     hypervisor: str = Field(default="", max_length=64, description="qemu (hypervisor) version.")
 
 
+class HostAllocatable(KubeModel):
+    cpus: int = Field(default=0, ge=0, description="vCPUs that may be placed here.")
+    memory: Quantity = Field(default="0", description="Memory that may be placed here.")
+
+
 class HostAllocated(KubeModel):
     cpus: int = Field(default=0, ge=0, description="vCPUs of the machines on this host.")
     memory: Quantity = Field(default="0", description="Memory of the machines on this host.")
@@ -138,10 +144,9 @@ class LibvirtHostStatus(KubeModel):
     """Written by the host's daemon only; a user's edit is put back on its next pass."""
 
     capacity: HostCapacity | None = Field(default=None, description="What the host has.")
-    allocatable: HostAllocated | None = Field(
+    allocatable: HostAllocatable | None = Field(
         default=None,
-        description="What may be placed here: (capacity - reserved) x overcommit "
-        "(machines is not used).",
+        description="What may be placed here: (capacity - reserved) x overcommit.",
     )
     allocated: HostAllocated | None = Field(
         default=None, description="What the machines on this host take."

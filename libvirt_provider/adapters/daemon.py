@@ -9,6 +9,8 @@ Threads, and why:
   when its term ends. Two operators, not one with two sets of handlers, because kopf cancels every
   task of its event loop when an operator stops, and because its finalizer and storage settings
   are per operator.
+- The host agent (`host_agent.py`) keeps this host's LibvirtHost and heartbeat Lease, on its own
+  thread; the leader also runs the placer (`placer.py`), which binds machines without a host.
 - The image cache (`images/cache.py`) has a thread of its own: it writes this host's entries into
   LibvirtImage status and deletes cached base images nothing uses, off the reconcile workers.
 - A small HTTP server (`health.py`) answers `/healthz` (liveness), `/readyz` (readiness: libvirt
@@ -37,6 +39,7 @@ from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import load_kube_config
 from generic.adapters.operator import register_login
 from libvirt_provider.adapters.health import Check, HealthServer, bounded
+from libvirt_provider.adapters.host_agent import HostAgent
 from libvirt_provider.adapters.kopf_thread import OperatorThread
 from libvirt_provider.adapters.kube import KubeAdapter
 from libvirt_provider.adapters.leader import GenericLeader
@@ -46,6 +49,7 @@ from libvirt_provider.adapters.operator import register as register_provider
 from libvirt_provider.adapters.shutdown import Shutdown, Step
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
 from libvirt_provider.errors import ProviderError
+from libvirt_provider.hosts.inventory import Demand
 from libvirt_provider.images.cache import ImageCache
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.reconciler import MachineReconciler
@@ -85,9 +89,9 @@ class DaemonConfig:
 
 def _machine_side(
     cfg: DaemonConfig, api: ApiClient, store: KubeAdapter, hypervisor: LibvirtHypervisor
-) -> tuple[OperatorThread, ImageCache, list[ClusterInformer]]:
-    """The LibvirtMachine controller's operator, the host's image cache and the catalog's
-    informers, wired together."""
+) -> tuple[OperatorThread, ImageCache, list[ClusterInformer], HostAgent]:
+    """The LibvirtMachine controller's operator, the host's image cache, the catalog's
+    informers and the host's agent (its LibvirtHost and heartbeat), wired together."""
 
     def import_changed(base: BaseImage) -> None:
         # The image's status follows every change. Machines waiting for the image look again on
@@ -105,6 +109,18 @@ def _machine_side(
         interval=cfg.image_gc_interval,
         collect=cfg.image_gc,
     )
+
+    def allocations() -> tuple[Demand, int]:
+        # Bound late: the reconciler, made below, asks the agent for the host's zone.
+        return reconciler.allocations()
+
+    agent = HostAgent(
+        api,
+        hypervisor=hypervisor,
+        host=cfg.host,
+        lease_namespace=cfg.lease_namespace,
+        allocations=allocations,
+    )
     reconciler = MachineReconciler(
         store=store,
         hypervisor=hypervisor,
@@ -112,6 +128,7 @@ def _machine_side(
         domain_types=cfg.domain_types,
         images=images,
         console_log_dir=cfg.console_log_dir,
+        zone=agent.zone,
     )
     controller = MachineController(reconciler, workers=cfg.workers)
     hypervisor.add_lifecycle_listener(controller.on_domain_event)
@@ -135,7 +152,7 @@ def _machine_side(
         for plural in CATALOG_PLURALS
     ]
     store.use_informers({informer.plural: informer for informer in catalog})
-    return OperatorThread("provider-operator", registry, settings), cache, catalog
+    return OperatorThread("provider-operator", registry, settings), cache, catalog, agent
 
 
 def _health(
@@ -182,8 +199,8 @@ def run(cfg: DaemonConfig) -> int:
     api = load_kube_config(cfg.kubeconfig)
     hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
     store = KubeAdapter(api, host=cfg.host)
-    provider, cache, catalog = _machine_side(cfg, api, store, hypervisor)
-    leader = GenericLeader(cfg, api) if cfg.generic else None
+    provider, cache, catalog, agent = _machine_side(cfg, api, store, hypervisor)
+    leader = GenericLeader(cfg, api, store) if cfg.generic else None
     health = _health(cfg, provider, leader, hypervisor, store)
 
     stop = threading.Event()
@@ -203,6 +220,7 @@ def run(cfg: DaemonConfig) -> int:
     if metrics is not None:
         metrics.start()
     provider.start()
+    agent.start()
     cache.start()
     if leader is not None:
         leader.start()
@@ -226,6 +244,7 @@ def run(cfg: DaemonConfig) -> int:
     together: list[Step] = [
         ("the LibvirtMachine controller", provider.stop),
         ("the image cache", cache.stop),
+        ("the host agent", agent.stop),
         ("the health endpoint", health.stop),
         *((f"the {i.plural} informer", i.stop) for i in catalog),
         *([("the metrics endpoint", metrics.stop)] if metrics is not None else []),

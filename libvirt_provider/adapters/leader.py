@@ -1,4 +1,5 @@
-"""The generic controller, run by whichever daemon holds the `vm-api-generic-controller` Lease.
+"""The generic controller and the placer, run by whichever daemon holds the
+`vm-api-generic-controller` Lease.
 
 Cluster-wide work runs in exactly one daemon at a time: `generic.adapters.lease` campaigns, and
 each term starts a fresh kopf operator for the generic controller and stops it when the term
@@ -19,6 +20,8 @@ from generic.adapters.operator import configure_settings as configure_generic_se
 from generic.adapters.operator import register as register_generic
 from generic.adapters.operator import register_login
 from libvirt_provider.adapters.kopf_thread import OperatorThread
+from libvirt_provider.adapters.kube import KubeAdapter
+from libvirt_provider.adapters.placer import Placer
 
 if TYPE_CHECKING:
     from libvirt_provider.adapters.daemon import DaemonConfig
@@ -34,10 +37,12 @@ class GenericLeader:
     """Runs the generic controller while this daemon holds the Lease: one kopf operator per
     term, and a term starts only after the previous one's operator has stopped."""
 
-    def __init__(self, cfg: DaemonConfig, api: client.ApiClient) -> None:
+    def __init__(self, cfg: DaemonConfig, api: client.ApiClient, store: KubeAdapter) -> None:
         self._cfg = cfg
         self._api = api
+        self._store = store
         self._operator: OperatorThread | None = None
+        self._placer: Placer | None = None
         self.identity = f"{cfg.host}-{os.getpid()}"
         self._elector = LeaseElector(
             api,
@@ -61,6 +66,9 @@ class GenericLeader:
         operator = self._operator
         if self._elector.leading and operator is not None and not operator.alive():
             return "this daemon leads, but its generic controller stopped"
+        placer = self._placer
+        if self._elector.leading and placer is not None and not placer.alive():
+            return "this daemon leads, but its placer stopped"
         return None
 
     def _lead(self) -> None:
@@ -79,9 +87,16 @@ class GenericLeader:
         # controller itself (see generic.adapters.operator).
         self._operator = OperatorThread("generic-operator", registry, settings)
         self._operator.start()
+        self._placer = Placer(
+            self._api, store=self._store, lease_namespace=self._cfg.lease_namespace
+        )
+        self._placer.start()
 
     def _follow(self) -> None:
         log.info("%s no longer leads: stopping the generic controller", self.identity)
+        if self._placer is not None:
+            self._placer.stop()
+            self._placer = None
         if self._operator is not None:
             self._operator.stop()
             self._operator = None

@@ -169,7 +169,6 @@ LIBVIRT_HOST = CrdSpec(
         PrinterColumn("Memory", ".status.summary.memory", description="allocated/allocatable"),
         PrinterColumn("Machines", ".status.allocated.machines", type="integer"),
         PrinterColumn("Zone", ".metadata.labels.topology\\.kubernetes\\.io/zone"),
-        PrinterColumn("Age", ".metadata.creationTimestamp", type="date"),
         PrinterColumn("Libvirt", ".status.versions.libvirt", priority=1),
         PrinterColumn("Qemu", ".status.versions.hypervisor", priority=1),
     ),

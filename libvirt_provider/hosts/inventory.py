@@ -8,7 +8,7 @@ write every heartbeat on every host). Sizes are floored to whole MiB for the sam
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from libvirt_provider.constants import (
 )
 from libvirt_provider.driver.types import HostInventory
 from libvirt_provider.host_api import (
+    HostAllocatable,
     HostAllocated,
     HostCapacity,
     HostOffers,
@@ -38,6 +39,7 @@ __all__ = [
     "Allocatable",
     "Demand",
     "allocatable",
+    "allocatable_of_status",
     "demand_of",
     "format_size",
     "host_status",
@@ -112,6 +114,18 @@ def parse_size(text: str | None) -> int:
         return 0
 
 
+def allocatable_of_status(status: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(vCPUs, memory bytes) a LibvirtHost's status says may be placed there; None when it has
+    no figures yet or they are not figures (a user's edit, until its daemon puts them back)."""
+    room = status.get("allocatable")
+    if not isinstance(room, Mapping):
+        return None
+    cpus = room.get("cpus")
+    if not isinstance(cpus, int) or isinstance(cpus, bool):
+        return None
+    return cpus, parse_size(str(room.get("memory") or ""))
+
+
 def _gib(size: int) -> str:
     return f"{size / 2**30:.1f}Gi"
 
@@ -149,9 +163,9 @@ def host_status(
                 for p in inventory.pools
             ],
         ).model_dump(by_alias=True, mode="json")
-        body["allocatable"] = HostAllocated(
+        body["allocatable"] = HostAllocatable(
             cpus=room.cpus, memory=format_size(room.memory)
-        ).model_dump(by_alias=True, mode="json", exclude={"machines"})
+        ).model_dump(by_alias=True, mode="json")
         body["offers"] = HostOffers(
             domain_types=sorted(inventory.domain_types),
             machine_types=sorted(inventory.machine_types),
@@ -185,4 +199,9 @@ def host_status(
             last_transition_time=since,
         ).model_dump(by_alias=True, exclude_none=True, mode="json")
     ]
-    return {k: v for k, v in body.items() if v is not None}
+    # Through the model, so that every default the API server fills in (the CRD is generated
+    # from the same model) is already here: a status equal to the object's means no write.
+    status_model = LibvirtHostStatus.model_validate(
+        {k: v for k, v in body.items() if v is not None}
+    )
+    return status_model.model_dump(by_alias=True, exclude_none=True, mode="json")

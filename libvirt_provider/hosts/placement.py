@@ -55,6 +55,8 @@ class HostView:
     networks: frozenset[str] = frozenset()
     machine_types: frozenset[str] = frozenset()
     uefi: bool = False
+    # Not ready because its daemon stopped renewing the heartbeat (not because libvirtd failed).
+    heartbeat_lost: bool = False
 
     @property
     def zone(self) -> str | None:

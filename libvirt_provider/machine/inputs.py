@@ -13,23 +13,18 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, cast, get_args
+from typing import cast, get_args
 
 from pydantic import ValidationError
 
-from catalog.image import LibvirtImage
-from catalog.lookup import Catalog
-from catalog.machineclass import LibvirtMachineClass
-from catalog.network import LibvirtNetwork
-from catalog.storage import LibvirtStorageClass
 from generic import constants as vmapi
 from generic.api import PowerOffMode, PowerState
-from libvirt_provider import constants as c
 from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import HostFacts
 from libvirt_provider.errors import AccessDeniedError, ProviderError
+from libvirt_provider.machine.catalog import CatalogReader
 from libvirt_provider.machine.linkage import Link, check_link
 from libvirt_provider.machine.status import recorded_retained, retained_volumes
 from libvirt_provider.machine.store import MachineStore, Obj
@@ -81,8 +76,7 @@ class InputReader:
         self._store = store
         self._hv = hypervisor
         self._host = host
-        # plural -> name -> (resourceVersion, the parsed model, None when invalid)
-        self._parsed: dict[str, dict[str, tuple[str, Any]]] = {}
+        self._catalog = CatalogReader(store)
         # Restricts the domain types offered to the resolver (e.g. a host whose /dev/kvm exists
         # but cannot run guests is told to offer only "qemu").
         self._domain_types = domain_types
@@ -98,12 +92,7 @@ class InputReader:
     def resolve(
         self, obj: Obj, machine: LibvirtMachine, vm: Obj, *, domain_name: str | None = None
     ) -> Resolution:
-        catalog = Catalog.of(
-            images=self._parse_all(c.IMAGE_PLURAL, LibvirtImage),
-            machine_classes=self._parse_all(c.MACHINE_CLASS_PLURAL, LibvirtMachineClass),
-            networks=self._parse_all(c.NETWORK_PLURAL, LibvirtNetwork),
-            storage_classes=self._parse_all(c.STORAGE_CLASS_PLURAL, LibvirtStorageClass),
-        )
+        catalog = self._catalog.catalog()
         secrets, unreadable = self._secrets(machine.metadata.namespace, vm)
         return resolve_machine(
             vm_name=str((vm.get("metadata") or {}).get("name")),
@@ -196,23 +185,3 @@ class InputReader:
             if raw is not None:
                 found[name] = {k: base64.b64decode(v) for k, v in raw.items()}
         return found, unreadable
-
-    def _parse_all(self, plural: str, model: Any) -> list[Any]:
-        """Every valid object of a catalog kind; an object is parsed once per resourceVersion
-        (every pass reads the whole catalog), and an invalid one is logged once and skipped."""
-        known = self._parsed.get(plural, {})
-        fresh: dict[str, tuple[str, Any]] = {}
-        for obj in self._store.list_cluster(plural):
-            meta = obj.get("metadata") or {}
-            name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
-            hit = known.get(name)
-            if hit is not None and version and hit[0] == version:
-                fresh[name] = hit
-                continue
-            try:
-                fresh[name] = (version, model.model_validate(obj))
-            except ValidationError as err:
-                log.warning("ignoring invalid %s %s: %s", plural, name, err.error_count())
-                fresh[name] = (version, None)
-        self._parsed[plural] = fresh
-        return [parsed for _, parsed in fresh.values() if parsed is not None]

@@ -24,7 +24,7 @@ HOST = HostFacts(
 
 
 def host(**overrides: Any) -> HostFacts:
-    fields = {
+    fields: dict[str, Any] = {
         "hostname": HOST.hostname,
         "arch": HOST.arch,
         "domain_types": HOST.domain_types,

@@ -1,0 +1,64 @@
+"""The catalog as the resolver takes it, parsed once per object version.
+
+Every reconcile pass (and every placement) resolves against the whole catalog; the objects come
+from watch-fed informers, and parsing each one again on every pass would cost more than the rest
+of the pass, so an object is parsed once per resourceVersion. An invalid one is logged once and
+left out (a machine naming it then reads "not found", with the log saying why).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from catalog.image import LibvirtImage
+from catalog.lookup import Catalog
+from catalog.machineclass import LibvirtMachineClass
+from catalog.network import LibvirtNetwork
+from catalog.storage import LibvirtStorageClass
+from libvirt_provider import constants as c
+
+__all__ = ["CatalogReader", "CatalogSource"]
+
+log = logging.getLogger(__name__)
+
+
+class CatalogSource(Protocol):
+    def list_cluster(self, plural: str) -> list[dict[str, Any]]: ...
+
+
+class CatalogReader:
+    def __init__(self, store: CatalogSource) -> None:
+        self._store = store
+        # plural -> name -> (resourceVersion, the parsed model, None when invalid)
+        self._parsed: dict[str, dict[str, tuple[str, Any]]] = {}
+
+    def catalog(self) -> Catalog:
+        return Catalog.of(
+            images=self._parse_all(c.IMAGE_PLURAL, LibvirtImage),
+            machine_classes=self._parse_all(c.MACHINE_CLASS_PLURAL, LibvirtMachineClass),
+            networks=self._parse_all(c.NETWORK_PLURAL, LibvirtNetwork),
+            storage_classes=self._parse_all(c.STORAGE_CLASS_PLURAL, LibvirtStorageClass),
+        )
+
+    def _parse_all(self, plural: str, model: Any) -> list[Any]:
+        """Every valid object of a catalog kind; an object is parsed once per resourceVersion
+        (every pass reads the whole catalog), and an invalid one is logged once and skipped."""
+        known = self._parsed.get(plural, {})
+        fresh: dict[str, tuple[str, Any]] = {}
+        for obj in self._store.list_cluster(plural):
+            meta = obj.get("metadata") or {}
+            name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
+            hit = known.get(name)
+            if hit is not None and version and hit[0] == version:
+                fresh[name] = hit
+                continue
+            try:
+                fresh[name] = (version, model.model_validate(obj))
+            except ValidationError as err:
+                log.warning("ignoring invalid %s %s: %s", plural, name, err.error_count())
+                fresh[name] = (version, None)
+        self._parsed[plural] = fresh
+        return [parsed for _, parsed in fresh.values() if parsed is not None]

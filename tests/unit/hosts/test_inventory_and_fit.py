@@ -1,0 +1,205 @@
+"""A LibvirtHost's status from libvirt's facts, and "fits" decided by the machine resolver."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from generic.api import VirtualMachineSpec
+from libvirt_provider.api import LibvirtMachine
+from libvirt_provider.driver.types import HostInventory, PoolInfo
+from libvirt_provider.host_api import LibvirtHostSpec, LibvirtHostStatus
+from libvirt_provider.hosts import fit as fit_module
+from libvirt_provider.hosts.fit import SPEC_MISFIT, ResolverFit
+from libvirt_provider.hosts.inventory import (
+    Demand,
+    allocatable,
+    allocatable_of_status,
+    host_status,
+)
+from libvirt_provider.hosts.placement import HostView, Misfit
+from tests.unit.provider import builders as b
+
+GIB = 2**30
+INVENTORY = HostInventory(
+    cpus=8,
+    memory=32 * GIB + 12345,
+    free_memory=20 * GIB,
+    pools=(PoolInfo("vmapi-lab", 100 * GIB, 40 * GIB + 999),),
+    networks=frozenset({"vmapi-lab"}),
+    domain_types=frozenset({"kvm", "qemu"}),
+    machine_types=frozenset({"pc", "q35"}),
+    uefi=False,
+    libvirt_version="9.0.0",
+    hypervisor_version="7.2.0",
+)
+NOW = "2026-12-02T00:00:00Z"
+
+
+def status(**kw: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "allocated": Demand(cpus=2, memory=3 * GIB),
+        "machines": 2,
+        "problem": None,
+        "previous": None,
+        "generation": 1,
+        "now": NOW,
+    }
+    args.update(kw)
+    spec = args.pop("spec", LibvirtHostSpec())
+    inventory = args.pop("inventory", INVENTORY)
+    return host_status(inventory, spec, **args)
+
+
+class TestAllocatable:
+    def test_defaults_overcommit_cpu_four_times_and_memory_not_at_all(self) -> None:
+        room = allocatable(INVENTORY, LibvirtHostSpec())
+        assert room.cpus == 32
+        assert room.memory == 32 * GIB
+
+    def test_reservations_come_off_before_the_ratio(self) -> None:
+        spec = LibvirtHostSpec.model_validate(
+            {"overcommit": {"cpu": 2.0, "memory": 1.5}, "reserved": {"cpus": 2, "memory": "8Gi"}}
+        )
+        room = allocatable(INVENTORY, spec)
+        assert room.cpus == 12
+        assert room.memory == 36 * GIB
+
+    def test_a_reservation_larger_than_the_host_leaves_nothing(self) -> None:
+        spec = LibvirtHostSpec.model_validate({"reserved": {"cpus": 64, "memory": "1Ti"}})
+        room = allocatable(INVENTORY, spec)
+        assert (room.cpus, room.memory) == (0, 0)
+
+    @pytest.mark.parametrize("ratio", [0, -1.0])
+    def test_ratios_must_be_positive(self, ratio: float) -> None:
+        with pytest.raises(ValidationError):
+            LibvirtHostSpec.model_validate({"overcommit": {"cpu": ratio}})
+
+
+class TestHostStatus:
+    def test_the_status_says_what_the_host_has_offers_and_holds(self) -> None:
+        body = status()
+        LibvirtHostStatus.model_validate(body)
+        assert body["capacity"]["memory"] == "32Gi"
+        assert body["capacity"]["pools"] == [
+            {"name": "vmapi-lab", "capacity": "100Gi", "available": "40Gi"}
+        ]
+        assert body["allocatable"] == {"cpus": 32, "memory": "32Gi"}
+        assert body["allocated"] == {"cpus": 2, "memory": "3Gi", "machines": 2}
+        assert body["offers"]["machineTypes"] == ["pc", "q35"]
+        assert body["summary"] == {"cpus": "2/32", "memory": "3.0Gi/32.0Gi"}
+        (ready,) = body["conditions"]
+        assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "HostReady")
+        assert allocatable_of_status(body) == (32, 32 * GIB)
+
+    def test_nothing_changes_when_nothing_changed(self) -> None:
+        first = status()
+        again = status(previous=LibvirtHostStatus.model_validate(first), now="later")
+        assert again == first
+
+    def test_libvirt_unreachable_keeps_the_figures_and_turns_ready_false(self) -> None:
+        first = status()
+        down = status(
+            inventory=None,
+            problem="libvirtd does not answer",
+            previous=LibvirtHostStatus.model_validate(first),
+            now="2026-12-02T00:01:00Z",
+        )
+        assert down["capacity"] == first["capacity"]
+        (ready,) = down["conditions"]
+        assert (ready["status"], ready["reason"]) == ("False", "LibvirtUnavailable")
+        assert ready["lastTransitionTime"] == "2026-12-02T00:01:00Z"
+
+    def test_a_users_edit_of_the_figures_is_put_back(self) -> None:
+        first = status()
+        edited = {**first, "allocatable": {"cpus": 999, "memory": "1Ei"}}
+        again = status(previous=LibvirtHostStatus.model_validate(edited))
+        assert again["allocatable"] == first["allocatable"]
+
+    def test_a_status_without_figures_is_not_placeable(self) -> None:
+        assert allocatable_of_status({}) is None
+        assert allocatable_of_status({"allocatable": {"cpus": "many"}}) is None
+
+
+def view(name: str = "h1", **kw: Any) -> HostView:
+    fields: dict[str, Any] = {
+        "labels": {},
+        "ready": True,
+        "unschedulable": False,
+        "cpus": 32,
+        "memory": 32 * GIB,
+        "pools": {"vmapi-lab": 100 * GIB, "fast": 100 * GIB},
+        "domain_types": frozenset({"kvm", "qemu"}),
+        "networks": frozenset({"vmapi-lab"}),
+    }
+    fields.update(kw)
+    return HostView(name=name, **fields)
+
+
+def fit_for(vm: dict[str, Any] | None = None, **catalog: Any) -> ResolverFit:
+    return ResolverFit(
+        vm_name="web",
+        vm=VirtualMachineSpec.model_validate(vm if vm is not None else b.vm_spec()),
+        machine=LibvirtMachine.model_validate(b.machine()),
+        catalog=b.catalog(**catalog),
+    )
+
+
+class TestResolverFit:
+    def test_a_host_that_offers_everything_gives_the_machines_demand(self) -> None:
+        found = fit_for()(view())
+        assert isinstance(found, Demand)
+        assert found.cpus >= 1
+        assert found.memory == 256 * 2**20
+        assert found.pools == (("vmapi-lab", 2 * GIB),)
+
+    def test_a_host_without_the_network_is_a_misfit_that_names_it(self) -> None:
+        found = fit_for()(view(networks=frozenset({"other"})))
+        assert found == Misfit("lacks network vmapi-lab")
+
+    def test_a_host_without_the_pool_or_domain_type(self) -> None:
+        assert fit_for()(view(pools={"other": GIB})) == Misfit("lacks pool vmapi-lab")
+        lm_fit = ResolverFit(
+            vm_name="web",
+            vm=VirtualMachineSpec.model_validate(b.vm_spec()),
+            machine=LibvirtMachine.model_validate(b.machine({"domainType": "kvm"})),
+            catalog=b.catalog(),
+        )
+        assert lm_fit(view(domain_types=frozenset({"qemu"}))) == Misfit("lacks domain type kvm")
+
+    def test_machine_type_and_firmware_are_checked_against_the_hosts_offers(self) -> None:
+        assert fit_for()(view(machine_types=frozenset({"pc"}))) == Misfit("lacks machine type q35")
+        assert isinstance(fit_for()(view(machine_types=frozenset({"pc", "q35"}))), Demand)
+        efi = b.image(firmware={"type": "UEFI"})
+        assert fit_for(images=[efi])(view()) == Misfit("lacks UEFI firmware")
+        assert isinstance(fit_for(images=[efi])(view(uefi=True)), Demand)
+
+    def test_a_spec_wrong_everywhere_is_reported_not_placed(self) -> None:
+        fit = fit_for(b.vm_spec(instanceType=b.ref("LibvirtMachineClass", "missing")))
+        assert fit(view()) == Misfit(SPEC_MISFIT)
+        assert fit.problems
+        assert fit.problems[0].reason == "ReferenceNotFound"
+
+    def test_secrets_are_not_needed_to_place(self) -> None:
+        vm = b.vm_spec(
+            bootstrap={"cloudInit": {"userData": {"name": "nowhere", "key": "userdata"}}}
+        )
+        assert isinstance(fit_for(vm)(view()), Demand)
+
+    def test_one_resolution_serves_every_host_of_a_shape(self, monkeypatch: Any) -> None:
+        calls = 0
+        real = fit_module.resolve_machine  # type: ignore[attr-defined]
+
+        def counting(**kw: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return real(**kw)
+
+        monkeypatch.setattr(fit_module, "resolve_machine", counting)
+        fit = fit_for()
+        for i in range(50):
+            fit(view(f"h{i}"))
+        fit(view("odd", networks=frozenset({"x"})))
+        assert calls == 2
