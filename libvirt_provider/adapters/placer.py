@@ -40,6 +40,7 @@ from generic.formats import format_time, merge_patch, validation_details
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.kube import KubeAdapter
 from libvirt_provider.api import LibvirtMachine, SpreadBy
+from libvirt_provider.faults import crash_point
 from libvirt_provider.host_api import LibvirtHostSpec
 from libvirt_provider.hosts.fit import ResolverFit
 from libvirt_provider.hosts.inventory import Demand, allocatable_of_status, parse_size
@@ -380,6 +381,7 @@ class Placer:
                 # Changed or gone since the copy was taken: the watch brings the news.
                 return bool(err.status == 404)
             raise
+        crash_point("place:after-bind")
         key = _key(obj)
         group = _group(obj)
         self._assumed[key] = _Assumed(decision.host, decision.demand, group, time.monotonic())

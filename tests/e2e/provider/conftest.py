@@ -55,6 +55,7 @@ def start_daemon(
     lease_namespace: str = "kube-system",
     crash_point: str | None = None,
     generic_namespaces: tuple[str, ...] = (),
+    libvirt_uri: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """`libvirt-provider` against the lab, its output in a fresh log; its embedded generic
     controller serves `generic_namespaces` (patterns), or every namespace.
@@ -67,7 +68,7 @@ def start_daemon(
         "-m",
         "libvirt_provider",
         f"--kubeconfig={kubeconfig or lab.kubeconfig}",
-        f"--libvirt-uri={lab.libvirt_uri}",
+        f"--libvirt-uri={libvirt_uri or lab.libvirt_uri}",
         f"--host={host}",
         f"--domain-types={lab.domain_type}",
         "--health-address=127.0.0.1",
