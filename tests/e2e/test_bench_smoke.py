@@ -21,6 +21,7 @@ BENCH = REPO / "bench"
 SMOKE_TIMEOUT = {
     "generic_status_latency.py": 120,
     "image_bench.py": 120,
+    "placement_bench.py": 240,
     "provider_burst.py": 180,
     "render_bench.py": 60,
     "scale_bench.py": 120,

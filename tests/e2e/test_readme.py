@@ -1,7 +1,8 @@
 """The README's commands, run as a user runs them.
 
 `make run` on a lab that was just taken down (nothing prepared by a fixture): the lab comes up,
-the daemon starts, the sample VM becomes Ready and `kubectl get vm -o wide` is printed; Ctrl-C
+the daemon starts, the sample VM is placed and becomes Ready and `kubectl get vm -o wide`,
+`kubectl get lvm` and `kubectl get lvh` are printed; Ctrl-C
 (SIGINT to the foreground process group) stops it without a traceback. Then every command of the
 README's first block and of its lab section exists and runs, and the Vagrantfile is valid for
 Debian's own vagrant with the vagrant-libvirt plugin.
@@ -108,6 +109,9 @@ def test_make_run_on_a_fresh_lab_shows_the_sample_ready_and_stops_on_ctrl_c() ->
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     output = before + rest
+    # The sample names no host: placement put it on the lab's one host, and the tour shows it.
+    assert re.search(r"^sample\s+lab-host\s+PoweredOn\s+True", output, re.M), output
+    assert re.search(r"^lab-host\s+True\s+false\s+1/\d+", output, re.M), output
     assert "Traceback" not in output, output[-4000:]
     assert "run: the daemon stopped cleanly" in rest, output[-4000:]
 

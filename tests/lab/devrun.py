@@ -1,8 +1,9 @@
 """`make run` (`python -m tests.lab.devrun`): the daemon against the lab, with the sample VM.
 
 Installs the CRDs and the sample catalog and VM (deploy/samples/), starts `libvirt-provider` as
-host `lab-host` with the domain type the lab detected, and once the sample VM is Ready prints
-`kubectl get vm -o wide`. Ctrl-C (or SIGTERM) stops the daemon cleanly; the lab stays up
+host `lab-host` with the domain type the lab detected (the sample names no host: the daemon,
+leading, places it there), and once the sample VM is Ready prints `kubectl get vm -o wide`, the
+LibvirtMachine with its host, and the LibvirtHosts. Ctrl-C (or SIGTERM) stops the daemon cleanly; the lab stays up
 (`make lab-down` takes it down; the sample domain goes with it).
 """
 
@@ -73,6 +74,9 @@ def announce_when_ready(env: dict[str, str], daemon: subprocess.Popen[bytes]) ->
     if daemon.poll() is None:
         print("\nThe sample VM is Ready:\n", flush=True)
         print(kubectl(env, "get", "vm", "-o", "wide", "-n", "default"), flush=True)
+        print("Placed on a host (the LibvirtMachine's HOST) among the LibvirtHosts:\n", flush=True)
+        print(kubectl(env, "get", "lvm", "-n", "default"), flush=True)
+        print(kubectl(env, "get", "lvh"), flush=True)
         print('In another shell: eval "$(make -s lab-env)"; kubectl describe vm sample\n')
 
 

@@ -183,7 +183,7 @@ def unplaced(
     placed machine is still built: volumes and a defined domain, without a guest to run)."""
     spec = {"powerState": "PoweredOn" if running else "PoweredOff", **(vm_spec or {})}
     vm, lm = pair(ns, name, vm_spec=spec)
-    del lm["metadata"]["labels"][c.HOST_LABEL]
+    lm["metadata"].get("labels", {}).pop(c.HOST_LABEL, None)
     lm["spec"].update(lm_spec or {})
     return [vm, lm]
 

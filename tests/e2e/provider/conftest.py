@@ -207,7 +207,7 @@ def pair(ns: str, name: str, *, vm_spec: dict[str, Any] | None = None) -> list[d
     vm["spec"]["infrastructureRef"]["name"] = name
     vm["spec"].update(vm_spec or {})
     lm["metadata"]["annotations"]["vm-api.io/virtual-machine"] = name
-    lm["metadata"]["labels"]["infrastructure.vm-api.io/host"] = HOST
+    lm["metadata"].setdefault("labels", {})["infrastructure.vm-api.io/host"] = HOST
     return docs
 
 
