@@ -3,8 +3,8 @@
 Installs the CRDs and the sample catalog and VM (deploy/samples/), starts `libvirt-provider` as
 host `lab-host` with the domain type the lab detected (the sample names no host: the daemon,
 leading, places it there), and once the sample VM is Ready prints `kubectl get vm -o wide`, the
-LibvirtMachine with its host, and the LibvirtHosts. Ctrl-C (or SIGTERM) stops the daemon cleanly; the lab stays up
-(`make lab-down` takes it down; the sample domain goes with it).
+LibvirtMachine with its host, and the LibvirtHosts. Ctrl-C (or SIGTERM) stops the daemon
+cleanly; the lab stays up (`make lab-down` takes it down; the sample domain goes with it).
 """
 
 from __future__ import annotations
