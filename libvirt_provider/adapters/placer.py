@@ -56,9 +56,12 @@ Obj = dict[str, Any]
 # Bindings the copies do not show yet are forgotten after this long (the watch lost them: the
 # next relist shows the truth).
 ASSUMED_SECONDS = 60.0
-# While machines wait, the placer looks again this often even when nothing wakes it: a
-# heartbeat that turned stale changes nothing in the copies.
+# While machines wait, the placer looks again this often even when nothing wakes it (a catalog
+# change does not wake it).
 WAITING_PASS_SECONDS = 10.0
+# Otherwise this often: a heartbeat that turned stale changes nothing in the copies, and a host
+# that stopped must be reported within a reasonable time (one LIST of the Leases per pass).
+IDLE_PASS_SECONDS = c.HEARTBEAT_GRACE_SECONDS / 2
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ class Placer:
             except Exception:  # a bug must not end placement for good
                 log.exception("placement pass failed")
                 self._waiting = True
-            self._wake.wait(WAITING_PASS_SECONDS if self._waiting else 300.0)
+            self._wake.wait(WAITING_PASS_SECONDS if self._waiting else IDLE_PASS_SECONDS)
 
     # -- one pass ----------------------------------------------------------------------------
 
@@ -197,10 +200,12 @@ class Placer:
             key = _key(obj)
             self._assumed.pop(key, None)
             self._keep_label(obj, host)
+            self._report_host(obj, host, by_name.get(host))
+            if not unplaced:
+                continue  # the ledger serves decisions only
             status = obj.get("status") or {}
             demand = self._demand(obj, by_name.get(host), catalog, per_host_pools)
             ledger.put(key, host, demand, pending=not status.get("providerID"), group=_group(obj))
-            self._report_host(obj, host, by_name.get(host))
         for key, assumed in list(self._assumed.items()):
             if now - assumed.at > ASSUMED_SECONDS:
                 del self._assumed[key]
@@ -215,6 +220,8 @@ class Placer:
         live = {_key(m) for m in machines}
         for key in [k for k in self._reported if k not in live]:
             del self._reported[key]
+        for key in [k for k in self._demands if k not in live]:
+            del self._demands[key]
         return waiting
 
     @staticmethod
@@ -274,9 +281,11 @@ class Placer:
         if vm is None or host is None:
             return Demand()
         key = _key(obj)
+        # By generation, not resourceVersion: status writes (frequent) leave what a machine
+        # takes unchanged. The catalog may change it too; the cache is dropped with each term.
         versions = (
-            str(obj["metadata"].get("resourceVersion")),
-            str((vm.get("metadata") or {}).get("resourceVersion")),
+            str(obj["metadata"].get("generation")),
+            str((vm.get("metadata") or {}).get("generation")),
             host.name,
         )
         cached = self._demands.get(key)
