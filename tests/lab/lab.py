@@ -15,6 +15,9 @@ and its log (and then taking down whatever it had started):
   whose config, state, run and socket directories all live under the lab directory, so it neither
   touches nor depends on a host libvirtd; two isolated libvirt networks (no <forward>; one with
   DHCP, one without) and a directory storage pool holding both test guests' disks;
+- VMAPI_LAB_HOST_COUNT extra libvirt hosts (default 3) for placement tests, each a libvirtd in
+  a namespace of its own (`<netns>-h<i>`) with the main lab's network and pool names, h1 with an
+  extra network and h2 with an extra pool (see start_hosts);
 - the domain type guests should use: `kvm` only if a probe guest really boots under KVM here,
   otherwise `qemu` (software emulation). /dev/kvm existing is not enough on nested hosts.
 
@@ -23,9 +26,9 @@ mount namespace plus kube-scheduler, that runs deploy/'s DaemonSet (see start_no
 the product's container image with podman, `container-api` serves podman's Docker-compatible API.
 
 `down` stops the node if it runs (and fails if any of its processes, cgroups or mounts is left),
-kills every process in the lab's namespace and the control plane, deletes the namespace (and
-with it the bridge) and removes the lab directory. Mounts exist only in the private mount namespace,
-so they vanish with its last process.
+kills every process in the lab's namespaces and the control plane, deletes the namespaces (and
+with them the bridges) and removes the lab directory. Mounts exist only in the private mount
+namespaces, so they vanish with their last process.
 """
 
 from __future__ import annotations
