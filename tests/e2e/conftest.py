@@ -25,6 +25,20 @@ LAB_SCRIPT = REPO / "tests" / "lab" / "lab.py"
 
 
 @dataclass(frozen=True)
+class LabHost:
+    """One of the lab's extra libvirt hosts.
+
+    `name` is its network namespace's name, `<lab netns>-h<index>`: a DNS-1123 subdomain, so that
+    it can serve as the daemon's --host and as the LibvirtHost object's name.
+    """
+
+    index: int
+    name: str
+    uri: str
+    netns: str
+
+
+@dataclass(frozen=True)
 class LabInfo:
     env: dict[str, str]
 
@@ -74,6 +88,30 @@ class LabInfo:
     def dir(self) -> Path:
         return Path(self.env["VMAPI_LAB_DIR"])
 
+    @property
+    def hosts(self) -> list[LabHost]:
+        """The extra libvirt hosts (besides the main libvirtd), in index order."""
+        count = int(self.env.get("VMAPI_LAB_HOST_COUNT", "0"))
+        return [
+            LabHost(
+                index=i,
+                name=self.env[f"VMAPI_LAB_HOST_{i}_NETNS"],
+                uri=self.env[f"VMAPI_LAB_HOST_{i}_URI"],
+                netns=self.env[f"VMAPI_LAB_HOST_{i}_NETNS"],
+            )
+            for i in range(count)
+        ]
+
+    @property
+    def only_network(self) -> str:
+        """An isolated network that only host h1 has (a machine on it can only go there)."""
+        return self.env["VMAPI_LAB_ONLY_NETWORK"]
+
+    @property
+    def extra_pool(self) -> str:
+        """A second directory pool that only host h2 has."""
+        return self.env["VMAPI_LAB_EXTRA_POOL"]
+
 
 def guest_domain_xml(
     lab: LabInfo, *, name: str, dom_uuid: str, disk: str, serial: Path | None = None
@@ -102,6 +140,27 @@ def guest_domain_xml(
         type=lab.domain_type,
     )
     return str(etree.tostring(dom, encoding="unicode"))
+
+
+def overlay_volume_xml(name: str, base_path: str) -> str:
+    """A small qcow2 volume backed by `base_path`, so a test guest never writes to the base."""
+    vol = E.volume(
+        E.name(name),
+        E.capacity("64", unit="MiB"),
+        E.target(E.format(type="qcow2")),
+        E.backingStore(E.path(base_path), E.format(type="qcow2")),
+    )
+    return str(etree.tostring(vol, encoding="unicode"))
+
+
+def dhcp_lease(dom: libvirt.virDomain) -> str | None:
+    """The guest's IPv4 address as its network's dnsmasq leased it, or None before it has one."""
+    addrs = dom.interfaceAddresses(libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE)
+    for iface in addrs.values():
+        for addr in iface.get("addrs") or []:
+            if addr["type"] == libvirt.VIR_IP_ADDR_TYPE_IPV4:
+                return str(addr["addr"])
+    return None
 
 
 def _parse_exports(text: str) -> dict[str, str]:

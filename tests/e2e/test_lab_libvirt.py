@@ -6,28 +6,16 @@ import time
 import uuid
 
 import libvirt
-from lxml import etree
-from lxml.builder import E
 
-from tests.e2e.conftest import LabInfo, guest_domain_xml
+from tests.e2e.conftest import LabInfo, dhcp_lease, guest_domain_xml, overlay_volume_xml
 from tests.eventually import eventually
-
-
-def _overlay_xml(name: str, base_path: str) -> str:
-    vol = E.volume(
-        E.name(name),
-        E.capacity("64", unit="MiB"),
-        E.target(E.format(type="qcow2")),
-        E.backingStore(E.path(base_path), E.format(type="qcow2")),
-    )
-    return etree.tostring(vol, encoding="unicode")
 
 
 def test_guest_boots_and_takes_a_lease(lab: LabInfo, virt: libvirt.virConnect) -> None:
     name = "smoke-" + uuid.uuid4().hex[:8]
     pool = virt.storagePoolLookupByName(lab.pool)
     base = pool.storageVolLookupByName(lab.guest_volume)
-    vol = pool.createXML(_overlay_xml(f"{name}.qcow2", base.path()), 0)
+    vol = pool.createXML(overlay_volume_xml(f"{name}.qcow2", base.path()), 0)
     serial = lab.dir / f"{name}.serial"
     dom = virt.defineXML(
         guest_domain_xml(lab, name=name, dom_uuid=str(uuid.uuid4()), disk=vol.path(), serial=serial)
@@ -36,15 +24,9 @@ def test_guest_boots_and_takes_a_lease(lab: LabInfo, virt: libvirt.virConnect) -
         started = time.monotonic()
         dom.create()
 
-        def lease() -> str | None:
-            addrs = dom.interfaceAddresses(libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE)
-            for iface in addrs.values():
-                for addr in iface.get("addrs") or []:
-                    if addr["type"] == libvirt.VIR_IP_ADDR_TYPE_IPV4:
-                        return str(addr["addr"])
-            return None
-
-        address = eventually(lease, timeout=180, interval=0.5, what="a DHCP lease for the guest")
+        address = eventually(
+            lambda: dhcp_lease(dom), timeout=180, interval=0.5, what="a DHCP lease for the guest"
+        )
         elapsed = time.monotonic() - started
         print(f"\nguest {name} ({lab.domain_type}): start to DHCP lease {elapsed:.1f} s, {address}")
         assert address.startswith("10.213.0.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -54,15 +55,30 @@ def _netns_names() -> list[str]:
     return [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
 
 
+def _netns_pids(name: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def _host_netns(lab_netns: str) -> list[str]:
+    """The namespaces of a lab's extra libvirt hosts (`<netns>-h<i>`) that exist."""
+    return [n for n in _netns_names() if re.fullmatch(rf"{re.escape(lab_netns)}-h[0-9]+", n)]
+
+
 @pytest.mark.lab_teardown
 def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
     state = json.loads((lab.dir / "state.json").read_text())
     pids = [state["apiserver_pid"], state["controller_manager_pid"], state["libvirtd_pid"]]
-    inside = subprocess.run(
-        ["ip", "netns", "pids", lab.netns], capture_output=True, text=True, check=True
-    ).stdout.split()
+    inside = _netns_pids(lab.netns)
     assert inside, "the lab's namespace should hold libvirtd and dnsmasq before teardown"
-    pids += [int(p) for p in inside]
+    pids += inside
+    # The extra libvirt hosts: each one's libvirtd and dnsmasq, in its own namespace.
+    assert sorted(_host_netns(lab.netns)) == sorted(h.netns for h in lab.hosts)
+    pids += [h["libvirtd_pid"] for h in state.get("hosts", [])]
+    for host in lab.hosts:
+        in_host = _netns_pids(host.netns)
+        assert in_host, f"{host.netns} should hold its libvirtd and dnsmasq before teardown"
+        pids += in_host
     # The optional node (started by tests/e2e/node): its processes, and what it made on the host.
     pids += [state[k] for k in ("containerd_pid", "kubelet_pid", "scheduler_pid") if k in state]
     made = [Path(target) for target, _ in state.get("node_created_dirs", [])]
@@ -74,6 +90,7 @@ def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
 
     assert [p for p in pids if _alive(p)] == []
     assert lab.netns not in _netns_names()
+    assert _host_netns(lab.netns) == []
     assert not Path("/sys/class/net/vmapibr0").exists()
     assert not lab.dir.exists()
     assert _processes_mentioning(str(lab.dir)) == []
@@ -110,5 +127,6 @@ def test_failed_start_is_one_clear_line_and_leaves_nothing(tmp_path: Path) -> No
     assert "kube-apiserver" in lines[0]
     assert str(tmp_path / "logs" / "kube-apiserver.log") in lines[0]
     assert "vmapilabfail" not in _netns_names()
+    assert _host_netns("vmapilabfail") == []
     assert not lab_dir.exists()
     assert _processes_mentioning(str(lab_dir)) == []
