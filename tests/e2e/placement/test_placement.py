@@ -141,14 +141,8 @@ def test_a_machine_needing_a_network_only_one_host_has_lands_there(
     custom = client.CustomObjectsApi(api_client)
     custom.create_cluster_custom_object(GROUP, V, "libvirtnetworks", network)
     try:
-        spec = {
-            "networkInterfaces": [
-                {
-                    "name": "eth0",
-                    "network": {"apiGroup": GROUP, "kind": "LibvirtNetwork", "name": f"only-{ns}"},
-                }
-            ]
-        }
+        only = {"apiGroup": GROUP, "kind": "LibvirtNetwork", "name": f"only-{ns}"}
+        spec = {"network": {"interfaces": [{"name": "eth0", "network": only}]}}
         for i in range(3):
             create(api_client, unplaced(ns, f"only-{i}", vm_spec=spec))
         assert {placed_on(api_client, ns, f"only-{i}") for i in range(3)} == {lab.hosts[1].name}
