@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,11 @@ ASSUMED_SECONDS = 60.0
 # While machines wait, the placer looks again this often even when nothing wakes it (a catalog
 # change does not wake it).
 WAITING_PASS_SECONDS = 10.0
+# Concurrent binding writes.
+BINDERS = 4
+# How long one LIST of the heartbeat Leases serves passes (heartbeats are 10 s apart and judged
+# against 40 s: a few seconds of age change nothing).
+HEARTBEATS_FRESH_SECONDS = 3.0
 # Otherwise this often: a heartbeat that turned stale changes nothing in the copies, and a host
 # that stopped must be reported within a reasonable time (one LIST of the Leases per pass).
 IDLE_PASS_SECONDS = c.HEARTBEAT_GRACE_SECONDS / 2
@@ -96,7 +102,14 @@ class Placer:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._waiting = False
+        # Decided and being (or just) bound, by machine key; written by the binding threads too.
         self._assumed: dict[str, _Assumed] = {}
+        self._lock = threading.Lock()
+        # Bindings are API writes (tens of ms, far more on a busy API server): they run beside
+        # the decisions, as kube-scheduler's binding cycle does, so one slow write never holds up
+        # the next decision; the decisions themselves stay one at a time.
+        self._binder = ThreadPoolExecutor(max_workers=BINDERS, thread_name_prefix="binder")
+        self._beats: tuple[float, dict[str, dt.datetime]] | None = None
         # Demand of placed machines, by (LibvirtMachine, VM) resourceVersions and host.
         self._demands: dict[str, tuple[tuple[str, str, str], Demand]] = {}
         # The message last reported on each waiting machine (an Event is posted once per message).
@@ -113,7 +126,7 @@ class Placer:
             group=vmapi.GROUP,
             version=vmapi.VERSION,
             plural=vmapi.PLURAL,
-            on_change=lambda _t, _o: self._wake_if_waiting(),
+            on_change=self._vm_changed,
         )
         self.hosts = ClusterInformer(
             api,
@@ -138,6 +151,9 @@ class Placer:
             informer.stop()
         if self._thread.is_alive():
             self._thread.join(REQUEST_TIMEOUT[1] * 2)
+        # Bindings under way finish (each is one bounded write); queued ones are dropped, and
+        # the next leader decides them again.
+        self._binder.shutdown(wait=True, cancel_futures=True)
 
     def alive(self) -> bool:
         return self._thread.is_alive()
@@ -149,6 +165,14 @@ class Placer:
     def _wake_if_waiting(self) -> None:
         if self._waiting:
             self._wake.set()
+
+    def _vm_changed(self, kind: str, _obj: Obj | None) -> None:
+        # A new VM may be what an unplaced machine waits for (its watch and the machines' are
+        # separate streams: the machine can arrive first).
+        if kind in ("ADDED", RELISTED):
+            self._wake.set()
+        else:
+            self._wake_if_waiting()
 
     def _machine_changed(self, kind: str, obj: Obj | None) -> None:
         # Machines change all the time (their status); only what can change a placement wakes
@@ -198,7 +222,8 @@ class Placer:
             if host is None:
                 continue
             key = _key(obj)
-            self._assumed.pop(key, None)
+            with self._lock:
+                self._assumed.pop(key, None)
             self._keep_label(obj, host)
             self._report_host(obj, host, by_name.get(host))
             if not unplaced:
@@ -206,17 +231,31 @@ class Placer:
             status = obj.get("status") or {}
             demand = self._demand(obj, by_name.get(host), catalog, per_host_pools)
             ledger.put(key, host, demand, pending=not status.get("providerID"), group=_group(obj))
-        for key, assumed in list(self._assumed.items()):
+        with self._lock:
+            assumed_now = list(self._assumed.items())
+        for key, assumed in assumed_now:
             if now - assumed.at > ASSUMED_SECONDS:
-                del self._assumed[key]
+                with self._lock:
+                    self._assumed.pop(key, None)
             elif key not in ledger:
                 ledger.put(key, assumed.host, assumed.demand, pending=True, group=assumed.group)
         waiting = False
+        decided = 0
         for obj in sorted(unplaced, key=lambda o: str(o["metadata"].get("creationTimestamp"))):
-            if _key(obj) in self._assumed:
-                continue
-            if not self._place(obj, views, ledger, catalog, per_host_pools):
+            with self._lock:
+                if _key(obj) in self._assumed:
+                    continue
+            if self._place(obj, views, ledger, catalog, per_host_pools):
+                decided += 1
+            else:
                 waiting = True
+        if decided:
+            log.debug(
+                "placement pass: %d of %d unplaced machines decided in %.0f ms",
+                decided,
+                len(unplaced),
+                (time.monotonic() - now) * 1000,
+            )
         live = {_key(m) for m in machines}
         for key in [k for k in self._reported if k not in live]:
             del self._reported[key]
@@ -256,6 +295,14 @@ class Placer:
         return sorted(views, key=lambda v: v.name)
 
     def _heartbeats(self) -> dict[str, dt.datetime]:
+        cached = self._beats
+        if cached is not None and time.monotonic() - cached[0] < HEARTBEATS_FRESH_SECONDS:
+            return cached[1]
+        beats = self._list_heartbeats()
+        self._beats = (time.monotonic(), beats)
+        return beats
+
+    def _list_heartbeats(self) -> dict[str, dt.datetime]:
         leases = self._leases.list_namespaced_lease(
             self._namespace, label_selector=c.HOST_LABEL, _request_timeout=REQUEST_TIMEOUT
         )
@@ -362,39 +409,64 @@ class Placer:
             else:
                 self._report(obj, vmapi.REASON_WAITING_FOR_CAPACITY, decision.message)
             return False
-        return self._bind(obj, decision, ledger)
-
-    def _bind(self, obj: Obj, decision: Decision, ledger: Ledger) -> bool:
-        assert decision.host is not None
         assert decision.demand is not None
-        meta = obj["metadata"]
-        body = {
-            "metadata": {
-                "resourceVersion": meta["resourceVersion"],
-                "labels": {c.HOST_LABEL: decision.host},
-            },
-            "spec": {"host": decision.host},
-        }
-        try:
-            self._custom.patch_namespaced_custom_object(
-                c.GROUP,
-                c.VERSION,
-                meta["namespace"],
-                c.MACHINE_PLURAL,
-                meta["name"],
-                body,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        except ApiException as err:
-            if err.status in (404, 409):
-                # Changed or gone since the copy was taken: the watch brings the news.
-                return bool(err.status == 404)
-            raise
-        crash_point("place:after-bind")
-        key = _key(obj)
-        group = _group(obj)
-        self._assumed[key] = _Assumed(decision.host, decision.demand, group, time.monotonic())
+        key, group = _key(obj), _group(obj)
+        with self._lock:
+            self._assumed[key] = _Assumed(decision.host, decision.demand, group, time.monotonic())
         ledger.put(key, decision.host, decision.demand, pending=True, group=group)
+        self._binder.submit(self._bind_or_forget, obj, decision)
+        return True
+
+    def _bind_or_forget(self, obj: Obj, decision: Decision) -> None:
+        """On a binding thread: bind, or forget the assumed placement and look again."""
+        try:
+            bound = self._bind(obj, decision)
+        except Exception as err:  # a failed binding is decided again
+            log.warning("binding %s to %s failed: %s", _key(obj), decision.host, err)
+            bound = False
+        if not bound:
+            with self._lock:
+                self._assumed.pop(_key(obj), None)
+            self._wake.set()
+
+    def _bind(self, obj: Obj, decision: Decision) -> bool:
+        """True when the machine is bound (or gone)."""
+        assert decision.host is not None
+        meta = obj["metadata"]
+        version = str(meta["resourceVersion"])
+        for _attempt in range(3):
+            body = {
+                "metadata": {"resourceVersion": version, "labels": {c.HOST_LABEL: decision.host}},
+                "spec": {"host": decision.host},
+            }
+            try:
+                self._custom.patch_namespaced_custom_object(
+                    c.GROUP,
+                    c.VERSION,
+                    meta["namespace"],
+                    c.MACHINE_PLURAL,
+                    meta["name"],
+                    body,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+                break
+            except ApiException as err:
+                if err.status == 404:
+                    return True
+                if err.status != 409:
+                    raise
+            # Changed since the copy was taken, most often by the generic controller adopting
+            # it (an owner reference): the decision stands while the spec is the same.
+            fresh = self._fresh(meta)
+            if fresh is None or not self._unplaced(fresh):
+                return fresh is None
+            if fresh["metadata"].get("generation") != meta.get("generation"):
+                return False  # the spec changed: decide again on the next pass
+            version = str(fresh["metadata"]["resourceVersion"])
+        else:
+            return False
+        crash_point("place:after-bind")
+        key, group = _key(obj), _group(obj)
         self._reported.pop(key, None)
         log.info("placed %s on host %s", key, decision.host)
         self._store.event(obj, reason=c.EVENT_PLACED, message=f"placed on host {decision.host}")
@@ -407,6 +479,22 @@ class Placer:
                 warning=True,
             )
         return True
+
+    def _fresh(self, meta: Mapping[str, Any]) -> Obj | None:
+        try:
+            found = self._custom.get_namespaced_custom_object(
+                c.GROUP,
+                c.VERSION,
+                meta["namespace"],
+                c.MACHINE_PLURAL,
+                meta["name"],
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found if isinstance(found, dict) else None
 
     # -- reporting ---------------------------------------------------------------------------
 

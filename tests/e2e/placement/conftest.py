@@ -136,7 +136,12 @@ def reset_host(api: client.ApiClient, name: str) -> None:
     if obj is None:
         return
     labels = {k: None for k in (obj["metadata"].get("labels") or {})}
-    patch_host(api, name, {"metadata": {"labels": labels or None}, "spec": None})
+    defaults = {
+        "unschedulable": False,
+        "overcommit": {"cpu": 4.0, "memory": 1.0},
+        "reserved": {"cpus": 0, "memory": "0"},
+    }
+    patch_host(api, name, {"metadata": {"labels": labels or None}, "spec": defaults})
 
 
 @pytest.fixture(scope="module")
