@@ -65,7 +65,7 @@ def sample_docs(ns: str, name: str) -> list[dict[str, Any]]:
         doc["metadata"].update(namespace=ns, name=name)
     vm["spec"]["infrastructureRef"]["name"] = name
     lm["metadata"]["annotations"]["vm-api.io/virtual-machine"] = name
-    lm["metadata"]["labels"]["infrastructure.vm-api.io/host"] = HOST
+    lm["metadata"].setdefault("labels", {})["infrastructure.vm-api.io/host"] = HOST
     return [vm, lm]
 
 

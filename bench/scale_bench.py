@@ -489,7 +489,7 @@ def pair_docs(ns: str, index: int, hosts: int) -> list[dict[str, Any]]:
     docs[0]["spec"]["bootDisk"]["storageClassName"] = (
         f"{POOL_PREFIX}{index // hosts // MACHINES_PER_POOL}"
     )
-    docs[1]["metadata"]["labels"][HOST_LABEL] = f"{HOST_PREFIX}{index % hosts}"
+    docs[1]["metadata"].setdefault("labels", {})[HOST_LABEL] = f"{HOST_PREFIX}{index % hosts}"
     return docs
 
 

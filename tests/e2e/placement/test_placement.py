@@ -85,6 +85,20 @@ def test_hosts_are_objects_with_inventory_heartbeat_and_columns(
             f"libvirt-host-{host.name}", "kube-system"
         )
         assert lease.spec.holder_identity == host.name
+    # Cheap: a heartbeat renews the Lease; the LibvirtHost is written only when it changes.
+    host = lab.hosts[0].name
+    version = (host_object(api_client, host) or {})["metadata"]["resourceVersion"]
+    leases = client.CoordinationV1Api(api_client)
+    renewed = leases.read_namespaced_lease(f"libvirt-host-{host}", "kube-system").spec.renew_time
+    eventually(
+        lambda: (
+            leases.read_namespaced_lease(f"libvirt-host-{host}", "kube-system").spec.renew_time
+            > renewed
+        ),
+        timeout=30,
+        what="the next heartbeat",
+    )
+    assert (host_object(api_client, host) or {})["metadata"]["resourceVersion"] == version
     shapes = {h.name: host_object(api_client, h.name)["status"]["offers"] for h in lab.hosts}  # type: ignore[index]
     assert [n for n, o in shapes.items() if lab.only_network in o["networks"]] == [
         lab.hosts[1].name
