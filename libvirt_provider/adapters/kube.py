@@ -217,28 +217,45 @@ class KubeAdapter:
             f"LibvirtImage {name}: status still conflicting after {STATUS_ATTEMPTS} attempts"
         )
 
-    def set_finalizers(
-        self,
-        namespace: str,
-        name: str,
-        finalizers: list[str],
-        resource_version: str,
-        *,
-        host: str | None = None,
-    ) -> None:
-        body: Obj = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
+    def set_finalizers(self, obj: Obj, finalizers: list[str], *, host: str | None = None) -> None:
+        # A JSON patch guarded by a test of the finalizers alone, not by the resourceVersion:
+        # the generic controller adopts a machine (its owner reference) at the very moment its
+        # daemon adds the finalizer, and a resourceVersion would make one of the two writes fail
+        # and be sent again although they touch different fields. A finalizer another party
+        # changed meanwhile still fails the test (422), reported as a conflict.
+        meta = obj.get("metadata") or {}
+        current = meta.get("finalizers")
+        ops: list[Obj] = []
+        if current is None:
+            ops.append({"op": "add", "path": "/metadata/finalizers", "value": finalizers})
+        else:
+            ops.append({"op": "test", "path": "/metadata/finalizers", "value": current})
+            ops.append({"op": "replace", "path": "/metadata/finalizers", "value": finalizers})
         if host is not None:
-            body["spec"] = {"host": host}
+            # spec.host cannot change once set (CEL): a host set meanwhile fails the patch too.
+            if isinstance(obj.get("spec"), dict):
+                ops.append({"op": "add", "path": "/spec/host", "value": host})
+            else:
+                ops.append({"op": "add", "path": "/spec", "value": {"host": host}})
         with _translated():
-            self._custom.patch_namespaced_custom_object(
-                c.GROUP,
-                c.VERSION,
-                namespace,
-                c.MACHINE_PLURAL,
-                name,
-                body,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
+            try:
+                self._custom.patch_namespaced_custom_object(
+                    c.GROUP,
+                    c.VERSION,
+                    str(meta.get("namespace")),
+                    c.MACHINE_PLURAL,
+                    str(meta.get("name")),
+                    ops,
+                    _content_type="application/json-patch+json",
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            except ApiException as err:
+                if err.status != 422:
+                    raise
+                raise StateConflictError(
+                    f"LibvirtMachine {meta.get('namespace')}/{meta.get('name')}: its finalizers "
+                    "(or host) changed meanwhile"
+                ) from err
 
     def event(self, obj: Obj, *, reason: str, message: str, warning: bool = False) -> None:
         """Record a Kubernetes Event on `obj` (repeats are counted); never raises."""

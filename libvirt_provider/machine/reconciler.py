@@ -320,12 +320,7 @@ class MachineReconciler:
         self._demands.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
         remaining = [f for f in meta.get("finalizers") or [] if f != c.FINALIZER]
         try:
-            self._store.set_finalizers(
-                str(meta.get("namespace")),
-                str(meta.get("name")),
-                remaining,
-                str(meta.get("resourceVersion")),
-            )
+            self._store.set_finalizers(obj, remaining)
         except (StateConflictError, NotFoundError):
             return AGAIN
         return DONE
@@ -344,16 +339,9 @@ class MachineReconciler:
         return reason, message
 
     def _set_finalizers(self, obj: Obj, finalizers: list[str], *, host: str | None = None) -> None:
-        meta = obj.get("metadata") or {}
         # A conflict means the object changed meanwhile; the next pass reads it again.
         with contextlib.suppress(StateConflictError, NotFoundError):
-            self._store.set_finalizers(
-                str(meta.get("namespace")),
-                str(meta.get("name")),
-                finalizers,
-                str(meta.get("resourceVersion")),
-                host=host,
-            )
+            self._store.set_finalizers(obj, finalizers, host=host)
 
     def _failed(self, obj: Obj, vm: Obj | None, reason: str, message: str) -> Report:
         """A problem: both conditions False with `reason`, and a Warning Event (on the machine

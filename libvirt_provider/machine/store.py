@@ -29,15 +29,7 @@ class MachineStore(EventSink, Protocol):
     def list_cluster(self, plural: str) -> list[Obj]: ...
     def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None: ...
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None: ...
-    def set_finalizers(
-        self,
-        namespace: str,
-        name: str,
-        finalizers: list[str],
-        resource_version: str,
-        *,
-        host: str | None = None,
-    ) -> None:
-        """Set the finalizers (and `spec.host`, when given) if the object is still at
-        `resource_version`."""
+    def set_finalizers(self, obj: Obj, finalizers: list[str], *, host: str | None = None) -> None:
+        """Set the machine's finalizers (and `spec.host`, when given) if its finalizers are still
+        what `obj` shows; raises StateConflictError when they are not."""
         ...

@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from libvirt_provider.errors import AccessDeniedError
+from libvirt_provider.errors import AccessDeniedError, NotFoundError, StateConflictError
 
 Obj = dict[str, Any]
 
@@ -40,15 +40,12 @@ class MemoryStore:
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
         _apply_merge_patch(self.machines[name].setdefault("status", {}), status)
 
-    def set_finalizers(
-        self,
-        namespace: str,
-        name: str,
-        finalizers: list[str],
-        resource_version: str,
-        *,
-        host: str | None = None,
-    ) -> None:
+    def set_finalizers(self, obj: Obj, finalizers: list[str], *, host: str | None = None) -> None:
+        name = obj["metadata"]["name"]
+        if name not in self.machines:
+            raise NotFoundError(f"LibvirtMachine {name} not found")
+        if self.machines[name]["metadata"].get("finalizers") != obj["metadata"].get("finalizers"):
+            raise StateConflictError(f"LibvirtMachine {name}: finalizers changed")
         obj = self.machines[name]
         obj["metadata"]["finalizers"] = finalizers
         if host is not None:
