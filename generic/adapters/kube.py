@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from generic import constants as c
 from generic.adapters.events import EventRecorder
@@ -212,19 +213,36 @@ class KubeGateway:
         self, group: str, version: str, plural: str, obj: Mapping[str, Any], fields: Obj
     ) -> Obj:
         meta = obj["metadata"]
-        # A merge patch replaces these lists wholesale; the resourceVersion makes the API server
-        # refuse it (409) if someone else changed the object since it was read.
-        body = {"metadata": {**fields, "resourceVersion": meta["resourceVersion"]}}
-        with translate_errors(f"updating {plural}.{group} {meta['namespace']}/{meta['name']}"):
-            patched = self._custom.patch_namespaced_custom_object(
-                group,
-                version,
-                meta["namespace"],
-                plural,
-                meta["name"],
-                body,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
+        # A JSON patch that replaces each list wholesale after testing that it is still what was
+        # read: someone else's change to the same list fails the test (422, a conflict here),
+        # while a change elsewhere in the object (a provider adding its finalizer as this
+        # controller adopts, both at once on every new machine) does not make either write fail
+        # and be sent again, as a resourceVersion precondition would.
+        ops: list[Obj] = []
+        for name, value in fields.items():
+            path = f"/metadata/{name}"
+            if name in meta:
+                ops.append({"op": "test", "path": path, "value": meta[name]})
+                ops.append({"op": "replace", "path": path, "value": value})
+            else:
+                ops.append({"op": "add", "path": path, "value": value})
+        what = f"updating {plural}.{group} {meta['namespace']}/{meta['name']}"
+        with translate_errors(what):
+            try:
+                patched = self._custom.patch_namespaced_custom_object(
+                    group,
+                    version,
+                    meta["namespace"],
+                    plural,
+                    meta["name"],
+                    ops,
+                    _content_type="application/json-patch+json",
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            except ApiException as err:
+                if err.status != 422:
+                    raise
+                raise ConflictError(f"{what}: {', '.join(fields)} changed meanwhile") from err
         return _as_obj(patched)
 
     def delete_provider(self, kind: ProviderKind, provider: Mapping[str, Any]) -> None:
