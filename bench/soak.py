@@ -18,7 +18,8 @@ What it does, bounded in time and stopping by itself:
   --outage-seconds (by default longer than kopf's retries of a watch and than the election
   Lease), and two thirds of the way through has libvirtd drop the daemon's connection
   (`virt-admin client-disconnect`; the driver's state lives on, as it would with a real
-  libvirtd restarting);
+  libvirtd restarting); --apiserver-restarts N restarts it N times instead, evenly spread before
+  the libvirt drop (to tell a leak per restart from a one-off rise);
 - then waits until every machine is in the power state last asked for, in libvirt and in the VM's
   status, and Ready; deletes every VM and waits until nothing is left.
 
@@ -99,6 +100,7 @@ class Settings:
     sample_seconds: float
     warmup_seconds: float
     faults: bool
+    apiserver_restarts: int
     outage_seconds: float
     fault_grace: float
     ready_timeout: float
@@ -109,12 +111,22 @@ class Settings:
 
 @dataclass
 class Fault:
-    """One fault the script caused: when (wall clock, for Events) and what it did."""
+    """Something the script did that may rightly cause Warning Events: when (wall clock, to
+    compare with the Events' timestamps), what it did, and which reasons it explains (None: any
+    reason, for the injected faults)."""
 
     name: str
     began: dt.datetime
     ended: dt.datetime | None = None
     detail: str = ""
+    reasons: frozenset[str] | None = None
+
+    def explains(self, reason: str, at: dt.datetime, grace: dt.timedelta) -> bool:
+        # Event timestamps have whole seconds.
+        began = self.began.replace(microsecond=0)
+        ended = (self.ended or utc_now()) + (grace if self.reasons is None else dt.timedelta(0))
+        in_window = began <= at <= ended
+        return in_window and (self.reasons is None or reason in self.reasons)
 
 
 @dataclass
@@ -152,6 +164,7 @@ class Soak:
         self.names = [f"m{i:05d}" for i in range(s.machines)]
         self.domains: dict[str, str] = {}
         self.faults: list[Fault] = []
+        self.provocations: list[Fault] = []  # the faults and the creation
         self.churn = Churn(desired=dict.fromkeys(self.names, "PoweredOn"))
         self.daemons = Daemons(lab, self.driver.uri, 1, host_prefix=HOST_PREFIX, log_prefix="soak-")
         self.churn_started = time.monotonic()
@@ -219,6 +232,14 @@ class Soak:
 
     def create(self) -> bool:
         t0 = time.monotonic()
+        # A pair is two POSTs, the VM first: until its LibvirtMachine exists the generic
+        # controller rightly warns that it does not.
+        creation = Fault(
+            "creation (each VM is posted a moment before its LibvirtMachine)",
+            utc_now(),
+            reasons=frozenset({"NotAdopted"}),
+        )
+        self.provocations.append(creation)
 
         def one(index: int) -> None:
             vm, lm = pair_docs(self.ns, index, 1, HOST_PREFIX)
@@ -236,6 +257,7 @@ class Soak:
                 future.result()
         print(f"created {self.s.machines} pairs in {time.monotonic() - t0:.1f} s")
         ok = self.wait("all Ready", self.ready_count, self.s.machines, self.s.ready_timeout)
+        creation.ended = utc_now()
         for lm in self._list(GROUP, LMS):
             meta = lm["metadata"]
             self.domains[meta["name"]] = naming.domain_name(self.ns, meta["name"], meta["uid"])
@@ -274,7 +296,9 @@ class Soak:
         self.churn_started = start = time.monotonic()
         faults: list[tuple[float, Callable[[], threading.Thread]]] = []
         if s.faults:
-            faults = [(seconds / 3, self.restart_apiserver), (2 * seconds / 3, self.drop_libvirt)]
+            parts = s.apiserver_restarts + 2
+            faults = [(seconds * k / parts, self.restart_apiserver) for k in range(1, parts - 1)]
+            faults.append((seconds * (parts - 1) / parts, self.drop_libvirt))
         threads: list[threading.Thread] = []
         next_op, next_sample = start, start
         while (now := time.monotonic()) < start + seconds and self.daemons.alive():
@@ -294,8 +318,9 @@ class Soak:
         print(f"churn: {seconds:.0f} s at {s.ops_per_second:g} changes/s: {done}")
 
     def restart_apiserver(self) -> threading.Thread:
-        fault = Fault("kube-apiserver restart", utc_now())
+        fault = Fault(f"kube-apiserver restart {len(self.faults) + 1}", utc_now())
         self.faults.append(fault)
+        self.provocations.append(fault)
 
         def run() -> None:
             done = subprocess.run(
@@ -319,6 +344,7 @@ class Soak:
     def drop_libvirt(self) -> threading.Thread:
         fault = Fault("libvirt connection dropped", utc_now())
         self.faults.append(fault)
+        self.provocations.append(fault)
         dropped = self.driver.drop_client(self.pid)
         fault.ended = utc_now()
         fault.detail = f"libvirtd dropped {dropped} connection(s) of the daemon"
@@ -396,21 +422,23 @@ class Soak:
         return gone, stuck, domains, volumes
 
     def warnings(self) -> int:
-        """Print Warning Events by reason, provoked (began during a fault or within the grace
-        after it) or not; the number of unprovoked ones."""
-        provoked: Counter[str] = Counter()
+        """Print Warning Events by reason: those that began while the script provoked them (a
+        fault, or within --fault-grace seconds after it; the creation, for the reasons it
+        explains), by provocation, and the rest; the number of the rest."""
+        provoked: dict[str, Counter[str]] = {f.name: Counter() for f in self.provocations}
         unprovoked: Counter[str] = Counter()
         grace = dt.timedelta(seconds=self.s.fault_grace)
         for event in self.core.list_namespaced_event(self.ns, field_selector="type=Warning").items:
             began = event.first_timestamp or event.event_time or event.last_timestamp
             key = f"{event.involved_object.kind}/{event.reason}"
-            during = began is not None and any(
-                f.began <= began <= (f.ended or utc_now()) + grace for f in self.faults
+            by = next(
+                (f for f in self.provocations if began and f.explains(event.reason, began, grace)),
+                None,
             )
-            (provoked if during else unprovoked)[key] += event.count or 1
-        for label, counts in (("provoked by the faults", provoked), ("unprovoked", unprovoked)):
+            (provoked[by.name] if by else unprovoked)[key] += event.count or 1
+        for label, counts in [*provoked.items(), ("unprovoked", unprovoked)]:
             text = ", ".join(f"{k} x{n}" for k, n in sorted(counts.items())) or "none"
-            print(f"Warning Events {label}: {text}")
+            print(f"Warning Events, {label}: {text}")
         return sum(unprovoked.values())
 
     def run(self) -> int:
@@ -490,6 +518,7 @@ def main() -> int:
         "--warmup-seconds", type=float, help="RSS baseline this far into the churn (default 20 %%)"
     )
     parser.add_argument("--faults", action="store_true", help="API server restart, libvirt drop")
+    parser.add_argument("--apiserver-restarts", type=int, default=1, help="with --faults")
     parser.add_argument(
         "--outage-seconds",
         type=float,
@@ -518,6 +547,7 @@ def main() -> int:
             args.warmup_seconds if args.warmup_seconds is not None else args.minutes * 60 * 0.2
         ),
         faults=args.faults,
+        apiserver_restarts=max(1, args.apiserver_restarts),
         outage_seconds=args.outage_seconds,
         fault_grace=args.fault_grace,
         ready_timeout=120.0 + args.machines,
