@@ -43,7 +43,6 @@ import contextlib
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -59,34 +58,30 @@ from urllib.parse import urlparse
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
-from lxml import etree
-from lxml.builder import E
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from libvirt_provider.constants import HOST_LABEL  # noqa: E402
+from bench._testdriver import (  # noqa: E402
+    Daemons,
+    cpu_seconds,
+    disk_pools,
+    forget_hosts,
+    pair_docs,
+    storage_classes,
+    write_node_xml,
+)
 from tests.e2e.conftest import LabInfo, read_lab  # noqa: E402
 from tests.e2e.provider.conftest import (  # noqa: E402
     GROUP,
     VM_GROUP,
     V,
-    answers,
     delete_quietly,
-    health_base,
     install_api,
-    pair,
-    start_daemon,
 )
-from tests.eventually import eventually  # noqa: E402
 
 HOST_PREFIX = "scale-host-"
 NS_PREFIX = "scale-"
-POOL_PREFIX = "scale-bench-"
-# The test driver's pools hold 100 GiB whatever the node file says; a boot disk counts its
-# capacity (1 GiB for the sample pair) against it.
-MACHINES_PER_POOL = 90
-STORAGE_CLASSES = "libvirtstorageclasses"
 READS = ("GET", "LIST", "WATCH")
 WRITES = ("POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY")
 EVENTS = "events"
@@ -97,58 +92,6 @@ Key = tuple[str, str]  # (verb, resource[/subresource])
 DAEMON_GROUPS = frozenset({"vm-api.io", "infrastructure.vm-api.io"})
 DAEMON_RESOURCES = frozenset({"events", "leases", "secrets"})
 OTHER = "(other clients)"
-
-
-# -- the test driver's node ---------------------------------------------------------------------
-
-
-def disk_pools(machines: int, hosts: int) -> int:
-    """Pools one host needs for its share of the boot disks."""
-    return max(1, math.ceil(math.ceil(machines / hosts) / MACHINES_PER_POOL))
-
-
-def write_node_xml(lab: LabInfo, path: Path, pools: int) -> str:
-    """A test-driver node with the lab's pool (the guest image's volume in it), the lab's network
-    and `pools` pools for boot disks; the URI that opens it. Each daemon that opens it gets a
-    private copy in its own process."""
-    pool_dir = "/scale-bench-pool"
-    disk_pool_elements = [
-        E.pool(
-            E.name(f"{POOL_PREFIX}{k}"),
-            E.uuid(str(uuid.uuid5(uuid.NAMESPACE_URL, f"scale-bench-pool-{k}"))),
-            E.target(E.path(f"/{POOL_PREFIX}{k}")),
-            type="dir",
-        )
-        for k in range(pools)
-    ]
-    node = E.node(
-        E.network(
-            E.name(lab.network),
-            E.uuid(str(uuid.uuid5(uuid.NAMESPACE_URL, "scale-bench-network"))),
-            E.bridge(name="scalebr0"),
-            E.ip(
-                E.dhcp(E.range(start="10.250.0.2", end="10.250.255.254")),
-                address="10.250.0.1",
-                netmask="255.255.0.0",
-            ),
-        ),
-        E.pool(
-            E.name(lab.pool),
-            E.uuid(str(uuid.uuid5(uuid.NAMESPACE_URL, "scale-bench-pool"))),
-            E.target(E.path(pool_dir)),
-            E.volume(
-                E.name(lab.guest_volume),
-                E.capacity("64", unit="MiB"),
-                E.allocation("16", unit="MiB"),
-                E.target(E.path(f"{pool_dir}/{lab.guest_volume}"), E.format(type="qcow2")),
-                type="file",
-            ),
-            type="dir",
-        ),
-        *disk_pool_elements,
-    )
-    path.write_bytes(etree.tostring(node, pretty_print=True))
-    return f"test://{path.resolve()}"
 
 
 # -- counting -----------------------------------------------------------------------------------
@@ -229,18 +172,6 @@ class Phase:
 # -- the daemons --------------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def machine_busy_seconds() -> float:
     """CPU seconds the whole machine spent busy (every process, this lab's or not)."""
     ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -268,74 +199,6 @@ def print_other_cpu(before: dict[str, float], after: dict[str, float], seconds: 
         )
         + " of a core"
     )
-
-
-@dataclass
-class Daemon:
-    host: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-    peak_rss: float = 0.0
-
-
-class Daemons:
-    """The daemons on the test driver, their resource use sampled twice a second."""
-
-    def __init__(self, lab: LabInfo, uri: str, count: int) -> None:
-        test_lab = LabInfo(
-            env={**lab.env, "LIBVIRT_DEFAULT_URI": uri, "VMAPI_LAB_DOMAIN_TYPE": "test"}
-        )
-        self.items: list[Daemon] = []
-        for i in range(count):
-            host = f"{HOST_PREFIX}{i}"
-            proc, log = start_daemon(test_lab, host=host, log_name=f"scale-bench-{host}.log")
-            self.items.append(Daemon(host, proc, log))
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
-
-    def wait_started(self) -> None:
-        for d in self.items:
-            base = health_base(d.proc, d.log)
-            eventually(lambda base=base: answers(f"{base}/healthz"), timeout=60, what="healthy")
-        eventually(
-            lambda: any(
-                "leads: starting the generic controller" in d.log.read_text() for d in self.items
-            ),
-            timeout=60,
-            what="a daemon leading the generic controller",
-        )
-        self._sampler.start()
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.5):
-            for d in self.items:
-                with contextlib.suppress(OSError):
-                    d.peak_rss = max(d.peak_rss, rss_mib(d.proc.pid))
-
-    def reset_peaks(self) -> None:
-        for d in self.items:
-            d.peak_rss = rss_mib(d.proc.pid)
-
-    def cpu(self) -> list[float]:
-        return [cpu_seconds(d.proc.pid) for d in self.items]
-
-    def rss(self) -> list[float]:
-        return [rss_mib(d.proc.pid) for d in self.items]
-
-    def alive(self) -> bool:
-        return all(d.proc.poll() is None for d in self.items)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for d in self.items:
-            if d.proc.poll() is None:
-                d.proc.terminate()
-        for d in self.items:
-            try:
-                d.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                d.proc.kill()
-                d.proc.wait(timeout=10)
 
 
 # -- watching the namespace ---------------------------------------------------------------------
@@ -483,34 +346,6 @@ class Settings:
     creators: int
 
 
-def pair_docs(ns: str, index: int, hosts: int) -> list[dict[str, Any]]:
-    """The sample pair, on host index % hosts, its boot disk in that host's next pool."""
-    docs = pair(ns, f"m{index:05d}")
-    docs[0]["spec"]["bootDisk"]["storageClassName"] = (
-        f"{POOL_PREFIX}{index // hosts // MACHINES_PER_POOL}"
-    )
-    docs[1]["metadata"].setdefault("labels", {})[HOST_LABEL] = f"{HOST_PREFIX}{index % hosts}"
-    return docs
-
-
-def storage_classes(custom: client.CustomObjectsApi, pools: int, *, create: bool) -> None:
-    """The benchmark's LibvirtStorageClasses, one per disk pool (never the default)."""
-    for k in range(pools):
-        name = f"{POOL_PREFIX}{k}"
-        if create:
-            body = {
-                "apiVersion": f"{GROUP}/{V}",
-                "kind": "LibvirtStorageClass",
-                "metadata": {"name": name},
-                "spec": {"pool": name},
-            }
-            with contextlib.suppress(ApiException):  # left by an interrupted run: the same
-                custom.create_cluster_custom_object(GROUP, V, STORAGE_CLASSES, body)
-        else:
-            with contextlib.suppress(ApiException):
-                custom.delete_cluster_custom_object(GROUP, V, STORAGE_CLASSES, name)
-
-
 def create_paced(
     custom: client.CustomObjectsApi, own: Requests, ns: str, s: Settings
 ) -> dict[str, float]:
@@ -519,7 +354,7 @@ def create_paced(
     lock = threading.Lock()
 
     def create_one(index: int) -> None:
-        vm, lm = pair_docs(ns, index, s.daemons)
+        vm, lm = pair_docs(ns, index, s.daemons, HOST_PREFIX)
         with lock:
             started[vm["metadata"]["name"]] = time.monotonic()
         own.add("POST", VMS)
@@ -566,30 +401,6 @@ def warnings_in(core: client.CoreV1Api, own: Requests, ns: str) -> Counter[str]:
     return Counter(f"{e.involved_object.kind}/{e.reason}" for e in items)
 
 
-def forget_hosts(custom: client.CustomObjectsApi) -> None:
-    """Take the benchmark hosts' entries out of every LibvirtImage's status.hosts (each daemon
-    wrote its own; once stopped, nobody else would), with the object's resourceVersion, so a
-    concurrent writer's entry is never lost: a conflict reads again."""
-    for _ in range(5):
-        conflict = False
-        for image in custom.list_cluster_custom_object(GROUP, V, "libvirtimages")["items"]:
-            hosts = (image.get("status") or {}).get("hosts") or []
-            kept = [h for h in hosts if not str(h.get("host", "")).startswith(HOST_PREFIX)]
-            if kept == hosts:
-                continue
-            image["status"]["hosts"] = kept
-            try:
-                custom.replace_cluster_custom_object_status(
-                    GROUP, V, "libvirtimages", image["metadata"]["name"], image
-                )
-            except ApiException as err:
-                if err.status != 409:
-                    raise
-                conflict = True
-        if not conflict:
-            return
-
-
 def clean_up(custom: client.CustomObjectsApi, core: client.CoreV1Api, ns: str) -> None:
     """Leave no object behind, even after a failed run: delete what is left, and once the
     daemons are stopped, release any finalizer still held so the namespace can go."""
@@ -630,7 +441,9 @@ class Bench:
         self.uri = write_node_xml(lab, workdir / "node.xml", self.pools)
         self.own = Requests()
         self.ns = NS_PREFIX + uuid.uuid4().hex[:6]
-        self.daemons = Daemons(lab, self.uri, s.daemons)
+        self.daemons = Daemons(
+            lab, self.uri, s.daemons, host_prefix=HOST_PREFIX, log_prefix="scale-bench-"
+        )
         self.running = Watcher(
             self.custom,
             self.own,
@@ -781,7 +594,7 @@ class Bench:
         self.daemons.stop()
         clean_up(self.custom, self.core, self.ns)
         storage_classes(self.custom, self.pools, create=False)
-        forget_hosts(self.custom)
+        forget_hosts(self.custom, HOST_PREFIX)
         self.api.close()
 
 

@@ -211,10 +211,13 @@ def virt(lab: LabInfo) -> Iterator[libvirt.virConnect]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Tests that take the lab down run after everything that needs it (`make e2e` also runs them
     # in a session of their own, so that other sessions' fixtures are torn down first); the
-    # teardown check comes last, after `make run` on a fresh lab.
+    # teardown check comes last, after `make run` on a fresh lab. Restarting the API server
+    # comes before both, after everything else (it would disturb other tests' daemons).
     def order(item: pytest.Item) -> int:
         if item.get_closest_marker("lab_teardown") is not None:
+            return 3
+        if item.get_closest_marker("fresh_lab") is not None:
             return 2
-        return 1 if item.get_closest_marker("fresh_lab") is not None else 0
+        return 1 if item.get_closest_marker("apiserver_restart") is not None else 0
 
     items.sort(key=order)

@@ -25,6 +25,7 @@ SMOKE_TIMEOUT = {
     "provider_burst.py": 180,
     "render_bench.py": 60,
     "scale_bench.py": 120,
+    "soak.py": 120,
 }
 
 

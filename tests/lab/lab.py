@@ -1484,6 +1484,36 @@ def restart_libvirtd(lab: Lab) -> None:
     print(f"lab: libvirtd restarted (pid {new_pid})")
 
 
+def restart_apiserver(lab: Lab, *, down_for: float = 0.0) -> float:
+    """Stop the kube-apiserver (etcd is embedded in it) and start it again with the same command
+    line, its data kept, after `down_for` more seconds; returns the seconds it was unavailable.
+    Every watch and connection of every client ends, as in an API server upgrade: tests and
+    benchmarks use this to show that clients resume unattended, after a short outage and after
+    one longer than a client's retries last."""
+    state = load_state(lab)
+    pid = state.get("apiserver_pid")
+    if not isinstance(pid, int) or not lab_healthy(lab):
+        raise LabError("the lab is not up; run `make lab-up` first")
+    # The running process's own argv: exactly what start_control_plane gave it.
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
+    started = time.monotonic()
+    # It stops listening at once on SIGTERM but may take 30 s more to exit (open watches); what
+    # clients see is the same either way, so it is killed after a short grace.
+    stop_pids([pid], grace=5)
+    time.sleep(down_for)  # the outage itself
+    log = lab.logs / "kube-apiserver.log"
+    new_pid = spawn(cmd, log=log)
+    state["apiserver_pid"] = new_pid
+    save_state(lab, state)
+    if not wait_for(
+        lambda: apiserver_ready(lab) or not pid_alive(new_pid), timeout=180, interval=0.2
+    ):
+        raise LabError(f"kube-apiserver did not become ready within 180 s; log: {log}")
+    if not pid_alive(new_pid):
+        raise LabError(f"kube-apiserver exited during its restart; log: {log}")
+    return time.monotonic() - started
+
+
 def detect_domain_type(lab: Lab, guest_image: Path) -> str:
     """`kvm` only when a guest really reaches its init under KVM here; cached per host and image."""
     forced = os.environ.get("VMAPI_LAB_DOMAIN_TYPE")
@@ -1759,6 +1789,7 @@ def main(argv: list[str] | None = None) -> int:
             "status",
             "describe",
             "restart-libvirtd",
+            "restart-apiserver",
             "image",
             "container-api",
             "node",
@@ -1768,6 +1799,12 @@ def main(argv: list[str] | None = None) -> int:
         "--node",
         action="store_true",
         help="with up: also start the node (containerd, kubelet, kube-scheduler)",
+    )
+    parser.add_argument(
+        "--down-seconds",
+        type=float,
+        default=0.0,
+        help="with restart-apiserver: keep it stopped this long before starting it again",
     )
     args = parser.parse_args(argv)
     lab = Lab.from_env()
@@ -1784,6 +1821,12 @@ def main(argv: list[str] | None = None) -> int:
             describe(lab)
         elif args.command == "restart-libvirtd":
             restart_libvirtd(lab)
+        elif args.command == "restart-apiserver":
+            down_for = restart_apiserver(lab, down_for=args.down_seconds)
+            state = load_state(lab)
+            print(
+                f"lab: kube-apiserver restarted in {down_for:.1f} s (pid {state['apiserver_pid']})"
+            )
         elif args.command == "image":
             print(build_image(lab))
         elif args.command == "container-api":
