@@ -28,7 +28,7 @@ from urllib3.exceptions import HTTPError
 
 from generic.adapters.kubeclient import REQUEST_TIMEOUT
 
-__all__ = ["RELISTED", "ClusterInformer"]
+__all__ = ["RELISTED", "ClusterInformer", "slim"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,27 @@ RELISTED = "RELISTED"
 # How long one watch request lasts before it is renewed (jittered so that many informers do not
 # renew together); the API server ends it with a clean close.
 WATCH_SECONDS = 300.0
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def slim(obj: Obj) -> Obj:
+    """`obj` without what no reader here uses and what makes up much of an object's size: the
+    managed-fields bookkeeping and kubectl's copy of the last applied manifest. An informer that
+    holds every machine of a cluster holds them in memory for good."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return obj
+    annotations = meta.get("annotations")
+    if "managedFields" not in meta and not (
+        isinstance(annotations, dict) and LAST_APPLIED in annotations
+    ):
+        return obj
+    meta = {k: v for k, v in meta.items() if k != "managedFields"}
+    if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    return {**obj, "metadata": meta}
 
 
 def _key(meta: Obj) -> str:
@@ -130,7 +151,7 @@ class ClusterInformer:
         if not isinstance(listing, dict):
             raise ValueError(f"listing {self._plural} returned {type(listing).__name__}")
         fresh = {
-            _key(obj["metadata"]): obj
+            _key(obj["metadata"]): slim(obj)
             for obj in listing.get("items") or []
             if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict)
         }
@@ -177,7 +198,7 @@ class ClusterInformer:
                         if kind == "DELETED":
                             self._objects.pop(_key(meta), None)
                         else:
-                            self._objects[_key(meta)] = obj
+                            self._objects[_key(meta)] = obj = slim(obj)
                     # After the copy changed: whoever is told reads what it was told about.
                     self._on_change(str(kind), obj)
                 resource_version = self._watch.resource_version or resource_version
