@@ -37,7 +37,7 @@ from generic.adapters.informer import RELISTED, ClusterInformer
 from generic.adapters.kubeclient import REQUEST_TIMEOUT
 from generic.api import VirtualMachineSpec
 from generic.conditions import DesiredCondition, find_condition, merge_conditions
-from generic.formats import format_time, merge_patch, validation_details
+from generic.formats import format_time, merge_patch, parse_time, validation_details
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.kube import KubeAdapter
 from libvirt_provider.api import LibvirtMachine, SpreadBy
@@ -216,6 +216,8 @@ class Placer:
             name for sc in catalog.storage_classes.values() for name in sc.spec.host_pools
         )
         by_name = {v.name: v for v in views}
+        known = {str(o["metadata"]["name"]) for o in self.hosts.items() or []}
+        wall = dt.datetime.now(dt.UTC)
         ledger = Ledger()
         for obj in machines:
             host = self._host_of(obj)
@@ -225,7 +227,7 @@ class Placer:
             with self._lock:
                 self._assumed.pop(key, None)
             self._keep_label(obj, host)
-            self._report_host(obj, host, by_name.get(host))
+            self._report_host(obj, host, by_name.get(host), known=host in known, now=wall)
             if not unplaced:
                 continue  # the ledger serves decisions only
             status = obj.get("status") or {}
@@ -507,15 +509,32 @@ class Placer:
             self._reported[key] = message
             self._store.event(obj, reason=reason, message=message, warning=True)
 
-    def _report_host(self, obj: Obj, host: str, view: HostView | None) -> None:
-        """A machine whose host stopped its heartbeat is said to be so (never moved)."""
-        if view is None or view.ready or not view.heartbeat_lost:
-            return
-        message = (
-            f"host {host} has not renewed its heartbeat for over "
-            f"{int(c.HEARTBEAT_GRACE_SECONDS)} s: the machine's state is unknown; it stays on "
-            "its host and is not recreated elsewhere"
+    def _report_host(
+        self, obj: Obj, host: str, view: HostView | None, *, known: bool, now: dt.datetime
+    ) -> None:
+        """A machine whose host stopped its heartbeat, or whose host has no LibvirtHost at all,
+        is said to be so (never moved)."""
+        stays = (
+            "the machine's state is unknown; it stays on its host and is not recreated elsewhere"
         )
+        if view is not None:
+            if view.ready or not view.heartbeat_lost:
+                return
+            message = (
+                f"host {host} has not renewed its heartbeat for over "
+                f"{int(c.HEARTBEAT_GRACE_SECONDS)} s: {stays}"
+            )
+        elif known:
+            return  # its daemon has not written a first inventory yet
+        else:
+            created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+            # A host's daemon creates its LibvirtHost as it starts: give a new machine the time.
+            if created is None or (now - created).total_seconds() <= c.HEARTBEAT_GRACE_SECONDS:
+                return
+            message = (
+                f"no LibvirtHost named {host} exists (its daemon never ran, or the host was "
+                f"removed): {stays}"
+            )
         conditions = (obj.get("status") or {}).get("conditions") or []
         ready = find_condition(conditions, vmapi.CONDITION_INFRASTRUCTURE_READY)
         if ready is not None and ready.get("reason") == c.REASON_HOST_NOT_READY:

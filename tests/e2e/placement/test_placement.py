@@ -416,6 +416,30 @@ def test_a_machine_on_a_dead_host_is_reported_and_not_moved(
     )
 
 
+def test_a_machine_pinned_to_a_host_that_does_not_exist_is_reported(
+    fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str
+) -> None:
+    create(api_client, unplaced(ns, "ghost", lm_spec={"host": "ghost-host"}))
+    cond = eventually(
+        lambda: (
+            (x := condition(get(api_client, ns, "ghost", vm=True), "InfrastructureReady")).get(
+                "reason"
+            )
+            == c.REASON_HOST_NOT_READY
+            and x
+        ),
+        timeout=120,
+        what="the VM saying its host does not exist",
+    )
+    assert "no LibvirtHost named ghost-host exists" in cond["message"]
+    with connections(lab) as conns:
+        assert hosts_defining(conns, uid_domain(api_client, ns, "ghost")) == []
+    # Nobody can remove its finalizer but a daemon of that host: delete it without one.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, V, ns, "libvirtmachines", "ghost", {"metadata": {"finalizers": None}}
+    )
+
+
 def test_a_leader_killed_right_after_binding_leaves_the_machine_placed_once(
     fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str
 ) -> None:
