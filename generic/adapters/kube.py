@@ -17,14 +17,16 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from generic import constants as c
 from generic.adapters.events import EventRecorder
 from generic.adapters.kubeclient import (
+    JSON_PATCH,
     REQUEST_TIMEOUT,
     ApiFailure,
     ErrorFactory,
+    failed_test_raises,
+    tested_replace,
     translated_api_errors,
 )
 from generic.errors import ApiError, ConflictError, GoneError, KindNotServedError
@@ -218,31 +220,24 @@ class KubeGateway:
         # while a change elsewhere in the object (a provider adding its finalizer as this
         # controller adopts, both at once on every new machine) does not make either write fail
         # and be sent again, as a resourceVersion precondition would.
-        ops: list[Obj] = []
-        for name, value in fields.items():
-            path = f"/metadata/{name}"
-            if name in meta:
-                ops.append({"op": "test", "path": path, "value": meta[name]})
-                ops.append({"op": "replace", "path": path, "value": value})
-            else:
-                ops.append({"op": "add", "path": path, "value": value})
+        ops = [
+            op
+            for name, value in fields.items()
+            for op in tested_replace(f"/metadata/{name}", meta.get(name), value)
+        ]
         what = f"updating {plural}.{group} {meta['namespace']}/{meta['name']}"
-        with translate_errors(what):
-            try:
-                patched = self._custom.patch_namespaced_custom_object(
-                    group,
-                    version,
-                    meta["namespace"],
-                    plural,
-                    meta["name"],
-                    ops,
-                    _content_type="application/json-patch+json",
-                    _request_timeout=REQUEST_TIMEOUT,
-                )
-            except ApiException as err:
-                if err.status != 422:
-                    raise
-                raise ConflictError(f"{what}: {', '.join(fields)} changed meanwhile") from err
+        changed = f"{what}: {', '.join(fields)} changed meanwhile"
+        with translate_errors(what), failed_test_raises(lambda: ConflictError(changed)):
+            patched = self._custom.patch_namespaced_custom_object(
+                group,
+                version,
+                meta["namespace"],
+                plural,
+                meta["name"],
+                ops,
+                _content_type=JSON_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
         return _as_obj(patched)
 
     def delete_provider(self, kind: ProviderKind, provider: Mapping[str, Any]) -> None:

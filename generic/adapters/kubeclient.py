@@ -12,17 +12,21 @@ import enum
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 __all__ = [
+    "JSON_PATCH",
     "REQUEST_TIMEOUT",
     "ApiFailure",
     "ErrorFactory",
     "api_failure",
+    "failed_test_raises",
     "load_kube_config",
+    "tested_replace",
     "translated_api_errors",
 ]
 
@@ -86,3 +90,31 @@ def load_kube_config(kubeconfig: str | None) -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config()  # type: ignore[no-untyped-call]
     return client.ApiClient()
+
+
+JSON_PATCH = "application/json-patch+json"
+"""The content type of a JSON patch (RFC 6902), for `_content_type=`."""
+
+
+def tested_replace(path: str, current: object | None, value: object) -> list[dict[str, Any]]:
+    """JSON patch operations that set `path` to `value` only if it still holds `current` (a
+    field that was absent is added). Guarding one field this way, rather than the whole object
+    by its resourceVersion, lets writers of different fields of one object not fail each other."""
+    if current is None:
+        return [{"op": "add", "path": path, "value": value}]
+    return [
+        {"op": "test", "path": path, "value": current},
+        {"op": "replace", "path": path, "value": value},
+    ]
+
+
+@contextmanager
+def failed_test_raises(conflict: Callable[[], Exception]) -> Iterator[None]:
+    """The API server answers a JSON patch whose `test` failed with 422: raise the caller's
+    conflict for it (any other failure passes through)."""
+    try:
+        yield
+    except ApiException as err:
+        if err.status != 422:
+            raise
+        raise conflict() from err

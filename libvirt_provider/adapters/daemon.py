@@ -129,6 +129,7 @@ def _machine_side(
         images=images,
         console_log_dir=cfg.console_log_dir,
         zone=agent.zone,
+        on_allocations_change=agent.allocations_changed,
     )
     controller = MachineController(reconciler, workers=cfg.workers)
     hypervisor.add_lifecycle_listener(controller.on_domain_event)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +41,11 @@ __all__ = ["HostAgent", "heartbeat_lease_name"]
 log = logging.getLogger(__name__)
 
 Allocations = Callable[[], tuple[Demand, int]]
+
+# How long the first pass waits for the watch of the host's own object to list it.
+FIRST_SYNC_SECONDS = 10.0
+# The shortest time between two passes (each reads libvirt's inventory).
+MIN_SYNC_SECONDS = 1.0
 
 
 def heartbeat_lease_name(host: str) -> str:
@@ -98,21 +105,36 @@ class HostAgent:
         zone = labels.get(ZONE_LABEL)
         return zone if isinstance(zone, str) else None
 
+    def allocations_changed(self) -> None:
+        """A machine of this host was resolved anew or went away: the allocated figures are
+        written at once (at most once a second), not at the next heartbeat."""
+        self._wake.set()
+
     def _run(self) -> None:
+        # The object's copy first (a moment): a new host's LibvirtHost is then created at once,
+        # not a heartbeat later, and placement can use the host from its first seconds.
+        self.informer.wait_synced(FIRST_SYNC_SECONDS)
+        last_beat = last_sync = -math.inf
         while not self._stopped.is_set():
             self._wake.clear()
-            try:
-                self._beat()
-            except (ApiException, HTTPError, OSError) as err:
-                log.warning("host %s: renewing the heartbeat Lease failed: %s", self._host, err)
+            if time.monotonic() - last_beat >= self._interval:
+                last_beat = time.monotonic()
+                try:
+                    self._beat()
+                except (ApiException, HTTPError, OSError) as err:
+                    log.warning("host %s: renewing the heartbeat Lease failed: %s", self._host, err)
             try:
                 self._sync()
             except (ApiException, HTTPError, OSError) as err:
                 log.warning("host %s: writing the LibvirtHost failed: %s", self._host, err)
             except Exception:  # a bug must not end the heartbeat for good
                 log.exception("host %s: the LibvirtHost pass failed", self._host)
-            # A change of the object (a user's edit) wakes the agent early.
-            self._wake.wait(self._interval)
+            last_sync = time.monotonic()
+            # Until the next heartbeat, unless woken: a change of the object (a user's edit) or
+            # of what the host's machines take.
+            self._wake.wait(max(0.0, self._interval - (time.monotonic() - last_beat)))
+            # A burst of changes (machines being created) is written once a second at most.
+            self._stopped.wait(max(0.0, MIN_SYNC_SECONDS - (time.monotonic() - last_sync)))
 
     def _beat(self) -> None:
         now = dt.datetime.now(dt.UTC)

@@ -23,9 +23,12 @@ from generic import constants as vmapi
 from generic.adapters.events import EventRecorder
 from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import (
+    JSON_PATCH,
     REQUEST_TIMEOUT,
     ApiFailure,
     ErrorFactory,
+    failed_test_raises,
+    tested_replace,
     translated_api_errors,
 )
 from libvirt_provider import constants as c
@@ -225,37 +228,28 @@ class KubeAdapter:
         # changed meanwhile still fails the test (422), reported as a conflict.
         meta = obj.get("metadata") or {}
         current = meta.get("finalizers")
-        ops: list[Obj] = []
-        if current is None:
-            ops.append({"op": "add", "path": "/metadata/finalizers", "value": finalizers})
-        else:
-            ops.append({"op": "test", "path": "/metadata/finalizers", "value": current})
-            ops.append({"op": "replace", "path": "/metadata/finalizers", "value": finalizers})
+        ops: list[dict[str, Any]] = [*tested_replace("/metadata/finalizers", current, finalizers)]
         if host is not None:
             # spec.host cannot change once set (CEL): a host set meanwhile fails the patch too.
             if isinstance(obj.get("spec"), dict):
                 ops.append({"op": "add", "path": "/spec/host", "value": host})
             else:
                 ops.append({"op": "add", "path": "/spec", "value": {"host": host}})
-        with _translated():
-            try:
-                self._custom.patch_namespaced_custom_object(
-                    c.GROUP,
-                    c.VERSION,
-                    str(meta.get("namespace")),
-                    c.MACHINE_PLURAL,
-                    str(meta.get("name")),
-                    ops,
-                    _content_type="application/json-patch+json",
-                    _request_timeout=REQUEST_TIMEOUT,
-                )
-            except ApiException as err:
-                if err.status != 422:
-                    raise
-                raise StateConflictError(
-                    f"LibvirtMachine {meta.get('namespace')}/{meta.get('name')}: its finalizers "
-                    "(or host) changed meanwhile"
-                ) from err
+        changed = (
+            f"LibvirtMachine {meta.get('namespace')}/{meta.get('name')}: its finalizers (or host) "
+            "changed meanwhile"
+        )
+        with _translated(), failed_test_raises(lambda: StateConflictError(changed)):
+            self._custom.patch_namespaced_custom_object(
+                c.GROUP,
+                c.VERSION,
+                str(meta.get("namespace")),
+                c.MACHINE_PLURAL,
+                str(meta.get("name")),
+                ops,
+                _content_type=JSON_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
 
     def event(self, obj: Obj, *, reason: str, message: str, warning: bool = False) -> None:
         """Record a Kubernetes Event on `obj` (repeats are counted); never raises."""

@@ -114,27 +114,15 @@ class Placer:
         self._demands: dict[str, tuple[tuple[str, str, str], Demand]] = {}
         # The message last reported on each waiting machine (an Event is posted once per message).
         self._reported: dict[str, str] = {}
-        self.machines = ClusterInformer(
-            api,
-            group=c.GROUP,
-            version=c.VERSION,
-            plural=c.MACHINE_PLURAL,
-            on_change=self._machine_changed,
-        )
-        self.vms = ClusterInformer(
-            api,
-            group=vmapi.GROUP,
-            version=vmapi.VERSION,
-            plural=vmapi.PLURAL,
-            on_change=self._vm_changed,
-        )
-        self.hosts = ClusterInformer(
-            api,
-            group=c.GROUP,
-            version=c.VERSION,
-            plural=c.HOST_PLURAL,
-            on_change=lambda _t, _o: self._wake.set(),
-        )
+
+        def informer(group: str, plural: str, on_change: Any) -> ClusterInformer:
+            return ClusterInformer(
+                api, group=group, version=c.VERSION, plural=plural, on_change=on_change
+            )
+
+        self.machines = informer(c.GROUP, c.MACHINE_PLURAL, self._machine_changed)
+        self.vms = informer(vmapi.GROUP, vmapi.PLURAL, self._vm_changed)
+        self.hosts = informer(c.GROUP, c.HOST_PLURAL, lambda _t, _o: self._wake.set())
         self._thread = threading.Thread(target=self._run, name="placer", daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------------

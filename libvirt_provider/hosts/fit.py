@@ -17,28 +17,17 @@ from catalog.lookup import Catalog
 from generic.api import VirtualMachineSpec
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.constants import REASON_NOT_AVAILABLE_ON_HOST
+from libvirt_provider.driver.types import HostFacts
 from libvirt_provider.hosts.inventory import Demand, demand_of
 from libvirt_provider.hosts.placement import HostView, Misfit
 from libvirt_provider.resolve.context import Problem
 from libvirt_provider.resolve.machine import resolve_machine
 from libvirt_provider.resolved import FirmwareKind
 
-__all__ = ["SPEC_MISFIT", "OfferedHost", "ResolverFit"]
+__all__ = ["SPEC_MISFIT", "ResolverFit"]
 
 SPEC_MISFIT = "invalid spec"
 """The misfit kind of a machine whose spec fails on every host (see `ResolverFit.problems`)."""
-
-
-@dataclass(frozen=True)
-class OfferedHost:
-    """A host's offers in the shape the resolver asks for them (its `HostOffer`)."""
-
-    hostname: str
-    domain_types: AbstractSet[str]
-    pools: AbstractSet[str]
-    networks: AbstractSet[str]
-    zone: str | None = None
-    console_log_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,8 +83,10 @@ class ResolverFit:
         return found.demand
 
     def _resolve(self, host: HostView) -> _Shape | Misfit:
-        offer = OfferedHost(
+        # What the host's daemon would offer the resolver, as its LibvirtHost reports it.
+        offer = HostFacts(
             hostname=host.name,
+            arch="x86_64",
             domain_types=host.domain_types,
             pools=frozenset(host.pools),
             networks=host.networks,

@@ -98,7 +98,9 @@ class MachineReconciler:
         console_log_dir: str | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         zone: Callable[[], str | None] = lambda: None,
+        on_allocations_change: Callable[[], None] = lambda: None,
     ) -> None:
+        self._allocations_changed = on_allocations_change
         images = images or ImageImporter(hypervisor)
         self._store = store
         self._hv = hypervisor
@@ -124,6 +126,13 @@ class MachineReconciler:
         # the "allocated" figures of the host's LibvirtHost.
         self._demands: dict[str, Demand] = {}
 
+    def _record_demand(self, key: str, demand: Demand | None) -> None:
+        before = self._demands.pop(key, None) if demand is None else self._demands.get(key)
+        if demand is not None:
+            self._demands[key] = demand
+        if before != demand:
+            self._allocations_changed()
+
     def allocations(self) -> tuple[Demand, int]:
         """The sum of what this host's machines take, and how many there are."""
         demands = list(self._demands.values())
@@ -141,7 +150,7 @@ class MachineReconciler:
     def _reconcile(self, key: MachineKey) -> Outcome:
         obj = self._store.get_machine(key.namespace, key.name)
         if obj is None:
-            self._demands.pop(f"{key.namespace}/{key.name}", None)
+            self._record_demand(f"{key.namespace}/{key.name}", None)
             return DONE
         meta = obj.get("metadata") or {}
         if (meta.get("labels") or {}).get(c.HOST_LABEL) != self._host:
@@ -207,7 +216,7 @@ class MachineReconciler:
             return Report(report.readiness, domain_uuid=existing.uuid, power_state=state), outcome
         plan = resolution.machine
         meta = machine.metadata
-        self._demands[f"{meta.namespace}/{meta.name}"] = demand_of(plan)
+        self._record_demand(f"{meta.namespace}/{meta.name}", demand_of(plan))
         if existing is None:
             return self._create(obj, vm, plan, intent)
         try:
@@ -317,7 +326,7 @@ class MachineReconciler:
             return RETRY
         self._power.forget(uuid)
         self._failing_since.pop(uuid, None)
-        self._demands.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
+        self._record_demand(f"{meta.get('namespace')}/{meta.get('name')}", None)
         remaining = [f for f in meta.get("finalizers") or [] if f != c.FINALIZER]
         try:
             self._store.set_finalizers(obj, remaining)

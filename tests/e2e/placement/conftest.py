@@ -24,6 +24,7 @@ from tests.e2e.conftest import LabHost, LabInfo
 from tests.e2e.provider.conftest import (
     GROUP,
     V,
+    condition,
     create,
     get,
     health_base,
@@ -70,6 +71,26 @@ class Fleet:
         daemon = Daemon(host, proc, log)
         self.daemons[host.name] = daemon
         return daemon
+
+    def start_together(self, hosts: list[LabHost]) -> None:
+        """A daemon per host, all started at once (as a DaemonSet's pods start), then waited
+        for."""
+        started = [
+            (
+                host,
+                *start_daemon(
+                    self.lab,
+                    host=host.name,
+                    libvirt_uri=host.uri,
+                    log_name=f"e2e-placement-{host.name}.log",
+                    lease_namespace=LEASE_NAMESPACE,
+                ),
+            )
+            for host in hosts
+        ]
+        for host, proc, log in started:
+            health_base(proc, log)
+            self.daemons[host.name] = Daemon(host, proc, log)
 
     def stop(self, name: str, *, kill: bool = False) -> None:
         daemon = self.daemons.pop(name)
@@ -202,6 +223,30 @@ def placed_on(api: client.ApiClient, ns: str, name: str, *, timeout: float = 60)
     return found
 
 
+def wait_reason(
+    api: client.ApiClient,
+    ns: str,
+    name: str,
+    reason: str,
+    *,
+    vm: bool = False,
+    timeout: float = 60,
+    what: str,
+) -> dict[str, Any]:
+    """The InfrastructureReady condition of the LibvirtMachine (or with `vm`, the VM) once its
+    reason is `reason`."""
+    found: dict[str, Any] = eventually(
+        lambda: (
+            (cond := condition(get(api, ns, name, vm=vm), "InfrastructureReady")).get("reason")
+            == reason
+            and cond
+        ),
+        timeout=timeout,
+        what=what,
+    )
+    return found
+
+
 def create_all(api: client.ApiClient, docs: list[list[dict[str, Any]]]) -> None:
     for pair_docs in docs:
         create(api, pair_docs)
@@ -233,4 +278,5 @@ __all__ = [
     "patch_host",
     "placed_on",
     "unplaced",
+    "wait_reason",
 ]

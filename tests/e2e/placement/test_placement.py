@@ -26,6 +26,7 @@ from tests.e2e.placement.conftest import (
     patch_host,
     placed_on,
     unplaced,
+    wait_reason,
 )
 from tests.e2e.provider.conftest import (
     GROUP,
@@ -49,16 +50,7 @@ def uid_domain(api: client.ApiClient, ns: str, name: str) -> str:
 
 def waiting(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
     """The LibvirtMachine's InfrastructureReady once it says WaitingForCapacity."""
-    found: dict[str, Any] = eventually(
-        lambda: (
-            (cond := condition(get(api, ns, name, vm=False), "InfrastructureReady")).get("reason")
-            == "WaitingForCapacity"
-            and cond
-        ),
-        timeout=60,
-        what=f"{ns}/{name} waiting for capacity",
-    )
-    return found
+    return wait_reason(api, ns, name, "WaitingForCapacity", what=f"{ns}/{name} waiting")
 
 
 def events_of(api: client.ApiClient, ns: str, name: str) -> list[tuple[str, str, str]]:
@@ -232,14 +224,12 @@ def test_nothing_fits_waits_with_the_message_then_is_placed_when_a_host_is_uncor
     cond = waiting(api_client, ns, "patient")
     total = len(lab.hosts)
     assert cond["message"] == f"0/{total} hosts fit: {total} cordoned"
-    vm_cond = eventually(
-        lambda: (
-            (x := condition(get(api_client, ns, "patient", vm=True), "InfrastructureReady")).get(
-                "reason"
-            )
-            == "WaitingForCapacity"
-            and x
-        ),
+    vm_cond = wait_reason(
+        api_client,
+        ns,
+        "patient",
+        "WaitingForCapacity",
+        vm=True,
         timeout=30,
         what="the VM saying WaitingForCapacity too",
     )
@@ -255,26 +245,18 @@ def test_nothing_fits_waits_with_the_message_then_is_placed_when_a_host_is_uncor
     wait_ready(api_client, ns, "patient", what="the placed machine booted and Ready")
 
 
-def test_a_burst_never_overcommits_a_host(
+def test_daemons_started_together_place_a_burst_without_overcommitting_a_host(
     fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str
 ) -> None:
-    # 2 vCPUs allocatable per host (overcommit 1.0 on these 2-CPU hosts): 6 of 10 fit.
+    burst, per_host = 30, 8
+    # 8 vCPUs allocatable on every host, whatever its CPU count: 24 of the 30 fit.
     for host in lab.hosts:
-        patch_host(api_client, host.name, {"spec": {"overcommit": {"cpu": 1.0}}})
-    eventually(
-        lambda: all(
-            (host_object(api_client, h.name) or {})["status"]["allocatable"]["cpus"]
-            == (host_object(api_client, h.name) or {})["status"]["capacity"]["cpus"]
-            for h in lab.hosts
-        ),
-        timeout=30,
-        what="allocatable vCPUs equal to the hosts' CPUs",
-    )
-    room = sum(
-        (host_object(api_client, h.name) or {})["status"]["allocatable"]["cpus"] for h in lab.hosts
-    )
-    burst = room + 4
+        cpus = (host_object(api_client, host.name) or {})["status"]["capacity"]["cpus"]
+        patch_host(api_client, host.name, {"spec": {"overcommit": {"cpu": per_host / cpus}}})
+    fleet.stop_all()
+    fleet.start_together(lab.hosts)
     create_all(api_client, [unplaced(ns, f"burst-{i}") for i in range(burst)])
+    room = per_host * len(lab.hosts)
     eventually(
         lambda: (
             sum(
@@ -287,7 +269,7 @@ def test_a_burst_never_overcommits_a_host(
             )
             == burst - room
         ),
-        timeout=120,
+        timeout=180,
         what=f"{burst - room} of {burst} machines waiting for capacity",
     )
     placed = Counter(
@@ -296,7 +278,8 @@ def test_a_burst_never_overcommits_a_host(
     )
     for host in lab.hosts:
         allocatable = (host_object(api_client, host.name) or {})["status"]["allocatable"]["cpus"]
-        assert placed[host.name] == allocatable, placed
+        assert allocatable == per_host
+        assert placed[host.name] == per_host, placed
 
 
 def test_a_pinned_machine_is_left_where_the_user_put_it(
@@ -371,26 +354,17 @@ def test_a_machine_on_a_dead_host_is_reported_and_not_moved(
 ) -> None:
     victim = next(h for h in lab.hosts if h.name != fleet.leader())
     create(api_client, unplaced(ns, "stranded", lm_spec={"host": victim.name}))
-    eventually(
-        lambda: (
-            condition(get(api_client, ns, "stranded", vm=False), "InfrastructureReady").get(
-                "reason"
-            )
-            == "PoweredOff"
-        ),
-        timeout=90,
-        what="the machine built on its host",
+    wait_reason(
+        api_client, ns, "stranded", "PoweredOff", timeout=90, what="the machine built on its host"
     )
     fleet.stop(victim.name, kill=True)
     try:
-        cond = eventually(
-            lambda: (
-                (
-                    x := condition(get(api_client, ns, "stranded", vm=True), "InfrastructureReady")
-                ).get("reason")
-                == c.REASON_HOST_NOT_READY
-                and x
-            ),
+        cond = wait_reason(
+            api_client,
+            ns,
+            "stranded",
+            c.REASON_HOST_NOT_READY,
+            vm=True,
             timeout=120,
             what="the VM saying its host is not ready",
         )
@@ -404,13 +378,11 @@ def test_a_machine_on_a_dead_host_is_reported_and_not_moved(
     finally:
         fleet.start(victim)
         fleet.wait_hosts_ready([victim.name])
-    eventually(
-        lambda: (
-            condition(get(api_client, ns, "stranded", vm=False), "InfrastructureReady").get(
-                "reason"
-            )
-            == "PoweredOff"
-        ),
+    wait_reason(
+        api_client,
+        ns,
+        "stranded",
+        "PoweredOff",
         timeout=90,
         what="the machine reported by its host's daemon again",
     )
@@ -420,14 +392,12 @@ def test_a_machine_pinned_to_a_host_that_does_not_exist_is_reported(
     fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str
 ) -> None:
     create(api_client, unplaced(ns, "ghost", lm_spec={"host": "ghost-host"}))
-    cond = eventually(
-        lambda: (
-            (x := condition(get(api_client, ns, "ghost", vm=True), "InfrastructureReady")).get(
-                "reason"
-            )
-            == c.REASON_HOST_NOT_READY
-            and x
-        ),
+    cond = wait_reason(
+        api_client,
+        ns,
+        "ghost",
+        c.REASON_HOST_NOT_READY,
+        vm=True,
         timeout=120,
         what="the VM saying its host does not exist",
     )

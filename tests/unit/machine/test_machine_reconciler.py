@@ -262,6 +262,33 @@ def test_deletion_removes_domain_and_volumes_then_the_finalizer() -> None:
     assert "web" not in store.machines
 
 
+def test_a_machine_pinned_by_its_label_gets_spec_host_with_its_finalizer() -> None:
+    store, hv = _store(), _hypervisor()
+    store.machines["web"]["metadata"]["finalizers"] = []
+    _reconciler(store, hv).reconcile(KEY)
+    assert store.machines["web"]["spec"]["host"] == HOST.hostname
+
+
+def test_what_the_hosts_machines_take_follows_creation_and_deletion() -> None:
+    store, hv = _store(), _hypervisor()
+    changes: list[int] = []
+    reconciler = MachineReconciler(
+        store=store,
+        hypervisor=hv,
+        host=HOST.hostname,
+        on_allocations_change=lambda: changes.append(reconciler.allocations()[1]),
+    )
+    reconciler.reconcile(KEY)
+    allocated, machines = reconciler.allocations()
+    assert (allocated.cpus, allocated.memory, machines) == (1, 256 * 2**20, 1)
+    reconciler.reconcile(KEY)
+    assert changes == [1], "an unchanged machine is not announced again"
+    store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    reconciler.reconcile(KEY)
+    assert reconciler.allocations()[1] == 0
+    assert changes == [1, 0]
+
+
 def test_a_failed_cleanup_keeps_the_finalizer_and_says_why() -> None:
     store, hv = _store(), _hypervisor()
     reconciler = _reconciler(store, hv)
