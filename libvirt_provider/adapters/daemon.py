@@ -26,9 +26,9 @@ from __future__ import annotations
 import faulthandler
 import logging
 import os
+import select
 import signal
 import socket
-import threading
 from dataclasses import dataclass
 
 import kopf
@@ -197,18 +197,18 @@ STOP_WATCHDOG_MARGIN = 10.0
 
 
 def run(cfg: DaemonConfig) -> int:
+    # First of all: a stop asked for while the daemon is still being put together is a clean
+    # stop too, not a death by the signal's default action.
+    stop = StopSignals()
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a daemon hangs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
     api = load_kube_config(cfg.kubeconfig)
     hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
     store = KubeAdapter(api, host=cfg.host)
     provider, cache, catalog, agent = _machine_side(cfg, api, store, hypervisor)
     leader = GenericLeader(cfg, api, store) if cfg.generic else None
     health = _health(cfg, provider, leader, hypervisor, store)
-
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a daemon hangs.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     metrics = (
         HealthServer(address=cfg.metrics_address, port=cfg.metrics_port, checks=False, metrics=True)
@@ -258,13 +258,44 @@ def run(cfg: DaemonConfig) -> int:
     ]
     finished = Shutdown(together, then, deadline=cfg.stop_deadline).run()
     log.info("stopped")
-    code = 0 if stop.is_set() else 1
+    code = 0 if stop.received else 1
     if not finished:
         # A step is still blocked in a call that will not return (a hung socket); threads stuck
         # in C code must not meet the interpreter's finalization, so leave without it.
         logging.shutdown()
         os._exit(code)
     return code
+
+
+class StopSignals:
+    """SIGTERM and SIGINT, recorded by a handler that takes no lock.
+
+    A Python signal handler runs on the main thread between any two bytecodes: inside
+    `threading.Event.wait`'s own lock, or inside the handler of a signal that came a moment
+    earlier (`make run` sends SIGINT to the process group and SIGTERM from its runner at once).
+    A handler calling `Event.set()` then takes a non-reentrant lock its own thread holds, and the
+    daemon never stops. This one only appends to a list; the wait wakes through the wakeup fd.
+    """
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._wake_r, wake_w = socket.socketpair()
+        wake_w.setblocking(False)
+        self._wake_w = wake_w  # kept open for the process's life, as the wakeup fd
+        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._record)
+
+    def _record(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+
+    def wait(self, timeout: float) -> bool:
+        """True once a stop signal came; otherwise after at most `timeout` seconds."""
+        if not self.received:
+            readable, _, _ = select.select([self._wake_r], [], [], timeout)
+            if readable:
+                self._wake_r.recv(512)
+        return bool(self.received)
 
 
 def default_host() -> str:

@@ -60,6 +60,8 @@ ASSUMED_SECONDS = 60.0
 # While machines wait, the placer looks again this often even when nothing wakes it (a catalog
 # change does not wake it).
 WAITING_PASS_SECONDS = 10.0
+# How long after a term begins a machine that fits nowhere is only retried, not reported.
+STARTUP_GRACE_SECONDS = 15.0
 # Concurrent binding writes.
 BINDERS = 4
 # How long one LIST of the heartbeat Leases serves passes (heartbeats are 10 s apart and judged
@@ -110,6 +112,7 @@ class Placer:
         # the next decision; the decisions themselves stay one at a time.
         self._binder = ThreadPoolExecutor(max_workers=BINDERS, thread_name_prefix="binder")
         self._beats: tuple[float, dict[str, dt.datetime]] | None = None
+        self._started = time.monotonic()
         # Demand of placed machines, by (LibvirtMachine, VM) resourceVersions and host.
         self._demands: dict[str, tuple[tuple[str, str, str], Demand]] = {}
         # The message last reported on each waiting machine (an Event is posted once per message).
@@ -128,6 +131,7 @@ class Placer:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._started = time.monotonic()
         for informer in (self.machines, self.vms, self.hosts):
             informer.start()
         self._thread.start()
@@ -275,18 +279,25 @@ class Placer:
         return self._views(with_heartbeats=True)
 
     def _views(self, *, with_heartbeats: bool) -> list[HostView]:
-        beats = self._heartbeats() if with_heartbeats else {}
+        hosts = self.hosts.items() or []
+        names = {str(obj["metadata"]["name"]) for obj in hosts}
+        beats = self._heartbeats(names) if with_heartbeats else {}
         now = dt.datetime.now(dt.UTC)
         views = []
-        for obj in self.hosts.items() or []:
+        for obj in hosts:
             view = host_view(obj, beats.get(str(obj["metadata"]["name"])), now)
             if view is not None:
                 views.append(view)
         return sorted(views, key=lambda v: v.name)
 
-    def _heartbeats(self) -> dict[str, dt.datetime]:
+    def _heartbeats(self, hosts: set[str]) -> dict[str, dt.datetime]:
         cached = self._beats
-        if cached is not None and time.monotonic() - cached[0] < HEARTBEATS_FRESH_SECONDS:
+        # Listed again when a host has appeared since: its first heartbeat is likely there now.
+        if (
+            cached is not None
+            and time.monotonic() - cached[0] < HEARTBEATS_FRESH_SECONDS
+            and hosts <= cached[1].keys()
+        ):
             return cached[1]
         beats = self._list_heartbeats()
         self._beats = (time.monotonic(), beats)
@@ -396,7 +407,9 @@ class Placer:
             if fit.problems:
                 problems = fit.problems
                 self._report(obj, problems[0].reason, "; ".join(str(p) for p in problems))
-            else:
+            # Hosts register as their daemons start, at the same moment as the placer:
+            # "no host" in the first seconds of a term is that, not news for the user.
+            elif time.monotonic() - self._started >= STARTUP_GRACE_SECONDS:
                 self._report(obj, vmapi.REASON_WAITING_FOR_CAPACITY, decision.message)
             return False
         assert decision.demand is not None

@@ -10,6 +10,7 @@ Debian's own vagrant with the vagrant-libvirt plugin.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -25,6 +26,7 @@ from tests.e2e.conftest import REPO
 
 RUN_DEADLINE = 420.0  # a cold lab start (no control-plane build) plus one guest boot
 STOP_DEADLINE = 60.0
+TOUR_DEADLINE = 30.0  # two kubectl calls after the sample is Ready
 
 
 def _code_blocks(markdown: str) -> list[str]:
@@ -65,6 +67,24 @@ def _read_until(
     )
 
 
+def _stacks(group: int, lines: queue.Queue[str | None]) -> str:
+    """What the daemons of process group `group` print on SIGUSR1 (every thread's stack)."""
+    found = subprocess.run(
+        ["pgrep", "-g", str(group), "-f", "libvirt-provider"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGUSR1)
+    printed: list[str] = []
+    with contextlib.suppress(queue.Empty):
+        while (line := lines.get(timeout=3)) is not None:
+            printed.append(line)
+    return "".join(printed) or f"(no daemon in process group {group} answered)"
+
+
 def _lines_of(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
     """`proc`'s output, line by line, from a reader thread (None at the end)."""
     lines: queue.Queue[str | None] = queue.Queue()
@@ -96,13 +116,20 @@ def test_make_run_on_a_fresh_lab_shows_the_sample_ready_and_stops_on_ctrl_c() ->
     try:
         # `kubectl get vm -o wide`: NAME POWER READY REASON PROVIDER-ID PRIMARY-IP AGE
         ready_row = re.compile(r"^sample\s+PoweredOn\s+True\s+Running\s+\S+\s+\d+\.\d+\.\d+\.\d+")
+        # `kubectl get lvh`, the tour's last table: NAME READY CORDONED CPUS MEMORY MACHINES ...
+        host_row = re.compile(r"^lab-host\s+(True|False|Unknown)\s")
         lines = _lines_of(proc)
         before = _read_until(lines, ready_row, RUN_DEADLINE)
         assert "The sample VM is Ready" in before
+        before += _read_until(lines, host_row, TOUR_DEADLINE)
         os.killpg(proc.pid, signal.SIGINT)
         # The daemon's stop deadline (25 s) plus its watchdog's margin, with room to spare: a
         # stop that hangs past its deadline ends with every thread's stack in the output.
-        rest = _read_until(lines, None, STOP_DEADLINE)
+        try:
+            rest = _read_until(lines, None, STOP_DEADLINE)
+        except AssertionError as err:
+            stacks = _stacks(proc.pid, lines)
+            raise AssertionError(f"{err}\n--- where it hangs ---\n{stacks}") from None
         proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
@@ -110,8 +137,8 @@ def test_make_run_on_a_fresh_lab_shows_the_sample_ready_and_stops_on_ctrl_c() ->
             proc.wait()
     output = before + rest
     # The sample names no host: placement put it on the lab's one host, and the tour shows it.
-    assert re.search(r"^sample\s+lab-host\s+PoweredOn\s+True", output, re.M), output
-    assert re.search(r"^lab-host\s+True\s+false\s+1/\d+", output, re.M), output
+    assert re.search(r"^sample\s+lab-host\s+PoweredOn\s+True", before, re.M), output
+    assert re.search(r"^lab-host\s+True\s+false\s+1/\d+", before, re.M), output
     assert "Traceback" not in output, output[-4000:]
     assert "run: the daemon stopped cleanly" in rest, output[-4000:]
 
