@@ -443,15 +443,7 @@ class Placer:
                 "spec": {"host": decision.host},
             }
             try:
-                self._custom.patch_namespaced_custom_object(
-                    c.GROUP,
-                    c.VERSION,
-                    meta["namespace"],
-                    c.MACHINE_PLURAL,
-                    meta["name"],
-                    body,
-                    _request_timeout=REQUEST_TIMEOUT,
-                )
+                self._patch_machine(meta, body)
                 break
             except ApiException as err:
                 if err.status == 404:
@@ -482,6 +474,17 @@ class Placer:
                 warning=True,
             )
         return True
+
+    def _patch_machine(self, meta: Mapping[str, Any], body: Obj) -> None:
+        self._custom.patch_namespaced_custom_object(
+            c.GROUP,
+            c.VERSION,
+            meta["namespace"],
+            c.MACHINE_PLURAL,
+            meta["name"],
+            body,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
 
     def _fresh(self, meta: Mapping[str, Any]) -> Obj | None:
         try:
@@ -571,17 +574,8 @@ class Placer:
         spec_host = (obj.get("spec") or {}).get("host")
         if not spec_host or (meta.get("labels") or {}).get(c.HOST_LABEL):
             return
-        body = {"metadata": {"labels": {c.HOST_LABEL: host}}}
         try:
-            self._custom.patch_namespaced_custom_object(
-                c.GROUP,
-                c.VERSION,
-                meta["namespace"],
-                c.MACHINE_PLURAL,
-                meta["name"],
-                body,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
+            self._patch_machine(meta, {"metadata": {"labels": {c.HOST_LABEL: host}}})
         except ApiException as err:
             log.info("labelling %s with its host failed: %s", _key(obj), err)
 
