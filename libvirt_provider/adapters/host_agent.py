@@ -73,6 +73,7 @@ class HostAgent:
         self._allocations = allocations
         self._interval = interval
         self._wake = threading.Event()
+        self._last_inventory: tuple[float, HostInventory] | None = None
         self._stopped = threading.Event()
         self.informer = ClusterInformer(
             api,
@@ -173,12 +174,7 @@ class HostAgent:
         if obj is None:
             self._create()
             return
-        inventory: HostInventory | None = None
-        problem: str | None = None
-        try:
-            inventory = self._hv.host_inventory()
-        except ProviderError as err:
-            problem = f"libvirtd does not answer: {err}"
+        inventory, problem = self._inventory()
         meta = obj.get("metadata") or {}
         try:
             spec = LibvirtHostSpec.model_validate(obj.get("spec") or {})
@@ -213,6 +209,20 @@ class HostAgent:
             {"status": patch},
             _request_timeout=REQUEST_TIMEOUT,
         )
+
+    def _inventory(self) -> tuple[HostInventory | None, str | None]:
+        """libvirt's inventory, read at most once a heartbeat: the passes in between (a change
+        of the object or of the machines' allocations) change nothing that libvirt reports."""
+        cached = self._last_inventory
+        if cached is not None and time.monotonic() - cached[0] < self._interval:
+            return cached[1], None
+        try:
+            inventory = self._hv.host_inventory()
+        except ProviderError as err:
+            self._last_inventory = None
+            return None, f"libvirtd does not answer: {err}"
+        self._last_inventory = (time.monotonic(), inventory)
+        return inventory, None
 
     def _create(self) -> None:
         body = {

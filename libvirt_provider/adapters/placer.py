@@ -150,10 +150,6 @@ class Placer:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def wake(self) -> None:
-        """Something placement depends on changed (the catalog): look again."""
-        self._wake_if_waiting()
-
     def _wake_if_waiting(self) -> None:
         if self._waiting:
             self._wake.set()
@@ -202,7 +198,7 @@ class Placer:
         machines = self.machines.items() or []
         unplaced = [m for m in machines if self._unplaced(m)]
         now = time.monotonic()
-        views = self._views(with_heartbeats=True)
+        views = self._views()
         catalog = self._catalog.catalog()
         per_host_pools = frozenset(
             name for sc in catalog.storage_classes.values() for name in sc.spec.host_pools
@@ -274,14 +270,10 @@ class Placer:
         host = (obj.get("spec") or {}).get("host") or (meta.get("labels") or {}).get(c.HOST_LABEL)
         return str(host) if host else None
 
-    def views(self) -> list[HostView]:
-        """Every LibvirtHost as placement sees it (for the benchmark and tests)."""
-        return self._views(with_heartbeats=True)
-
-    def _views(self, *, with_heartbeats: bool) -> list[HostView]:
+    def _views(self) -> list[HostView]:
         hosts = self.hosts.items() or []
         names = {str(obj["metadata"]["name"]) for obj in hosts}
-        beats = self._heartbeats(names) if with_heartbeats else {}
+        beats = self._heartbeats(names)
         now = dt.datetime.now(dt.UTC)
         views = []
         for obj in hosts:

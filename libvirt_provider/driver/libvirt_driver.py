@@ -78,7 +78,6 @@ class LibvirtHypervisor(LibvirtDomains, LibvirtVolumes):
             return HostInventory(
                 cpus=int(info[2]),
                 memory=int(info[1]) * 2**20,
-                free_memory=int(conn.getFreeMemory()),
                 pools=tuple(sorted(pools, key=lambda p: p.name)),
                 networks=networks,
                 domain_types=frozenset(types),

@@ -137,7 +137,6 @@ class HostInventory:
 
     cpus: int
     memory: int
-    free_memory: int
     pools: tuple[PoolInfo, ...]
     networks: frozenset[str]
     domain_types: frozenset[str]

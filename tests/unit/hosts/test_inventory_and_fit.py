@@ -26,7 +26,6 @@ GIB = 2**30
 INVENTORY = HostInventory(
     cpus=8,
     memory=32 * GIB + 12345,
-    free_memory=20 * GIB,
     pools=(PoolInfo("vmapi-lab", 100 * GIB, 40 * GIB + 999),),
     networks=frozenset({"vmapi-lab"}),
     domain_types=frozenset({"kvm", "qemu"}),
