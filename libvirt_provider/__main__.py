@@ -44,6 +44,26 @@ def build_parser() -> argparse.ArgumentParser:
         "LibvirtMachines; default $NODE_NAME, else the hostname",
     )
     parser.add_argument(
+        "--remote",
+        action="store_true",
+        help="remote mode: serve the LibvirtHosts that have spec.connection (each claimed by one "
+        "replica at a time through its Lease) instead of this machine's libvirtd; --libvirt-uri "
+        "and --host are not used",
+    )
+    parser.add_argument(
+        "--identity",
+        default=os.environ.get("POD_NAME"),
+        help="this replica's name in remote hosts' Leases; default $POD_NAME, else hostname-pid",
+    )
+    parser.add_argument(
+        "--credentials-dir",
+        default=None,
+        metavar="DIR",
+        help="where remote hosts' credentials are written (0600 files in a 0700 directory of "
+        "this process, removed at stop); default: $XDG_RUNTIME_DIR or /dev/shm (a tmpfs). "
+        "qemu+ssh runs a wrapper script from there, so it must allow running programs",
+    )
+    parser.add_argument(
         "--domain-types",
         help="comma-separated domain types this host may offer (kvm, qemu); default: whatever "
         "libvirt's capabilities list. Use 'qemu' where /dev/kvm exists but cannot run guests",
@@ -176,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             console_log_dir=paths.console_log_dir,
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
+            remote=args.remote,
+            identity=args.identity or "",
+            credentials_dir=args.credentials_dir,
         )
     )
 

@@ -25,6 +25,12 @@ from catalog.constants import (
 )
 
 __all__ = [
+    "CALL_WAIT_SECONDS",
+    "CONNECTION_PROBLEM_REASONS",
+    "CONNECT_TIMEOUT_SECONDS",
+    "DEFAULT_HOST_BURST",
+    "DEFAULT_HOST_QPS",
+    "DEFAULT_MAX_CONCURRENT_OPERATIONS",
     "DEFAULT_SHUTDOWN_TIMEOUT_SECONDS",
     "EVENT_CLEANUP_FAILED",
     "EVENT_DEFINED",
@@ -52,6 +58,7 @@ __all__ = [
     "HEARTBEAT_GRACE_SECONDS",
     "HEARTBEAT_LEASE_PREFIX",
     "HEARTBEAT_SECONDS",
+    "HOST_CONDITION_CONNECTED",
     "HOST_CONDITION_READY",
     "HOST_KIND",
     "HOST_LABEL",
@@ -121,6 +128,30 @@ HEARTBEAT_LEASE_PREFIX: Final = "libvirt-host-"
 HEARTBEAT_SECONDS: Final = 10.0
 HEARTBEAT_GRACE_SECONDS: Final = 40.0
 
+# Remote hosts (a LibvirtHost with spec.connection): served by a daemon in remote mode, which holds
+# the host's heartbeat Lease as its claim; another replica takes the host over once the Lease is
+# older than the grace. `Connected` says whether that daemon reaches the host's libvirtd.
+HOST_CONDITION_CONNECTED: Final = "Connected"
+REASON_CONNECTED: Final = "Connected"
+REASON_AUTHENTICATION_FAILED: Final = "AuthenticationFailed"
+REASON_HOST_KEY_MISMATCH: Final = "HostKeyMismatch"
+REASON_UNREACHABLE: Final = "Unreachable"
+REASON_PROTOCOL_ERROR: Final = "ProtocolError"
+# spec.connection.uri names a transport the daemon does not offer, or is malformed.
+REASON_INVALID_CONNECTION: Final = "InvalidConnection"
+# The credentials Secret lacks a key the transport needs, or a key does not hold what it should.
+REASON_INVALID_SECRET: Final = "InvalidSecret"
+# spec.connection.secretRef names a namespace other than the daemon's own.
+REASON_SECRET_NOT_ALLOWED: Final = "SecretNotAllowed"
+# Client-side bounds on the calls to one host's libvirtd (spec.rateLimit, maxConcurrentOperations).
+DEFAULT_HOST_QPS: Final = 100.0
+DEFAULT_HOST_BURST: Final = 200
+DEFAULT_MAX_CONCURRENT_OPERATIONS: Final = 4
+# How long a call may wait for a token or a slot before it fails as retryable ("host busy").
+CALL_WAIT_SECONDS: Final = 30.0
+# How long opening a connection may take (a host that drops packets would otherwise take minutes).
+CONNECT_TIMEOUT_SECONDS: Final = 15.0
+
 # Machines are sharded by host: each daemon watches only the machines labelled with its host.
 HOST_LABEL: Final = f"{GROUP}/host"
 
@@ -173,6 +204,9 @@ REASON_IMAGE_IMPORT_FAILED: Final = "ImageImportFailed"
 REASON_HOST_CHANGED: Final = "HostChanged"
 # The machine's host stopped renewing its heartbeat: its state is unknown, and it is not moved.
 REASON_HOST_NOT_READY: Final = "HostNotReady"
+# The machine's host is served, but its daemon cannot reach the host's libvirtd (a remote host's
+# network, credentials or host key): its state is unknown, and it is not moved.
+REASON_HOST_UNREACHABLE: Final = "HostUnreachable"
 # A libvirt call failed in a way that usually passes (libvirtd restarting, a timeout): retried with
 # backoff, and, unlike ProviderError, not terminal, so it never becomes the VM's failureReason.
 REASON_RETRYING: Final = "Retrying"
@@ -203,3 +237,15 @@ EVENT_UPDATED_LIVE: Final = "UpdatedLive"
 EVENT_LIVE_UPDATE_FAILED: Final = "LiveUpdateFailed"
 EVENT_PLACED: Final = "Placed"
 EVENT_SPREAD_NOT_HONOURED: Final = "SpreadNotHonoured"
+
+# Every connection reason that is not `Connected`.
+CONNECTION_PROBLEM_REASONS: Final = (
+    REASON_AUTHENTICATION_FAILED,
+    REASON_HOST_KEY_MISMATCH,
+    REASON_UNREACHABLE,
+    REASON_PROTOCOL_ERROR,
+    REASON_SECRET_NOT_FOUND,
+    REASON_INVALID_CONNECTION,
+    REASON_INVALID_SECRET,
+    REASON_SECRET_NOT_ALLOWED,
+)

@@ -9,6 +9,7 @@ never by inspecting libvirt error codes::
     ├── StateConflictError        something else holds the name or state we need
     │   └── ForeignDomainError    a domain we do not own has this machine's name
     ├── RetryableError            transient: connection lost, busy, timed out; try again later
+    │   └── HostUnreachableError  a remote host's libvirtd cannot be reached (with the reason)
     └── PermanentError            retrying the same request cannot help; report it
         └── UnsupportedError      the platform cannot do what was asked
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 __all__ = [
     "AccessDeniedError",
     "ForeignDomainError",
+    "HostUnreachableError",
     "NotFoundError",
     "PermanentError",
     "ProviderError",
@@ -53,6 +55,17 @@ class ForeignDomainError(StateConflictError):
 
 class RetryableError(ProviderError):
     """A transient failure: the same call may succeed later."""
+
+
+class HostUnreachableError(RetryableError):
+    """A remote host's libvirtd cannot be reached; `reason` is the host's `Connected` reason
+    (AuthenticationFailed, HostKeyMismatch, Unreachable, SecretNotFound, ...)."""
+
+    def __init__(self, host: str, reason: str, message: str) -> None:
+        super().__init__(f"host {host} is not connected ({reason}): {message}")
+        self.host = host
+        self.reason = reason
+        self.detail = message
 
 
 class PermanentError(ProviderError):

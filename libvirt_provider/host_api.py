@@ -16,6 +16,11 @@ from pydantic import Field, field_validator
 from catalog.base import KubeModel
 from catalog.quantity import QUANTITY_SCHEMA, parse_quantity
 from generic.api import Condition
+from libvirt_provider.constants import (
+    DEFAULT_HOST_BURST,
+    DEFAULT_HOST_QPS,
+    DEFAULT_MAX_CONCURRENT_OPERATIONS,
+)
 
 __all__ = [
     "DEFAULT_CPU_OVERCOMMIT",
@@ -23,6 +28,7 @@ __all__ = [
     "HostAllocatable",
     "HostAllocated",
     "HostCapacity",
+    "HostConnection",
     "HostOffers",
     "HostSummary",
     "HostVersions",
@@ -30,7 +36,9 @@ __all__ = [
     "LibvirtHostStatus",
     "Overcommit",
     "PoolCapacity",
+    "RateLimit",
     "Reserved",
+    "SecretReference",
 ]
 
 DEFAULT_CPU_OVERCOMMIT = 4.0
@@ -74,6 +82,52 @@ class Reserved(KubeModel):
         return value
 
 
+class SecretReference(KubeModel):
+    """A Secret in the daemon's own namespace (a cluster-scoped object must not become a way to
+    read another namespace's Secrets: a namespace other than the daemon's is refused)."""
+
+    name: str = Field(min_length=1, max_length=253, description="The Secret's name.")
+    namespace: str | None = Field(
+        default=None,
+        max_length=63,
+        description="Must be the daemon's own namespace when given (any other is refused).",
+    )
+
+
+class HostConnection(KubeModel):
+    """How a daemon in remote mode reaches this host's libvirtd."""
+
+    uri: str = Field(
+        min_length=1,
+        max_length=1024,
+        description="libvirt URI: qemu+ssh://user@host[:port]/system, "
+        "qemu+libssh://user@host[:port]/system or qemu+tls://host[:port]/system. No query "
+        "parameters: the daemon sets the transport's own (key files, host-key checking).",
+    )
+    secret_ref: SecretReference | None = Field(
+        default=None,
+        description="Credentials: ssh-privatekey and known_hosts for SSH (host keys are always "
+        "verified); ca.crt, tls.crt and tls.key for TLS.",
+    )
+
+
+class RateLimit(KubeModel):
+    """A token bucket over the calls to the host's libvirtd."""
+
+    qps: float = Field(
+        default=DEFAULT_HOST_QPS,
+        gt=0,
+        le=10000,
+        description=f"Calls per second on average. Default {DEFAULT_HOST_QPS:g}.",
+    )
+    burst: int = Field(
+        default=DEFAULT_HOST_BURST,
+        ge=1,
+        le=100000,
+        description=f"Calls allowed at once above the average. Default {DEFAULT_HOST_BURST}.",
+    )
+
+
 class LibvirtHostSpec(KubeModel):
     """The user's settings for the host; the daemon never writes them."""
 
@@ -83,6 +137,21 @@ class LibvirtHostSpec(KubeModel):
     )
     overcommit: Overcommit = Field(default_factory=Overcommit, description="Overcommit ratios.")
     reserved: Reserved = Field(default_factory=Reserved, description="Capacity kept for the host.")
+    connection: HostConnection | None = Field(
+        default=None,
+        description="Set for a remote host (one that runs no daemon of its own): served by a "
+        "daemon in remote mode. Unset: the host's own daemon serves it over the local socket.",
+    )
+    rate_limit: RateLimit = Field(
+        default_factory=RateLimit, description="Client-side bound on calls to libvirtd."
+    )
+    max_concurrent_operations: int = Field(
+        default=DEFAULT_MAX_CONCURRENT_OPERATIONS,
+        ge=1,
+        le=256,
+        description="libvirt calls in flight at once toward this host. Default "
+        f"{DEFAULT_MAX_CONCURRENT_OPERATIONS}.",
+    )
 
 
 class PoolCapacity(KubeModel):
@@ -157,7 +226,9 @@ class LibvirtHostStatus(KubeModel):
     conditions: list[Condition] | None = Field(
         default=None,
         max_length=8,
-        description="Ready: the daemon runs and reaches libvirtd.",
+        description="Ready: the daemon runs and reaches libvirtd. Connected: why it does or "
+        "does not reach it (AuthenticationFailed, HostKeyMismatch, Unreachable, SecretNotFound, "
+        "ProtocolError, InvalidConnection, InvalidSecret, SecretNotAllowed).",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],

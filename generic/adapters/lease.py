@@ -45,8 +45,11 @@ class LeaseElector:
         renew_deadline: float = 10.0,
         retry_period: float = 4.0,
         request_timeout: float = 5.0,
+        labels: dict[str, str] | None = None,
+        thread_name: str = "leader-election",
     ) -> None:
         self._leases = client.CoordinationV1Api(api)
+        self._labels = dict(labels or {})
         self.name = name
         self.namespace = namespace
         self.identity = identity
@@ -57,7 +60,7 @@ class LeaseElector:
         self._retry = retry_period
         self._timeout = request_timeout
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._campaign, name="leader-election", daemon=True)
+        self._thread = threading.Thread(target=self._campaign, name=thread_name, daemon=True)
         self.leading = False
 
     def start(self) -> None:
@@ -160,7 +163,9 @@ class LeaseElector:
 
     def _create(self, now: dt.datetime) -> bool:
         body = client.V1Lease(
-            metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+            metadata=client.V1ObjectMeta(
+                name=self.name, namespace=self.namespace, labels=self._labels or None
+            ),
             spec=client.V1LeaseSpec(
                 holder_identity=self.identity,
                 acquire_time=now,

@@ -23,6 +23,7 @@ Lease back, closes the libvirt connection, stops libvirt's event loop thread and
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import logging
 import os
@@ -30,30 +31,22 @@ import select
 import signal
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
-import kopf
 from kubernetes.client import ApiClient
 
-from catalog.constants import CATALOG_PLURALS, GROUP, VERSION
-from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import load_kube_config
-from generic.adapters.operator import register_login
+from libvirt_provider.adapters.call_metrics import register_call_metrics
+from libvirt_provider.adapters.credentials import default_root, make_root, remove_root
 from libvirt_provider.adapters.health import Check, HealthServer, bounded
-from libvirt_provider.adapters.host_agent import HostAgent
+from libvirt_provider.adapters.host_unit import CatalogFeed, HostUnit, UnitSettings
 from libvirt_provider.adapters.kopf_thread import OperatorThread
 from libvirt_provider.adapters.kube import KubeAdapter
 from libvirt_provider.adapters.leader import GenericLeader
-from libvirt_provider.adapters.operator import MachineController, catalog_listener
-from libvirt_provider.adapters.operator import configure_settings as configure_provider_settings
-from libvirt_provider.adapters.operator import register as register_provider
+from libvirt_provider.adapters.remote_hosts import RemoteHosts
 from libvirt_provider.adapters.shutdown import Shutdown, Step
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
 from libvirt_provider.errors import ProviderError
-from libvirt_provider.hosts.inventory import Demand
-from libvirt_provider.images.cache import ImageCache
-from libvirt_provider.images.importer import ImageImporter
-from libvirt_provider.machine.reconciler import MachineReconciler
-from libvirt_provider.resolved import BaseImage
 
 __all__ = ["DaemonConfig", "run"]
 
@@ -79,81 +72,19 @@ class DaemonConfig:
     image_gc_interval: float = 300.0
     # False keeps every cached base image forever (status is still written).
     image_gc: bool = True
+    # Remote mode: serve the LibvirtHosts that have spec.connection (claimed one by one through
+    # their heartbeat Leases) instead of this machine's own libvirtd.
+    remote: bool = False
+    # This replica's name in the remote hosts' Leases (remote mode).
+    identity: str = ""
+    # Where remote hosts' credentials are written (a tmpfs); None: `credentials.default_root()`.
+    credentials_dir: str | None = None
     # Where /metrics is served apart from the probes; None: beside them on the health port.
     metrics_address: str | None = None
     metrics_port: int = 9441
     # Seconds a stop may take before the daemon leaves without the parts still blocked; under
     # the DaemonSet's 30 s termination grace period.
     stop_deadline: float = 25.0
-
-
-def _machine_side(
-    cfg: DaemonConfig, api: ApiClient, store: KubeAdapter, hypervisor: LibvirtHypervisor
-) -> tuple[OperatorThread, ImageCache, list[ClusterInformer], HostAgent]:
-    """The LibvirtMachine controller's operator, the host's image cache, the catalog's
-    informers and the host's agent (its LibvirtHost and heartbeat), wired together."""
-
-    def import_changed(base: BaseImage) -> None:
-        # The image's status follows every change. Machines waiting for the image look again on
-        # their own every few seconds while it runs; they are woken at once when it ends.
-        if not images.running(base):
-            controller.wake_all()
-        cache.import_changed(base)
-
-    images = ImageImporter(hypervisor, on_change=import_changed)
-    cache = ImageCache(
-        store=store,
-        hypervisor=hypervisor,
-        importer=images,
-        host=cfg.host,
-        interval=cfg.image_gc_interval,
-        collect=cfg.image_gc,
-    )
-
-    def allocations() -> tuple[Demand, int]:
-        # Bound late: the reconciler, made below, asks the agent for the host's zone.
-        return reconciler.allocations()
-
-    agent = HostAgent(
-        api,
-        hypervisor=hypervisor,
-        host=cfg.host,
-        lease_namespace=cfg.lease_namespace,
-        allocations=allocations,
-    )
-    reconciler = MachineReconciler(
-        store=store,
-        hypervisor=hypervisor,
-        host=cfg.host,
-        domain_types=cfg.domain_types,
-        images=images,
-        console_log_dir=cfg.console_log_dir,
-        zone=agent.zone,
-        on_allocations_change=agent.allocations_changed,
-    )
-    controller = MachineController(reconciler, workers=cfg.workers)
-    hypervisor.add_lifecycle_listener(controller.on_domain_event)
-    hypervisor.add_reconnect_listener(controller.wake_all)
-
-    registry = kopf.OperatorRegistry()
-    register_login(registry, kubeconfig=cfg.kubeconfig)
-    register_provider(registry, controller=controller, host=cfg.host, images=cache)
-    settings = kopf.OperatorSettings()
-    configure_provider_settings(settings, host=cfg.host)
-    # Every pass reads the whole catalog: served from memory, fed by one watch per kind, whose
-    # changes also wake the machines (so the wake-up and the read come from the same copy).
-    catalog = [
-        ClusterInformer(
-            api,
-            group=GROUP,
-            version=VERSION,
-            plural=plural,
-            on_change=catalog_listener(plural, controller=controller, images=cache),
-        )
-        for plural in CATALOG_PLURALS
-    ]
-    store.use_informers({informer.plural: informer for informer in catalog})
-    return OperatorThread("provider-operator", registry, settings), cache, catalog, agent
 
 
 def _health(
@@ -163,6 +94,8 @@ def _health(
     hypervisor: LibvirtHypervisor,
     store: KubeAdapter,
 ) -> HealthServer:
+    """A local daemon's probes: ready when both libvirtd and the API server answer."""
+
     def libvirt_problem() -> str | None:
         try:
             hypervisor.host_facts()
@@ -204,9 +137,16 @@ def run(cfg: DaemonConfig) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     api = load_kube_config(cfg.kubeconfig)
-    hypervisor = LibvirtHypervisor(cfg.libvirt_uri)
-    store = KubeAdapter(api, host=cfg.host)
-    provider, cache, catalog, agent = _machine_side(cfg, api, store, hypervisor)
+    if cfg.remote:
+        return run_remote(cfg, api, stop)
+    hypervisor = LibvirtHypervisor(cfg.libvirt_uri, host=cfg.host)
+    catalog = CatalogFeed(api)
+    unit = HostUnit(
+        api, host=cfg.host, hypervisor=hypervisor, settings=unit_settings(cfg), catalog=catalog
+    )
+    store = unit.store
+    provider = unit.operator
+    register_call_metrics(lambda: [(cfg.host, hypervisor)])
     leader = GenericLeader(cfg, api, store) if cfg.generic else None
     health = _health(cfg, provider, leader, hypervisor, store)
 
@@ -215,14 +155,11 @@ def run(cfg: DaemonConfig) -> int:
         if cfg.metrics_address is not None
         else None
     )
-    for informer in catalog:
-        informer.start()
+    catalog.start()
     health.start()
     if metrics is not None:
         metrics.start()
-    provider.start()
-    agent.start()
-    cache.start()
+    unit.start()
     if leader is not None:
         leader.start()
     log.info(
@@ -243,11 +180,9 @@ def run(cfg: DaemonConfig) -> int:
     # stacks printed and the process ends, so a stop is always bounded and a hang explained.
     faulthandler.dump_traceback_later(cfg.stop_deadline + STOP_WATCHDOG_MARGIN, exit=True)
     together: list[Step] = [
-        ("the LibvirtMachine controller", provider.stop),
-        ("the image cache", cache.stop),
-        ("the host agent", agent.stop),
+        *unit.stop_steps(),
         ("the health endpoint", health.stop),
-        *((f"the {i.plural} informer", i.stop) for i in catalog),
+        *catalog.stop_steps(),
         *([("the metrics endpoint", metrics.stop)] if metrics is not None else []),
     ]
     if leader is not None:
@@ -262,6 +197,96 @@ def run(cfg: DaemonConfig) -> int:
     if not finished:
         # A step is still blocked in a call that will not return (a hung socket); threads stuck
         # in C code must not meet the interpreter's finalization, so leave without it.
+        logging.shutdown()
+        os._exit(code)
+    return code
+
+
+def unit_settings(cfg: DaemonConfig) -> UnitSettings:
+    return UnitSettings(
+        kubeconfig=cfg.kubeconfig,
+        lease_namespace=cfg.lease_namespace,
+        workers=cfg.workers,
+        domain_types=cfg.domain_types,
+        console_log_dir=cfg.console_log_dir,
+        image_gc_interval=cfg.image_gc_interval,
+        image_gc=cfg.image_gc,
+    )
+
+
+def run_remote(cfg: DaemonConfig, api: ApiClient, stop: StopSignals) -> int:
+    """Remote mode: no libvirtd of its own; every remote LibvirtHost this replica claims is
+    served by a unit of its own (`remote_hosts.py`). Ready when the API server answers."""
+    identity = cfg.identity or f"{socket.gethostname()}-{os.getpid()}"
+    root = make_root(Path(cfg.credentials_dir) if cfg.credentials_dir else default_root())
+    catalog = CatalogFeed(api)
+    store = KubeAdapter(api, host=identity)
+    remote = RemoteHosts(
+        api,
+        identity=identity,
+        settings=unit_settings(cfg),
+        catalog=catalog,
+        credentials_root=root,
+    )
+    register_call_metrics(remote.hypervisors)
+    leader = (
+        GenericLeader(dataclasses.replace(cfg, host=identity), api, store) if cfg.generic else None
+    )
+    liveness: list[tuple[str, Check]] = [
+        ("remote hosts", lambda: None if remote.alive() else "the remote-host supervisor stopped"),
+        ("remote host controllers", remote.problem),
+    ]
+    if leader is not None:
+        liveness.append(("generic controller", leader.problem))
+    health = HealthServer(
+        address=cfg.health_address,
+        port=cfg.health_port,
+        metrics=cfg.metrics_address is None,
+        liveness=liveness,
+        readiness=[("kubernetes", bounded(store.access_problem, seconds=7, what="the API server"))],
+    )
+    metrics = (
+        HealthServer(address=cfg.metrics_address, port=cfg.metrics_port, checks=False, metrics=True)
+        if cfg.metrics_address is not None
+        else None
+    )
+    catalog.start()
+    health.start()
+    if metrics is not None:
+        metrics.start()
+    remote.start()
+    if leader is not None:
+        leader.start()
+    log.info(
+        "libvirt-provider in remote mode as %s: serving LibvirtHosts with spec.connection, "
+        "health on %s:%d, generic controller %s",
+        identity,
+        cfg.health_address,
+        health.port,
+        "by lease election" if leader else "disabled",
+    )
+    while not stop.wait(1.0):
+        if not remote.alive():
+            log.error("the remote-host supervisor stopped unexpectedly; exiting")
+            break
+    log.info("stopping")
+    faulthandler.dump_traceback_later(cfg.stop_deadline + STOP_WATCHDOG_MARGIN, exit=True)
+    together: list[Step] = [
+        ("the remote hosts", remote.stop),
+        ("the health endpoint", health.stop),
+        *catalog.stop_steps(),
+        *([("the metrics endpoint", metrics.stop)] if metrics is not None else []),
+    ]
+    if leader is not None:
+        together.append(("the generic controller", leader.stop))
+    then: list[Step] = [
+        ("the credential files", lambda: remove_root(root)),
+        ("libvirt's event loop", stop_event_loop),
+    ]
+    finished = Shutdown(together, then, deadline=cfg.stop_deadline).run()
+    log.info("stopped")
+    code = 0 if stop.received else 1
+    if not finished:
         logging.shutdown()
         os._exit(code)
     return code

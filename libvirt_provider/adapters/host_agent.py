@@ -41,6 +41,12 @@ __all__ = ["HostAgent", "heartbeat_lease_name"]
 log = logging.getLogger(__name__)
 
 Allocations = Callable[[], tuple[Demand, int]]
+# A remote host's link: the `Connected` reason and message (None: a local host, no condition).
+LinkState = Callable[[], tuple[str, str]]
+# Told the host's spec on every pass (it changes limits, a remote host's connection).
+SpecListener = Callable[[LibvirtHostSpec], None]
+# Posts an Event on the LibvirtHost: (object, reason, message, warning).
+HostEvents = Callable[[dict[str, Any], str, str, bool], None]
 
 # How long the first pass waits for the watch of the host's own object to list it.
 FIRST_SYNC_SECONDS = 10.0
@@ -64,7 +70,16 @@ class HostAgent:
         lease_namespace: str,
         allocations: Allocations,
         interval: float = c.HEARTBEAT_SECONDS,
+        beat: bool = True,
+        link: LinkState | None = None,
+        on_spec: SpecListener | None = None,
+        events: HostEvents | None = None,
     ) -> None:
+        # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor.
+        self._beats = beat
+        self._link = link
+        self._on_spec = on_spec
+        self._events = events
         self._custom = client.CustomObjectsApi(api)
         self._leases = client.CoordinationV1Api(api)
         self._hv = hypervisor
@@ -83,7 +98,7 @@ class HostAgent:
             field_selector=f"metadata.name={host}",
             on_change=lambda _type, _obj: self._wake.set(),
         )
-        self._thread = threading.Thread(target=self._run, name="host-agent", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"host-agent-{host}", daemon=True)
 
     def start(self) -> None:
         self.informer.start()
@@ -118,7 +133,7 @@ class HostAgent:
         last_beat = last_sync = -math.inf
         while not self._stopped.is_set():
             self._wake.clear()
-            if time.monotonic() - last_beat >= self._interval:
+            if self._beats and time.monotonic() - last_beat >= self._interval:
                 last_beat = time.monotonic()
                 try:
                     self._beat()
@@ -174,12 +189,15 @@ class HostAgent:
         if obj is None:
             self._create()
             return
-        inventory, problem = self._inventory()
         meta = obj.get("metadata") or {}
         try:
             spec = LibvirtHostSpec.model_validate(obj.get("spec") or {})
         except ValidationError:
             spec = LibvirtHostSpec()
+        if self._on_spec is not None:
+            self._on_spec(spec)
+        inventory, problem = self._inventory()
+        link = self._link() if self._link is not None else None
         current = obj.get("status") or {}
         try:
             previous: LibvirtHostStatus | None = LibvirtHostStatus.model_validate(current)
@@ -195,7 +213,10 @@ class HostAgent:
             previous=previous,
             generation=meta.get("generation"),
             now=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            connection=link,
         )
+        if link is not None:
+            self._report_link(obj, previous, link)
         if body == current:
             return
         # A merge patch with null for every key the new status lacks: a user's additions go too.
@@ -209,6 +230,23 @@ class HostAgent:
             {"status": patch},
             _request_timeout=REQUEST_TIMEOUT,
         )
+
+    def _report_link(
+        self, obj: dict[str, Any], previous: LibvirtHostStatus | None, link: tuple[str, str]
+    ) -> None:
+        """An Event when the link's reason changes: a Warning for a problem, Normal when the host
+        is reached again (the first connection of a fresh object too)."""
+        before = next(
+            (
+                cond
+                for cond in ((previous.conditions or []) if previous is not None else [])
+                if cond.type == c.HOST_CONDITION_CONNECTED
+            ),
+            None,
+        )
+        if self._events is None or (before is not None and before.reason == link[0]):
+            return
+        self._events(obj, link[0], link[1], link[0] != c.REASON_CONNECTED)
 
     def _inventory(self) -> tuple[HostInventory | None, str | None]:
         """libvirt's inventory, read at most once a heartbeat: the passes in between (a change

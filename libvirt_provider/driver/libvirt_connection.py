@@ -1,11 +1,18 @@
 """The libvirt connection the adapter's calls share, and libvirt's event loop thread.
 
-One shared connection per daemon, opened lazily and reopened after loss. libvirt-python blocks,
-so callers run it from worker threads; a semaphore bounds how many calls are in flight toward
-libvirtd at once. libvirt's default event loop runs in a thread of its own: it carries keepalive
-probes (so a dead libvirtd is noticed within seconds) and lifecycle events (so the controller
-reconciles promptly instead of polling). A driver without keepalive (libvirt's in-process test
-driver, which cannot lose its daemon) is used without it.
+One shared connection per host, opened lazily and reopened after loss. libvirt-python blocks,
+so callers run it from worker threads; a `CallLimiter` (`limits.py`) bounds the calls toward
+libvirtd (a token bucket and a cap on calls in flight, each waited for with a deadline).
+libvirt's default event loop runs in a thread of its own: it carries keepalive probes (so a dead
+libvirtd is noticed within seconds) and lifecycle events (so the controller reconciles promptly
+instead of polling). A driver without keepalive (libvirt's in-process test driver, which cannot
+lose its daemon) is used without it.
+
+A remote host's URI comes from a `UriSource`, which writes the credentials and may refuse before
+any connection is tried (no Secret, a bad URI). Opening is bounded by a deadline (a host that drops
+packets would hold a thread for minutes), a failure is classified into the host's `Connected`
+reason, and attempts back off (doubling up to `MAX_BACKOFF`) while the host stays unreachable;
+calls in the meantime fail at once with `HostUnreachableError`.
 """
 
 from __future__ import annotations
@@ -13,17 +20,38 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import libvirt
 
+from libvirt_provider import constants as c
+from libvirt_provider.driver.endpoint import ConnectionProblemError, classify_failure
 from libvirt_provider.driver.libvirt_errors import is_unsupported_call, translated
+from libvirt_provider.driver.limits import CallLimiter, LimiterStats, Limits
 from libvirt_provider.driver.types import LifecycleListener
-from libvirt_provider.errors import RetryableError
+from libvirt_provider.errors import HostUnreachableError, RetryableError
 
-__all__ = ["LibvirtConnection", "stop_event_loop"]
+__all__ = ["ConnectionState", "LibvirtConnection", "UriSource", "stop_event_loop"]
+
+# Returns the URI to open (writing credentials first), or raises `ConnectionProblemError`.
+UriSource = Callable[[], str]
+
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 30.0
+
+
+@dataclass(frozen=True)
+class ConnectionState:
+    """The last connection attempt's outcome, for the host's `Connected` condition."""
+
+    connected: bool
+    reason: str
+    message: str
+
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,18 +110,65 @@ def stop_event_loop(timeout: float = 5.0) -> bool:
     return _event_loop.stop(timeout)
 
 
+def _open_with_deadline(uri: str, timeout: float) -> libvirt.virConnect:
+    """`libvirt.open(uri)` on a thread of its own, given up after `timeout` seconds (the thread
+    closes what it opened if it ever finishes)."""
+    lock = threading.Lock()
+    outcome: dict[str, object] = {}
+    done = threading.Event()
+
+    def attempt() -> None:
+        try:
+            conn: libvirt.virConnect | None = libvirt.open(uri)
+        except libvirt.libvirtError as err:
+            conn, outcome["error"] = None, err
+        with lock:
+            if outcome.get("abandoned"):
+                if conn is not None:
+                    with contextlib.suppress(libvirt.libvirtError):
+                        conn.close()
+                return
+            outcome["conn"] = conn
+            done.set()
+
+    threading.Thread(target=attempt, name="libvirt-connect", daemon=True).start()
+    done.wait(timeout)
+    with lock:
+        if not done.is_set():
+            outcome["abandoned"] = True
+            raise ConnectionProblemError(
+                c.REASON_UNREACHABLE, f"no answer within {timeout:g} s (connection timed out)"
+            )
+    error = outcome.get("error")
+    if isinstance(error, libvirt.libvirtError):
+        raise error
+    conn = outcome["conn"]
+    assert isinstance(conn, libvirt.virConnect)
+    return conn
+
+
 class LibvirtConnection:
     """One libvirt connection URI, the calls made over it, and what listens to it."""
 
     def __init__(
         self,
-        uri: str,
+        uri: str | UriSource,
         *,
-        max_concurrent_calls: int = 4,
+        host: str = "",
+        limits: Limits | None = None,
         keepalive_interval: int = 5,
         keepalive_count: int = 3,
+        connect_timeout: float = c.CONNECT_TIMEOUT_SECONDS,
     ) -> None:
-        self._uri = uri
+        # A remote host's URI carries credential paths: logs and errors name the host instead.
+        self._remote = callable(uri)
+        self._uri_source: UriSource = uri if callable(uri) else (lambda: uri)
+        self._uri = host if callable(uri) else uri
+        self._host = host or (uri if isinstance(uri, str) else "remote host")
+        self._connect_timeout = connect_timeout
+        self._state = ConnectionState(False, c.REASON_UNREACHABLE, "not connected yet")
+        self._failures = 0
+        self._retry_at = 0.0
         self._keepalive = (keepalive_interval, keepalive_count)
         # Set once this URI's driver said it has no keepalive, so that is logged only once.
         self._keepalive_unsupported = False
@@ -101,7 +176,7 @@ class LibvirtConnection:
         self._lifecycle_callback: int | None = None
         self._connected_before = False
         self._conn_lock = threading.Lock()
-        self._calls = threading.BoundedSemaphore(max_concurrent_calls)
+        self._limiter = CallLimiter(limits)
         self._pool_locks: dict[str, threading.Lock] = {}
         self._local_dirs: dict[str, Path | None] = {}
         self._listeners: list[LifecycleListener] = []
@@ -120,10 +195,7 @@ class LibvirtConnection:
                     pass
                 self._drop_locked(conn)
             _event_loop.ensure()
-            try:
-                conn = libvirt.open(self._uri)
-            except libvirt.libvirtError as err:
-                raise RetryableError(f"cannot connect to libvirt at {self._uri}: {err}") from err
+            conn = self._open_locked()
             try:
                 self._set_keepalive(conn)
                 conn.registerCloseCallback(self._on_close, None)
@@ -141,11 +213,68 @@ class LibvirtConnection:
             reconnected = self._connected_before
             self._connected_before = True
             self._conn = conn
+            self._failures = 0
+            self._state = ConnectionState(True, c.REASON_CONNECTED, "connected")
         if reconnected:
             log.info("reconnected to libvirt at %s", self._uri)
             for callback in list(self._reconnect_listeners):
                 callback()
         return conn
+
+    def _open_locked(self) -> libvirt.virConnect:
+        if not self._remote:
+            try:
+                return libvirt.open(self._uri)
+            except libvirt.libvirtError as err:
+                self._state = ConnectionState(False, c.REASON_UNREACHABLE, str(err))
+                raise RetryableError(f"cannot connect to libvirt at {self._uri}: {err}") from err
+        now = time.monotonic()
+        if now < self._retry_at:
+            state = self._state
+            raise HostUnreachableError(self._host, state.reason, state.message)
+        try:
+            uri = self._uri_source()
+            return _open_with_deadline(uri, self._connect_timeout)
+        except ConnectionProblemError as problem:
+            self._failed_locked(problem.reason, problem.message)
+        except libvirt.libvirtError as err:
+            message = err.get_error_message() or str(err)
+            self._failed_locked(classify_failure(message), message)
+        raise AssertionError("unreachable")  # _failed_locked raises
+
+    def _failed_locked(self, reason: str, message: str) -> None:
+        self._failures += 1
+        delay = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (self._failures - 1))
+        self._retry_at = time.monotonic() + delay
+        if self._state != ConnectionState(False, reason, message):
+            log.warning("host %s: not connected (%s): %s", self._host, reason, message)
+        self._state = ConnectionState(False, reason, message)
+        raise HostUnreachableError(self._host, reason, message)
+
+    def connection_state(self) -> ConnectionState:
+        """Whether the connection is up, and why not (the last attempt's reason)."""
+        with self._conn_lock:
+            conn = self._conn
+            if conn is not None:
+                with contextlib.suppress(libvirt.libvirtError):
+                    if conn.isAlive():
+                        return self._state
+                return ConnectionState(False, c.REASON_UNREACHABLE, "the connection was lost")
+            return self._state
+
+    def reset(self) -> None:
+        """Close the connection and forget the backoff: the credentials or the URI changed."""
+        with self._conn_lock:
+            if self._conn is not None:
+                self._drop_locked(self._conn)
+            self._failures = 0
+            self._retry_at = 0.0
+
+    def configure_limits(self, limits: Limits) -> None:
+        self._limiter.configure(limits)
+
+    def limiter_stats(self, *, reset: bool = False) -> LimiterStats:
+        return self._limiter.stats(reset=reset)
 
     def _set_keepalive(self, conn: libvirt.virConnect) -> None:
         """Keepalive probes where the driver has them; an in-process driver (`test:///`) has no
@@ -200,7 +329,7 @@ class LibvirtConnection:
                 self._drop_locked(self._conn)
 
     def _call(self, fn: Callable[[libvirt.virConnect], T]) -> T:
-        with self._calls, translated():
+        with self._limiter.call(f"libvirtd of host {self._host}"), translated():
             return fn(self._connection())
 
     def _domain(self, conn: libvirt.virConnect, uuid: str) -> libvirt.virDomain:

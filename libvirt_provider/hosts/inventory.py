@@ -15,9 +15,13 @@ from typing import Any
 from catalog.quantity import QuantityError, parse_quantity
 from generic.api import Condition
 from libvirt_provider.constants import (
+    HOST_CONDITION_CONNECTED as CONDITION_CONNECTED,
+)
+from libvirt_provider.constants import (
     HOST_CONDITION_READY as CONDITION_READY,
 )
 from libvirt_provider.constants import (
+    REASON_CONNECTED,
     REASON_HOST_READY,
     REASON_LIBVIRT_UNAVAILABLE,
 )
@@ -140,9 +144,11 @@ def host_status(
     previous: LibvirtHostStatus | None,
     generation: int | None,
     now: str,
+    connection: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The status body to write. Without an inventory (libvirtd unreachable) the last known
-    figures stay and only Ready turns False."""
+    figures stay and only Ready turns False. `connection` (a remote host's: the `Connected`
+    reason and message) adds the `Connected` condition."""
     ready = problem is None and inventory is not None
     body: dict[str, Any] = (
         previous.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -199,6 +205,24 @@ def host_status(
             last_transition_time=since,
         ).model_dump(by_alias=True, exclude_none=True, mode="json")
     ]
+    if connection is not None:
+        linked = connection[0] == REASON_CONNECTED
+        link_status = "True" if linked else "False"
+        before = old.get(CONDITION_CONNECTED)
+        link_since = (
+            before.last_transition_time
+            if before is not None and before.status == link_status
+            else now
+        )
+        body["conditions"].append(
+            Condition(
+                type=CONDITION_CONNECTED,
+                status=link_status,
+                reason=connection[0],
+                message=connection[1][:1024],
+                last_transition_time=link_since,
+            ).model_dump(by_alias=True, exclude_none=True, mode="json")
+        )
     # Through the model, so that every default the API server fills in (the CRD is generated
     # from the same model) is already here: a status equal to the object's means no write.
     status_model = LibvirtHostStatus.model_validate(

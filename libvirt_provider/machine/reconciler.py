@@ -30,6 +30,7 @@ from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import (
     ForeignDomainError,
+    HostUnreachableError,
     NotFoundError,
     ProviderError,
     RetryableError,
@@ -339,6 +340,13 @@ class MachineReconciler:
     def _problem(self, obj: Obj, err: ProviderError) -> tuple[str, str]:
         """The condition for a failed step (see `problem_reason`): the machine's failures are
         timed from the first of a run of failed passes, in memory (a restart starts again)."""
+        if isinstance(err, HostUnreachableError):
+            # Not the machine's failure, and not terminal: the host comes back (or an admin
+            # fixes its credentials), and the machine is never rebuilt elsewhere meanwhile.
+            return c.REASON_HOST_UNREACHABLE, (
+                f"host {err.host} is not reachable ({err.reason}): {err.detail}; the machine is "
+                "kept there and reconciled once the host is connected again"
+            )
         uid = str((obj.get("metadata") or {}).get("uid"))
         now = self._clock()
         since = self._failing_since.setdefault(uid, now)

@@ -146,6 +146,43 @@ def fit_for(vm: dict[str, Any] | None = None, **catalog: Any) -> ResolverFit:
     )
 
 
+class TestConnectedCondition:
+    def test_a_local_host_has_no_connected_condition(self) -> None:
+        types = [cond["type"] for cond in status()["conditions"]]
+        assert types == ["Ready"]
+
+    def test_a_remote_host_says_why_it_is_not_connected(self) -> None:
+        body = status(
+            inventory=None,
+            problem="libvirtd does not answer",
+            connection=("HostKeyMismatch", "Host key verification failed"),
+        )
+        by_type = {cond["type"]: cond for cond in body["conditions"]}
+        assert by_type["Ready"]["status"] == "False"
+        assert by_type["Connected"]["status"] == "False"
+        assert by_type["Connected"]["reason"] == "HostKeyMismatch"
+        assert by_type["Connected"]["message"] == "Host key verification failed"
+
+    def test_the_transition_time_moves_only_when_the_status_flips(self) -> None:
+        first = status(connection=("Unreachable", "refused"), now="2026-12-02T00:00:00Z")
+        previous = LibvirtHostStatus.model_validate(first)
+        again = status(
+            connection=("AuthenticationFailed", "denied"),
+            previous=previous,
+            now="2026-12-02T00:05:00Z",
+        )
+        up = status(
+            connection=("Connected", "connected"),
+            previous=LibvirtHostStatus.model_validate(again),
+            now="2026-12-02T00:09:00Z",
+        )
+        since = [
+            next(c for c in b["conditions"] if c["type"] == "Connected")["lastTransitionTime"]
+            for b in (first, again, up)
+        ]
+        assert since == ["2026-12-02T00:00:00Z", "2026-12-02T00:00:00Z", "2026-12-02T00:09:00Z"]
+
+
 class TestResolverFit:
     def test_a_host_that_offers_everything_gives_the_machines_demand(self) -> None:
         found = fit_for()(view())

@@ -1,0 +1,207 @@
+"""A remote host's credentials: read from its Secret, written to files only the daemon can read.
+
+Why files: libvirt's transports take key files, a known_hosts file and a PKI directory by path.
+They live in one directory per host under a per-process root (0700; files 0600), on a tmpfs where
+the system has one (`default_root`), so keys never reach a disk. A host's directory is rewritten
+when its Secret's resourceVersion or its `spec.connection` changes, and removed when the host is
+no longer served or the Secret is gone.
+
+The Secret must be in the daemon's own namespace. Nothing here logs or raises with a Secret's
+values: problems name keys and sizes only (`driver/endpoint.py`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from generic.adapters.kubeclient import REQUEST_TIMEOUT
+from libvirt_provider import constants as c
+from libvirt_provider.driver.endpoint import (
+    SSH_WRAPPER,
+    ConnectionProblemError,
+    Transport,
+    connect_uri,
+    credential_files,
+    parse_endpoint,
+    required_keys,
+    ssh_wrapper,
+)
+from libvirt_provider.host_api import HostConnection
+
+__all__ = ["HostCredentials", "default_root", "make_root", "remove_root"]
+
+log = logging.getLogger(__name__)
+
+
+def default_root() -> Path:
+    """Where credentials go by default: a tmpfs (the user's runtime directory, /dev/shm)."""
+    for candidate in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
+        if candidate and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
+            return Path(candidate)
+    return Path(tempfile.gettempdir())
+
+
+def make_root(base: Path) -> Path:
+    """This process's own directory under `base` (0700), removed by the caller at stop."""
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="libvirt-provider-credentials-", dir=base))
+
+
+class HostCredentials:
+    """One remote host's credential files and the URI that points libvirt at them."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        host: str,
+        namespace: str,
+        root: Path,
+        connect_timeout: float = c.CONNECT_TIMEOUT_SECONDS,
+    ) -> None:
+        self._core = client.CoreV1Api(api)
+        self._host = host
+        self._namespace = namespace
+        self._dir = root / host
+        self._connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._connection: HostConnection | None = None
+        # (connection, Secret resourceVersion) the files on disk were written from.
+        self._written: tuple[HostConnection, str] | None = None
+
+    def set_connection(self, connection: HostConnection | None) -> bool:
+        """The host's `spec.connection` as the user has it now; True when it changed."""
+        with self._lock:
+            changed = connection != self._connection
+            self._connection = connection
+            return changed
+
+    def uri(self) -> str:
+        """Write the credentials and return the URI to open; `ConnectionProblemError` when the
+        spec or the Secret is not usable (nothing is attempted then)."""
+        with self._lock:
+            connection = self._connection
+            if connection is None:
+                raise ConnectionProblemError(
+                    c.REASON_INVALID_CONNECTION, "the LibvirtHost has no spec.connection"
+                )
+            endpoint = parse_endpoint(connection.uri)
+            ref = connection.secret_ref
+            if ref is None:
+                raise ConnectionProblemError(
+                    c.REASON_SECRET_NOT_FOUND,
+                    f"spec.connection.secretRef is not set; {endpoint.transport.value} needs a "
+                    "Secret with " + ", ".join(required_keys(endpoint.transport)),
+                )
+            if ref.namespace not in (None, "", self._namespace):
+                raise ConnectionProblemError(
+                    c.REASON_SECRET_NOT_ALLOWED,
+                    f"secretRef names namespace {ref.namespace!r}; credentials are read only from "
+                    f"the daemon's own namespace {self._namespace!r}",
+                )
+            version, data = self._read_secret(ref.name)
+            if self._written != (connection, version):
+                files = credential_files(endpoint.transport, data)
+                self._write(files, ssh=endpoint.transport is Transport.SSH)
+                self._written = (connection, version)
+            return connect_uri(endpoint, self._dir)
+
+    def secret_version(self) -> str | None:
+        """The Secret's resourceVersion now (None: gone or unreadable); for noticing rotation."""
+        with self._lock:
+            connection = self._connection
+        if connection is None or connection.secret_ref is None:
+            return None
+        try:
+            return self._read_secret(connection.secret_ref.name)[0]
+        except ConnectionProblemError:
+            return None
+
+    def written_version(self) -> str | None:
+        with self._lock:
+            return self._written[1] if self._written else None
+
+    def remove(self) -> None:
+        with self._lock:
+            self._written = None
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _read_secret(self, name: str) -> tuple[str, dict[str, bytes]]:
+        try:
+            secret = self._core.read_namespaced_secret(
+                name, self._namespace, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as err:
+            if err.status in (403, 404):
+                self._forget_files()
+                what = "does not exist" if err.status == 404 else "may not be read by the daemon"
+                raise ConnectionProblemError(
+                    c.REASON_SECRET_NOT_FOUND, f"Secret {self._namespace}/{name} {what}"
+                ) from None
+            raise ConnectionProblemError(
+                c.REASON_UNREACHABLE, f"reading Secret {self._namespace}/{name}: {err.status}"
+            ) from None
+        except (HTTPError, OSError) as err:
+            raise ConnectionProblemError(
+                c.REASON_UNREACHABLE,
+                f"reading Secret {self._namespace}/{name}: {type(err).__name__}",
+            ) from None
+        data: dict[str, bytes] = {}
+        for key, value in (secret.data or {}).items():
+            try:
+                data[key] = base64.b64decode(value or "")
+            except ValueError:
+                data[key] = b""
+        meta = secret.metadata
+        return str(meta.resource_version if meta is not None else ""), data
+
+    def _forget_files(self) -> None:
+        self._written = None
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _write(self, files: dict[str, bytes], *, ssh: bool) -> None:
+        # Written into a fresh directory then swapped in: a connection being opened never reads a
+        # half-written key, and a rotated key leaves nothing of the old one behind.
+        fresh = Path(tempfile.mkdtemp(prefix=f".{self._host}-", dir=self._dir.parent))
+        try:
+            for name, content in files.items():
+                fd = os.open(fresh / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(content)
+            if ssh:
+                wrapper = fresh / SSH_WRAPPER
+                fd = os.open(wrapper, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+                with os.fdopen(fd, "w") as out:
+                    out.write(ssh_wrapper(self._dir, connect_timeout=self._connect_timeout))
+                if not os.access(wrapper, os.X_OK):
+                    raise ConnectionProblemError(
+                        c.REASON_PROTOCOL_ERROR,
+                        f"{self._dir.parent} does not allow running programs (noexec), which "
+                        "qemu+ssh needs; use qemu+libssh or a --credentials-dir that allows it",
+                    )
+            old = self._dir.with_name(f".{self._host}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            if self._dir.exists():
+                self._dir.rename(old)
+            fresh.rename(self._dir)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(fresh, ignore_errors=True)
+            raise
+        log.info("host %s: credentials written", self._host)
+
+
+def remove_root(root: Path) -> None:
+    with contextlib.suppress(OSError):
+        shutil.rmtree(root)

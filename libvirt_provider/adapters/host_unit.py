@@ -1,0 +1,241 @@
+"""Everything that serves one host, wired together: a `HostUnit`.
+
+Why a unit: a local daemon serves one host (its own), a daemon in remote mode serves every remote
+host it has claimed, and a host must be served the same way in both. A unit is the host's libvirt
+connection, its LibvirtMachine controller (a kopf operator of its own, watching only this host's
+machines), its image cache and its host agent (LibvirtHost status, heartbeat). The catalog's
+informers are shared by every unit of the process (`CatalogFeed`): one watch per kind, whatever
+the number of hosts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from kubernetes.client import ApiClient
+
+from catalog.constants import CATALOG_PLURALS, GROUP, VERSION
+from generic.adapters.informer import ClusterInformer
+from generic.adapters.operator import register_login
+from libvirt_provider import constants as c
+from libvirt_provider.adapters.credentials import HostCredentials
+from libvirt_provider.adapters.host_agent import HostAgent
+from libvirt_provider.adapters.kopf_thread import OperatorThread
+from libvirt_provider.adapters.kube import KubeAdapter
+from libvirt_provider.adapters.operator import MachineController, catalog_listener
+from libvirt_provider.adapters.operator import configure_settings as configure_provider_settings
+from libvirt_provider.adapters.operator import register as register_provider
+from libvirt_provider.adapters.shutdown import Step
+from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from libvirt_provider.driver.limits import Limits
+from libvirt_provider.host_api import LibvirtHostSpec
+from libvirt_provider.hosts.inventory import Demand
+from libvirt_provider.images.cache import ImageCache
+from libvirt_provider.images.importer import ImageImporter
+from libvirt_provider.machine.reconciler import MachineReconciler
+from libvirt_provider.resolved import BaseImage
+
+__all__ = ["CatalogFeed", "HostUnit", "UnitSettings"]
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[str, Mapping[str, Any] | None], None]
+
+
+class CatalogFeed:
+    """One informer per catalog kind for the whole process; each unit adds its listeners."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self._lock = threading.Lock()
+        self._listeners: dict[str, list[Listener]] = {p: [] for p in CATALOG_PLURALS}
+        self.informers = {
+            plural: ClusterInformer(
+                api,
+                group=GROUP,
+                version=VERSION,
+                plural=plural,
+                on_change=self._fan_out(plural),
+            )
+            for plural in CATALOG_PLURALS
+        }
+
+    def _fan_out(self, plural: str) -> Listener:
+        def changed(event_type: str, obj: Mapping[str, Any] | None) -> None:
+            with self._lock:
+                listeners = list(self._listeners[plural])
+            for listener in listeners:
+                listener(event_type, obj)
+
+        return changed
+
+    def add(self, plural: str, listener: Listener) -> None:
+        with self._lock:
+            self._listeners[plural].append(listener)
+
+    def remove(self, plural: str, listener: Listener) -> None:
+        with self._lock:
+            if listener in self._listeners[plural]:
+                self._listeners[plural].remove(listener)
+
+    def start(self) -> None:
+        for informer in self.informers.values():
+            informer.start()
+
+    def stop_steps(self) -> list[Step]:
+        return [(f"the {i.plural} informer", i.stop) for i in self.informers.values()]
+
+
+@dataclass(frozen=True)
+class UnitSettings:
+    """What every unit of a daemon shares (from the command line)."""
+
+    kubeconfig: str | None
+    lease_namespace: str
+    workers: int
+    domain_types: frozenset[str] | None = None
+    console_log_dir: str | None = None
+    image_gc_interval: float = 300.0
+    image_gc: bool = True
+
+
+class HostUnit:
+    """One host's connection, machine controller, image cache and agent."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        host: str,
+        hypervisor: LibvirtHypervisor,
+        settings: UnitSettings,
+        catalog: CatalogFeed,
+        credentials: HostCredentials | None = None,
+    ) -> None:
+        self.host = host
+        self.hypervisor = hypervisor
+        self.credentials = credentials
+        self.store = KubeAdapter(api, host=host)
+        self._catalog = catalog
+        remote = credentials is not None
+
+        def import_changed(base: BaseImage) -> None:
+            # The image's status follows every change. Machines waiting for the image look again
+            # on their own every few seconds while it runs; they are woken at once when it ends.
+            if not images.running(base):
+                controller.wake_all()
+            cache.import_changed(base)
+
+        images = ImageImporter(hypervisor, on_change=import_changed)
+        cache = ImageCache(
+            store=self.store,
+            hypervisor=hypervisor,
+            importer=images,
+            host=host,
+            interval=settings.image_gc_interval,
+            collect=settings.image_gc,
+        )
+
+        def allocations() -> tuple[Demand, int]:
+            # Bound late: the reconciler, made below, asks the agent for the host's zone.
+            return reconciler.allocations()
+
+        def link() -> tuple[str, str]:
+            state = hypervisor.connection_state()
+            return state.reason, state.message
+
+        def host_event(obj: dict[str, Any], reason: str, message: str, warning: bool) -> None:
+            self.store.event(
+                {**obj, "kind": c.HOST_KIND, "apiVersion": f"{c.GROUP}/{c.VERSION}"},
+                reason=reason,
+                message=message,
+                warning=warning,
+            )
+
+        self.agent = HostAgent(
+            api,
+            hypervisor=hypervisor,
+            host=host,
+            lease_namespace=settings.lease_namespace,
+            allocations=allocations,
+            beat=not remote,
+            link=link if remote else None,
+            on_spec=self.apply_spec,
+            events=host_event if remote else None,
+        )
+        reconciler = MachineReconciler(
+            store=self.store,
+            hypervisor=hypervisor,
+            host=host,
+            domain_types=settings.domain_types,
+            images=images,
+            # Console logs are files on the machine running qemu; a remote host's are not ours.
+            console_log_dir=None if remote else settings.console_log_dir,
+            zone=self.agent.zone,
+            on_allocations_change=self.agent.allocations_changed,
+        )
+        self.controller = controller = MachineController(reconciler, workers=settings.workers)
+        hypervisor.add_lifecycle_listener(controller.on_domain_event)
+        hypervisor.add_reconnect_listener(controller.wake_all)
+        self.cache = cache
+
+        registry = kopf.OperatorRegistry()
+        register_login(registry, kubeconfig=settings.kubeconfig)
+        register_provider(registry, controller=controller, host=host, images=cache)
+        kopf_settings = kopf.OperatorSettings()
+        configure_provider_settings(kopf_settings, host=host)
+        self._listeners = {
+            plural: catalog_listener(plural, controller=controller, images=cache)
+            for plural in CATALOG_PLURALS
+        }
+        self.store.use_informers(catalog.informers)
+        self.operator = OperatorThread(f"provider-operator-{host}", registry, kopf_settings)
+
+    def apply_spec(self, spec: LibvirtHostSpec) -> None:
+        """The host's spec as it is now (the agent calls this every pass; the remote supervisor
+        before the unit starts): call limits, and a remote host's connection."""
+        self.hypervisor.configure_limits(
+            Limits(
+                qps=spec.rate_limit.qps,
+                burst=spec.rate_limit.burst,
+                max_concurrent=spec.max_concurrent_operations,
+            )
+        )
+        if self.credentials is not None and self.credentials.set_connection(spec.connection):
+            # A new URI or Secret reference: the next call connects with it.
+            self.hypervisor.reset()
+            self.controller.wake_all()
+
+    def start(self) -> None:
+        for plural, listener in self._listeners.items():
+            self._catalog.add(plural, listener)
+        self.operator.start()
+        self.agent.start()
+        self.cache.start()
+
+    def alive(self) -> bool:
+        return self.operator.alive()
+
+    def stop_steps(self) -> list[Step]:
+        """What stopping the unit takes, to run together (the connection is closed after)."""
+
+        def forget_catalog() -> None:
+            for plural, listener in self._listeners.items():
+                self._catalog.remove(plural, listener)
+
+        return [
+            (f"the LibvirtMachine controller of {self.host}", self.operator.stop),
+            (f"the image cache of {self.host}", self.cache.stop),
+            (f"the host agent of {self.host}", self.agent.stop),
+            (f"the catalog listeners of {self.host}", forget_catalog),
+        ]
+
+    def close(self) -> None:
+        """After `stop_steps`: the connection, and a remote host's credential files."""
+        self.hypervisor.close()
+        if self.credentials is not None:
+            self.credentials.remove()

@@ -1,0 +1,239 @@
+"""Remote mode: serve every LibvirtHost that has `spec.connection`, each from one replica at a time.
+
+Why Leases: a remote host runs no daemon of its own, so some replica of the remote-mode
+Deployment must serve it, and never two at once (two controllers building one machine). Each
+remote host's heartbeat Lease (`libvirt-host-<host>`, the one placement reads) is also its claim:
+a replica campaigns for it with Kubernetes' leader-election rule, serves the host (a `HostUnit`)
+for as long as it renews, and stops serving when it cannot renew within `RENEW_DEADLINE_SECONDS`,
+before the Lease runs out (`HEARTBEAT_GRACE_SECONDS`) and another replica may take it. A replica
+that dies is replaced within the grace plus one retry period.
+
+The supervisor also notices credential rotation: every pass it compares the host's Secret's
+resourceVersion with the one the connection was made with, and reconnects when it changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes import client
+from pydantic import ValidationError
+
+from generic.adapters.informer import ClusterInformer
+from generic.adapters.lease import LeaseElector
+from libvirt_provider import constants as c
+from libvirt_provider.adapters.credentials import HostCredentials
+from libvirt_provider.adapters.host_agent import heartbeat_lease_name
+from libvirt_provider.adapters.host_unit import CatalogFeed, HostUnit, UnitSettings
+from libvirt_provider.adapters.shutdown import Shutdown, Step
+from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from libvirt_provider.host_api import LibvirtHostSpec
+
+__all__ = ["RENEW_DEADLINE_SECONDS", "TAKEOVER_SECONDS", "RemoteHosts"]
+
+log = logging.getLogger(__name__)
+
+# A replica that could not renew a host's claim for this long stops serving it (before the Lease
+# runs out at HEARTBEAT_GRACE_SECONDS and another replica may take the host).
+RENEW_DEADLINE_SECONDS = 20.0
+# At most this long after a holder dies, another replica serves the host.
+TAKEOVER_SECONDS = c.HEARTBEAT_GRACE_SECONDS + c.HEARTBEAT_SECONDS
+# How long stopping one host's unit may take.
+UNIT_STOP_SECONDS = 20.0
+
+
+@dataclass
+class _Claim:
+    elector: LeaseElector
+    unit: HostUnit | None = None
+    secret_version: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class RemoteHosts:
+    """Campaigns for every remote LibvirtHost and serves those it holds."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        identity: str,
+        settings: UnitSettings,
+        catalog: CatalogFeed,
+        credentials_root: Path,
+        interval: float = c.HEARTBEAT_SECONDS,
+    ) -> None:
+        self._api = api
+        self._identity = identity
+        self._settings = settings
+        self._catalog = catalog
+        self._root = credentials_root
+        self._interval = interval
+        self._claims: dict[str, _Claim] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self.hosts = ClusterInformer(
+            api,
+            group=c.GROUP,
+            version=c.VERSION,
+            plural=c.HOST_PLURAL,
+            on_change=lambda _type, _obj: self._wake.set(),
+        )
+        self._thread = threading.Thread(target=self._run, name="remote-hosts", daemon=True)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.hosts.start()
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def problem(self) -> str | None:
+        """For the liveness probe: a served host whose controller died."""
+        for name, unit in self.units():
+            if not unit.alive():
+                return f"the LibvirtMachine operator of host {name} stopped"
+        return None
+
+    def units(self) -> list[tuple[str, HostUnit]]:
+        with self._lock:
+            return [(n, cl.unit) for n, cl in self._claims.items() if cl.unit is not None]
+
+    def hypervisors(self) -> list[tuple[str, LibvirtHypervisor]]:
+        return [(name, unit.hypervisor) for name, unit in self.units()]
+
+    def stop(self) -> None:
+        """Stop serving every host and hand each claim back, so another replica takes over
+        at its next try rather than after the Lease runs out."""
+        self._stopped.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(self._interval + 5)
+        with self._lock:
+            claims = list(self._claims.values())
+            self._claims.clear()
+        stoppers = [
+            threading.Thread(target=claim.elector.stop, args=(UNIT_STOP_SECONDS,), daemon=True)
+            for claim in claims
+        ]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join(UNIT_STOP_SECONDS + 2)
+        self.hosts.stop()
+
+    # -- the supervisor's passes -------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopped.is_set() and not self.hosts.wait_synced(1.0):
+            pass
+        while not self._stopped.is_set():
+            self._wake.clear()
+            try:
+                self._pass()
+            except Exception:  # a bug must not end remote hosts for good
+                log.exception("remote hosts: pass failed")
+            self._wake.wait(self._interval)
+
+    def _pass(self) -> None:
+        wanted: dict[str, LibvirtHostSpec] = {}
+        for obj in self.hosts.items() or []:
+            name = str((obj.get("metadata") or {}).get("name"))
+            if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            try:
+                spec = LibvirtHostSpec.model_validate(obj.get("spec") or {})
+            except ValidationError:
+                continue
+            if spec.connection is not None:
+                wanted[name] = spec
+        with self._lock:
+            gone = [n for n in self._claims if n not in wanted]
+            new = [n for n in wanted if n not in self._claims]
+            for name in new:
+                self._claims[name] = self._claim(name)
+            leaving = [self._claims.pop(n) for n in gone]
+            claims = dict(self._claims)
+        for claim in leaving:
+            claim.elector.stop(UNIT_STOP_SECONDS)
+        for name in new:
+            claims[name].elector.start()
+        for name, claim in claims.items():
+            with claim.lock:
+                unit = claim.unit
+                if unit is None or unit.credentials is None:
+                    continue
+                unit.apply_spec(wanted[name])
+                version = unit.credentials.secret_version()
+                if version != claim.secret_version:
+                    if claim.secret_version is not None or version is not None:
+                        log.info("host %s: the credentials Secret changed; reconnecting", name)
+                    claim.secret_version = version
+                    unit.hypervisor.reset()
+                    unit.controller.wake_all()
+
+    def _claim(self, host: str) -> _Claim:
+        claim: _Claim
+
+        def serve() -> None:
+            self._serve(host, claim)
+
+        def release() -> None:
+            self._release(host, claim)
+
+        claim = _Claim(
+            elector=LeaseElector(
+                self._api,
+                name=heartbeat_lease_name(host),
+                namespace=self._settings.lease_namespace,
+                identity=self._identity,
+                on_start=serve,
+                on_stop=release,
+                lease_seconds=int(c.HEARTBEAT_GRACE_SECONDS),
+                renew_deadline=RENEW_DEADLINE_SECONDS,
+                retry_period=self._interval,
+                labels={c.HOST_LABEL: host},
+                thread_name=f"claim-{host}",
+            )
+        )
+        return claim
+
+    def _serve(self, host: str, claim: _Claim) -> None:
+        obj = self.hosts.get(host) or {}
+        try:
+            spec = LibvirtHostSpec.model_validate(obj.get("spec") or {})
+        except ValidationError:
+            spec = LibvirtHostSpec()
+        credentials = HostCredentials(
+            self._api, host=host, namespace=self._settings.lease_namespace, root=self._root
+        )
+        hypervisor = LibvirtHypervisor(credentials.uri, host=host)
+        unit = HostUnit(
+            self._api,
+            host=host,
+            hypervisor=hypervisor,
+            settings=self._settings,
+            catalog=self._catalog,
+            credentials=credentials,
+        )
+        unit.apply_spec(spec)
+        with claim.lock:
+            claim.unit = unit
+            claim.secret_version = credentials.secret_version()
+        unit.start()
+        log.info("%s serves remote host %s", self._identity, host)
+
+    def _release(self, host: str, claim: _Claim) -> None:
+        with claim.lock:
+            unit, claim.unit = claim.unit, None
+        if unit is None:
+            return
+        steps: list[Step] = [("the connection", unit.close)]
+        Shutdown(unit.stop_steps(), steps, deadline=UNIT_STOP_SECONDS).run()
+        log.info("%s no longer serves remote host %s", self._identity, host)

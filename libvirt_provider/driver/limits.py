@@ -1,0 +1,146 @@
+"""Client-side bounds on the calls one daemon makes to one host's libvirtd.
+
+Why: a burst of machines turns into a burst of libvirt calls, and a remote libvirtd (over SSH
+especially) serves each connection's calls one RPC at a time per worker; unbounded, the calls queue
+inside libvirt where no deadline applies. Two bounds, as in client-go: a token bucket (`qps`
+average, `burst` at once) and a cap on calls in flight. Both are waited for with a deadline: a
+call that cannot start in time fails as retryable ("host busy"), it never waits for ever.
+
+The figures a benchmark needs (peak calls in flight, calls in the busiest second) are kept here,
+since this is the one place every call passes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from libvirt_provider import constants as c
+from libvirt_provider.errors import RetryableError
+
+__all__ = ["CallLimiter", "LimiterStats", "Limits"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    qps: float = c.DEFAULT_HOST_QPS
+    burst: int = c.DEFAULT_HOST_BURST
+    max_concurrent: int = c.DEFAULT_MAX_CONCURRENT_OPERATIONS
+
+
+@dataclass(frozen=True)
+class LimiterStats:
+    limits: Limits
+    calls: int
+    in_flight: int
+    peak_in_flight: int
+    # Most calls started within any one second (sliding), since the last reset.
+    peak_per_second: int
+    # Longest wait for a token and a slot, seconds.
+    longest_wait: float
+    refused: int
+
+
+class CallLimiter:
+    """A token bucket and a concurrency cap; `limits` may change at any time."""
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        wait_deadline: float = c.CALL_WAIT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._limits = limits or Limits()
+        self._deadline = wait_deadline
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._tokens = float(self._limits.burst)
+        self._refilled = clock()
+        self._in_flight = 0
+        self._calls = 0
+        self._peak = 0
+        self._recent: deque[float] = deque()
+        self._peak_second = 0
+        self._longest_wait = 0.0
+        self._refused = 0
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    def configure(self, limits: Limits) -> None:
+        with self._cond:
+            if limits == self._limits:
+                return
+            self._refill()
+            self._limits = limits
+            self._tokens = min(self._tokens, float(limits.burst))
+            self._cond.notify_all()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(
+            float(self._limits.burst), self._tokens + (now - self._refilled) * self._limits.qps
+        )
+        self._refilled = now
+
+    @contextmanager
+    def call(self, what: str = "libvirt") -> Iterator[None]:
+        """Hold a token and a slot for one call; `RetryableError` when neither comes in time."""
+        start = self._clock()
+        end = start + self._deadline
+        with self._cond:
+            while True:
+                self._refill()
+                if self._in_flight < self._limits.max_concurrent and self._tokens >= 1.0:
+                    break
+                left = end - self._clock()
+                if left <= 0:
+                    self._refused += 1
+                    raise RetryableError(
+                        f"{what} is busy: no call slot within {self._deadline:g} s "
+                        f"(limits: {self._limits.qps:g} calls/s, burst {self._limits.burst}, "
+                        f"{self._limits.max_concurrent} at once)"
+                    )
+                if self._in_flight >= self._limits.max_concurrent:
+                    self._cond.wait(left)
+                else:
+                    self._cond.wait(min(left, (1.0 - self._tokens) / self._limits.qps))
+            self._tokens -= 1.0
+            self._in_flight += 1
+            self._calls += 1
+            self._peak = max(self._peak, self._in_flight)
+            now = self._clock()
+            self._longest_wait = max(self._longest_wait, now - start)
+            self._recent.append(now)
+            while self._recent and self._recent[0] <= now - 1.0:
+                self._recent.popleft()
+            self._peak_second = max(self._peak_second, len(self._recent))
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._in_flight -= 1
+                self._cond.notify_all()
+
+    def stats(self, *, reset: bool = False) -> LimiterStats:
+        with self._cond:
+            stats = LimiterStats(
+                limits=self._limits,
+                calls=self._calls,
+                in_flight=self._in_flight,
+                peak_in_flight=self._peak,
+                peak_per_second=self._peak_second,
+                longest_wait=self._longest_wait,
+                refused=self._refused,
+            )
+            if reset:
+                self._peak = self._in_flight
+                self._peak_second = 0
+                self._longest_wait = 0.0
+            return stats
