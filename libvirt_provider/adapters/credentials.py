@@ -118,15 +118,19 @@ class HostCredentials:
             return connect_uri(endpoint, self._dir)
 
     def secret_version(self) -> str | None:
-        """The Secret's resourceVersion now (None: gone or unreadable); for noticing rotation."""
+        """The Secret's resourceVersion now (None: gone, or may not be read), for noticing a
+        rotation. `ConnectionProblemError` when the API server did not answer: that is no news
+        about the Secret, and must not drop a working connection."""
         with self._lock:
             connection = self._connection
         if connection is None or connection.secret_ref is None:
             return None
         try:
             return self._read_secret(connection.secret_ref.name)[0]
-        except ConnectionProblemError:
-            return None
+        except ConnectionProblemError as problem:
+            if problem.reason == c.REASON_SECRET_NOT_FOUND:
+                return None
+            raise
 
     def written_version(self) -> str | None:
         with self._lock:

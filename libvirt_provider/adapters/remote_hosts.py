@@ -29,6 +29,7 @@ from libvirt_provider.adapters.credentials import HostCredentials
 from libvirt_provider.adapters.host_agent import heartbeat_lease_name
 from libvirt_provider.adapters.host_unit import CatalogFeed, HostUnit, UnitSettings
 from libvirt_provider.adapters.shutdown import Shutdown, Step
+from libvirt_provider.driver.endpoint import ConnectionProblemError
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.host_api import LibvirtHostSpec
 
@@ -170,7 +171,10 @@ class RemoteHosts:
                 if unit is None or unit.credentials is None:
                     continue
                 unit.apply_spec(wanted[name])
-                version = unit.credentials.secret_version()
+                try:
+                    version = unit.credentials.secret_version()
+                except ConnectionProblemError:
+                    continue  # the API server did not answer: nothing is known of the Secret
                 if version != claim.secret_version:
                     if claim.secret_version is not None or version is not None:
                         log.info("host %s: the credentials Secret changed; reconnecting", name)
@@ -223,9 +227,13 @@ class RemoteHosts:
             credentials=credentials,
         )
         unit.apply_spec(spec)
+        try:
+            version = credentials.secret_version()
+        except ConnectionProblemError:
+            version = None
         with claim.lock:
             claim.unit = unit
-            claim.secret_version = credentials.secret_version()
+            claim.secret_version = version
         unit.start()
         log.info("%s serves remote host %s", self._identity, host)
 

@@ -30,6 +30,7 @@ __all__ = [
     "credential_files",
     "parse_endpoint",
     "required_keys",
+    "summarize_failure",
 ]
 
 
@@ -301,6 +302,23 @@ _UNREACHABLE = (
     "unable to connect to server",
     "cannot recv data",
 )
+
+
+# Lines of OpenSSH's host-key warning that say nothing about this host (the banner, advice, the
+# paths of the daemon's own files); what remains is joined into one line.
+_SSH_NOISE = re.compile(
+    r"^(@+|@ .*|IT IS POSSIBLE.*|Someone could be.*|It is also possible.*|The fingerprint.*|"
+    r"SHA256:.*|Please contact.*|Add correct host key.*|Offending .* key in .*|\s*remove with:|"
+    r"\s*ssh-keygen -f .*|Password authentication is disabled.*|"
+    r"Keyboard-interactive authentication is disabled.*)$"
+)
+
+
+def summarize_failure(message: str) -> str:
+    """libvirt's connection error as one readable line: ssh's multi-line banner and advice go."""
+    kept = [line.strip() for line in message.splitlines() if not _SSH_NOISE.match(line.strip())]
+    text = re.sub(r"@{3,}", "", " ".join(line for line in kept if line))
+    return re.sub(r"\s{2,}", " ", text).strip()[:900]
 
 
 def classify_failure(message: str) -> str:

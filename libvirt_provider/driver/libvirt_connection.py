@@ -29,7 +29,11 @@ from typing import TypeVar
 import libvirt
 
 from libvirt_provider import constants as c
-from libvirt_provider.driver.endpoint import ConnectionProblemError, classify_failure
+from libvirt_provider.driver.endpoint import (
+    ConnectionProblemError,
+    classify_failure,
+    summarize_failure,
+)
 from libvirt_provider.driver.libvirt_errors import is_unsupported_call, translated
 from libvirt_provider.driver.limits import CallLimiter, LimiterStats, Limits
 from libvirt_provider.driver.types import LifecycleListener
@@ -239,7 +243,7 @@ class LibvirtConnection:
             self._failed_locked(problem.reason, problem.message)
         except libvirt.libvirtError as err:
             message = err.get_error_message() or str(err)
-            self._failed_locked(classify_failure(message), message)
+            self._failed_locked(classify_failure(message), summarize_failure(message))
         raise AssertionError("unreachable")  # _failed_locked raises
 
     def _failed_locked(self, reason: str, message: str) -> None:

@@ -17,6 +17,7 @@ from libvirt_provider.driver.endpoint import (
     credential_files,
     parse_endpoint,
     ssh_wrapper,
+    summarize_failure,
 )
 
 KEY = (
@@ -184,3 +185,30 @@ def test_tls_uri_points_at_the_pki_directory() -> None:
 )
 def test_failures_are_named(message: str, reason: str) -> None:
     assert classify_failure(message) == reason
+
+
+BANNER = """Cannot recv data: @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
+Someone could be eavesdropping on you right now (man-in-the-middle attack)!
+It is also possible that a host key has just been changed.
+The fingerprint for the ED25519 key sent by the remote host is
+SHA256:0Yf2mWkq0nB1xw2b1m1p0Vd5oXy3Qv3p3z4a5b6c7d8.
+Please contact your system administrator.
+Add correct host key in /dev/shm/x/h/known_hosts to get rid of this message.
+Offending ED25519 key in /dev/shm/x/h/known_hosts:1
+  remove with:
+  ssh-keygen -f "/dev/shm/x/h/known_hosts" -R "10.213.33.2"
+Host key for 10.213.33.2 has changed and you have requested strict checking.
+Host key verification failed.: Connection reset by peer"""
+
+
+def test_the_ssh_banner_becomes_one_line_that_still_says_why() -> None:
+    summary = summarize_failure(BANNER)
+    assert "\n" not in summary
+    assert "@@@" not in summary
+    assert "ssh-keygen" not in summary
+    assert "Host key for 10.213.33.2 has changed" in summary
+    assert classify_failure(BANNER) == c.REASON_HOST_KEY_MISMATCH
+    assert classify_failure(summary) == c.REASON_HOST_KEY_MISMATCH
