@@ -23,6 +23,7 @@ SMOKE_TIMEOUT = {
     "image_bench.py": 120,
     "placement_bench.py": 240,
     "provider_burst.py": 180,
+    "remote_bench.py": 180,
     "render_bench.py": 60,
     "scale_bench.py": 120,
     "soak.py": 120,
