@@ -39,6 +39,88 @@ class LabHost:
 
 
 @dataclass(frozen=True)
+class LabRemote:
+    """The lab's remote libvirt host, reachable only over the network from `client_netns`.
+
+    Run clients inside the client namespace (`ip netns exec <client_netns> …`); the lab's API
+    server answers there on 127.0.0.1 at its usual port, so the admin kubeconfig works unchanged.
+    `uri` is the host's local socket, for checking its state directly from the test process.
+    """
+
+    name: str  # the LibvirtHost name (and its hostname and network namespace)
+    netns: str
+    uri: str
+    address: str  # the host's end of the link; sshd on port 22, libvirtd's TLS on 16514
+    client_netns: str
+    client_address: str
+    ssh_uri: str  # qemu+ssh://root@<address>/system
+    libssh_uri: str  # qemu+libssh://root@<address>/system
+    tls_uri: str  # qemu+tls://<address>/system
+    ssh_key: Path  # authorized for root
+    wrong_ssh_key: Path  # a valid key that is not authorized
+    known_hosts: Path  # the host key's line for <address>; rewritten by rotate_host_key
+    ssh_command: Path  # for qemu+ssh's ?command=: strict checking against known_hosts only
+    ca_crt: Path
+    tls_crt: Path
+    tls_key: Path
+    tls_pkipath: Path  # ca_crt, tls_crt and tls_key under libvirt's names, for ?pkipath=
+    wrong_tls_crt: Path  # signed by a CA the host does not trust
+    wrong_tls_key: Path
+    wrong_tls_pkipath: Path  # the right CA with wrong_tls_crt and wrong_tls_key
+    network: str
+    pool: str
+
+    def ssh_uri_with(self, *, key: Path | None = None, command: Path | None = None) -> str:
+        """The qemu+ssh URI with the lab's (or the given) key and ssh wrapper."""
+        return f"{self.ssh_uri}?keyfile={key or self.ssh_key}&command={command or self.ssh_command}"
+
+    def libssh_uri_with(self, *, key: Path | None = None, known_hosts: Path | None = None) -> str:
+        """The qemu+libssh URI with the lab's (or the given) key and known_hosts, key auth only."""
+        return (
+            f"{self.libssh_uri}?keyfile={key or self.ssh_key}"
+            f"&known_hosts={known_hosts or self.known_hosts}&known_hosts_verify=normal"
+            "&sshauth=privkey"
+        )
+
+    def tls_uri_with(self, *, pkipath: Path | None = None) -> str:
+        return f"{self.tls_uri}?pkipath={pkipath or self.tls_pkipath}"
+
+
+def lab_command(*args: str) -> str:
+    """Run a `lab.py` subcommand against the running lab; fails the test with its message."""
+    proc = subprocess.run(
+        [sys.executable, str(LAB_SCRIPT), *args], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"lab.py {' '.join(args)}: {proc.stderr.strip()}", pytrace=False)
+    return proc.stdout
+
+
+def remote_sshd_stop() -> None:
+    """Stop the remote host's sshd, ending its open sessions too."""
+    lab_command("remote-sshd-stop")
+
+
+def remote_sshd_start() -> None:
+    """Start it again (same host key); returns once it listens."""
+    lab_command("remote-sshd-start")
+
+
+def remote_rotate_host_key() -> str:
+    """A new sshd host key (sessions end); `known_hosts` then holds the new line, returned."""
+    return lab_command("remote-rotate-host-key").strip()
+
+
+def remote_link(*, up: bool) -> None:
+    """Take the host's end of the link down (the host becomes unreachable) or up again."""
+    lab_command("remote-link-up" if up else "remote-link-down")
+
+
+def remote_restart_libvirtd() -> None:
+    lab_command("remote-restart-libvirtd")
+
+
+@dataclass(frozen=True)
 class LabInfo:
     env: dict[str, str]
 
@@ -101,6 +183,40 @@ class LabInfo:
             )
             for i in range(count)
         ]
+
+    @property
+    def remote(self) -> LabRemote | None:
+        """The remote libvirt host; None when the lab was brought up without one."""
+        if self.env.get("VMAPI_LAB_REMOTE") != "1":
+            return None
+
+        def path(key: str) -> Path:
+            return Path(self.env[f"VMAPI_LAB_REMOTE_{key}"])
+
+        return LabRemote(
+            name=self.env["VMAPI_LAB_REMOTE_NAME"],
+            netns=self.env["VMAPI_LAB_REMOTE_NETNS"],
+            uri=self.env["VMAPI_LAB_REMOTE_URI"],
+            address=self.env["VMAPI_LAB_REMOTE_ADDRESS"],
+            client_netns=self.env["VMAPI_LAB_REMOTE_CLIENT_NETNS"],
+            client_address=self.env["VMAPI_LAB_REMOTE_CLIENT_ADDRESS"],
+            ssh_uri=self.env["VMAPI_LAB_REMOTE_SSH_URI"],
+            libssh_uri=self.env["VMAPI_LAB_REMOTE_LIBSSH_URI"],
+            tls_uri=self.env["VMAPI_LAB_REMOTE_TLS_URI"],
+            ssh_key=path("SSH_KEY"),
+            wrong_ssh_key=path("WRONG_SSH_KEY"),
+            known_hosts=path("KNOWN_HOSTS"),
+            ssh_command=path("SSH_COMMAND"),
+            ca_crt=path("CA_CRT"),
+            tls_crt=path("TLS_CRT"),
+            tls_key=path("TLS_KEY"),
+            tls_pkipath=path("TLS_PKIPATH"),
+            wrong_tls_crt=path("WRONG_TLS_CRT"),
+            wrong_tls_key=path("WRONG_TLS_KEY"),
+            wrong_tls_pkipath=path("WRONG_TLS_PKIPATH"),
+            network=self.env["VMAPI_LAB_REMOTE_NETWORK"],
+            pool=self.env["VMAPI_LAB_REMOTE_POOL"],
+        )
 
     @property
     def only_network(self) -> str:

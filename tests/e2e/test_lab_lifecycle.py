@@ -65,6 +65,11 @@ def _host_netns(lab_netns: str) -> list[str]:
     return [n for n in _netns_names() if re.fullmatch(rf"{re.escape(lab_netns)}-h[0-9]+", n)]
 
 
+def _remote_netns(lab_netns: str) -> list[str]:
+    """The namespaces of a lab's remote host and its client (`<netns>-r0`, `<netns>-rc`)."""
+    return [n for n in _netns_names() if n in (f"{lab_netns}-r0", f"{lab_netns}-rc")]
+
+
 @pytest.mark.lab_teardown
 def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
     state = json.loads((lab.dir / "state.json").read_text())
@@ -79,6 +84,14 @@ def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
         in_host = _netns_pids(host.netns)
         assert in_host, f"{host.netns} should hold its libvirtd and dnsmasq before teardown"
         pids += in_host
+    # The remote host and its client: namespace holder, libvirtd, dnsmasq, sshd, both forwarders.
+    remote_netns = [lab.remote.netns, lab.remote.client_netns] if lab.remote else []
+    assert sorted(_remote_netns(lab.netns)) == sorted(remote_netns)
+    for netns in remote_netns:
+        in_remote = _netns_pids(netns)
+        assert in_remote, f"{netns} should hold the remote host's processes before teardown"
+        pids += in_remote
+    pids += [p for p in state.get("remote", {}).values() if isinstance(p, int)]
     # The optional node (started by tests/e2e/node): its processes, and what it made on the host.
     pids += [state[k] for k in ("containerd_pid", "kubelet_pid", "scheduler_pid") if k in state]
     made = [Path(target) for target, _ in state.get("node_created_dirs", [])]
@@ -91,6 +104,7 @@ def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
     assert [p for p in pids if _alive(p)] == []
     assert lab.netns not in _netns_names()
     assert _host_netns(lab.netns) == []
+    assert _remote_netns(lab.netns) == []
     assert not Path("/sys/class/net/vmapibr0").exists()
     assert not lab.dir.exists()
     assert _processes_mentioning(str(lab.dir)) == []
@@ -128,5 +142,6 @@ def test_failed_start_is_one_clear_line_and_leaves_nothing(tmp_path: Path) -> No
     assert str(tmp_path / "logs" / "kube-apiserver.log") in lines[0]
     assert "vmapilabfail" not in _netns_names()
     assert _host_netns("vmapilabfail") == []
+    assert _remote_netns("vmapilabfail") == []
     assert not lab_dir.exists()
     assert _processes_mentioning(str(lab_dir)) == []

@@ -22,6 +22,9 @@ PACKAGES=(
   debootstrap podman runc
   # the lab's optional Kubernetes node: the kubelet's container runtime and CNI's loopback plugin
   containerd containernetworking-plugins
+  # the lab's remote libvirt host: an sshd the lab starts inside that host's namespaces (the
+  # package's own service is kept off, see quiet_packaged_sshd); openssl for its TLS certificates
+  openssh-server openssl
 )
 # Checking the Vagrantfile (`vagrant validate` in the e2e tests). Not needed inside the Vagrant
 # VM itself, whose provisioner sets VMAPI_NO_VAGRANT=1.
@@ -49,11 +52,35 @@ install_packages() {
   if [ ! -e "$policy" ]; then
     printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && created=1
   fi
-  local rc=0
+  local rc=0 new_sshd=0
+  [[ " ${missing[*]} " == *" openssh-server "* ]] && new_sshd=1
   { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
       apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"; } >"$log" 2>&1 || rc=$?
   [ $created -eq 0 ] || rm -f "$policy"
   [ $rc -eq 0 ] || fail "apt-get install failed"
+  [ $new_sshd -eq 0 ] || quiet_packaged_sshd
+}
+
+# openssh-server is installed for the lab only, which runs its own sshd inside a lab namespace with
+# its own configuration. The package must leave no sshd running or enabled on the host: the lab
+# machine's own network is not to gain a listener. Only when this script installed the package:
+# on a machine that had it before (the Vagrant box, reached by `vagrant ssh`) sshd stays as it was.
+quiet_packaged_sshd() {
+  # Debian's init script and ssh.service both refuse to start while this file exists.
+  touch /etc/ssh/sshd_not_to_be_run
+  # Both boot systems' links go, whichever one runs (deb-systemd-helper works without systemd).
+  [ ! -d /run/systemd/system ] || systemctl stop ssh.service ssh.socket >>"$log" 2>&1 || true
+  DPKG_MAINTSCRIPT_PACKAGE=openssh-server deb-systemd-helper disable ssh.service ssh.socket \
+    >>"$log" 2>&1 || true
+  update-rc.d ssh disable >>"$log" 2>&1 || true
+  # A service started despite policy-rc.d writes Debian's pid file; the lab's sshd never does.
+  local pid
+  pid=$(cat /run/sshd.pid 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    echo "install-deps: stopping the sshd the openssh-server package started (pid $pid)"
+    kill "$pid" || true
+  fi
+  rm -f /run/sshd.pid
 }
 
 # libvirt's qemu and network drivers resolve these accounts at start-up even when qemu.conf names

@@ -18,12 +18,19 @@ and its log (and then taking down whatever it had started):
 - VMAPI_LAB_HOST_COUNT extra libvirt hosts (default 3) for placement tests, each a libvirtd in
   a namespace of its own (`<netns>-h<i>`) with the main lab's network and pool names, h1 with an
   extra network and h2 with an extra pool (see start_hosts);
+- unless VMAPI_LAB_REMOTE=0, a remote libvirt host `<netns>-r0` shaped like the extra hosts but
+  reached only over the network: an sshd (key-only root login) and libvirtd's TLS listener on a
+  veth link from the client namespace `<netns>-rc`, where the lab's API server is forwarded to
+  127.0.0.1 (see RemoteHost, prepare_remote, forward.py);
 - the domain type guests should use: `kvm` only if a probe guest really boots under KVM here,
   otherwise `qemu` (software emulation). /dev/kvm existing is not enough on nested hosts.
 
 On request only (`up --node`, `node`): a Kubernetes node, containerd and a kubelet in a private
 mount namespace plus kube-scheduler, that runs deploy/'s DaemonSet (see start_node). `image` builds
 the product's container image with podman, `container-api` serves podman's Docker-compatible API.
+
+`remote-sshd-stop`, `remote-sshd-start`, `remote-rotate-host-key`, `remote-link-down`,
+`remote-link-up` and `remote-restart-libvirtd` act on the remote host for tests.
 
 `down` stops the node if it runs (and fails if any of its processes, cgroups or mounts is left),
 kills every process in the lab's namespaces and the control plane, deletes the namespaces (and
@@ -36,6 +43,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -52,6 +60,7 @@ import tarfile
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,9 +95,15 @@ class Libvirtd:
     # Only the extra hosts get a UTS namespace of their own, named after the host, so that each
     # reports its own hostname and a client can tell which daemon a socket leads to.
     hostname: str | None = None
+    # The remote host's libvirtd keeps its socket at libvirt's default path inside its mount
+    # namespace (/run/libvirt/libvirt-sock, bound to `root/run`), where virt-ssh-helper, run by
+    # its sshd, looks for it.
+    default_socket: bool = False
 
     @property
     def socket(self) -> Path:
+        if self.default_socket:
+            return self.root / "run" / "libvirt-sock"
         return self.root / "sock" / "libvirt-sock"
 
     @property
@@ -111,6 +126,130 @@ class Libvirtd:
     def what(self) -> str:
         """How error messages name it."""
         return f"libvirtd of host {self.netns}" if self.suffix else "libvirtd"
+
+
+@dataclass(frozen=True)
+class RemoteHost:
+    """The lab's remote libvirt host `<netns>-r0`, reached only over the network.
+
+    Its libvirtd has the extra hosts' shape (the main lab's network and pool names, the busybox
+    guest) but also listens for TLS, and an sshd runs beside it; both sit in the host's network,
+    mount and UTS namespaces, which the lab holds open with a process of their own so that either
+    daemon can be stopped and started again in them. The only way in is a veth pair from the client
+    namespace `<netns>-rc`, where a remote-mode daemon runs (with the lab's API server forwarded to
+    its 127.0.0.1, see forward.py). Every address lives in these two namespaces: the host's own
+    network is untouched.
+    """
+
+    netns: str
+    client_netns: str
+    dir: Path
+    logs: Path
+
+    # The link between the client namespace and the host: a /30 used nowhere else.
+    client_address = "10.213.33.1"
+    address = "10.213.33.2"
+    link_prefix = 30
+    veth = "vmapir0"
+    client_veth = "vmapirc0"
+    subnet_prefix = "10.213.32"
+    bridge = "vmapir0br0"
+    tls_port = 16514
+
+    @property
+    def name(self) -> str:
+        """Its LibvirtHost name (and hostname): the namespace's name."""
+        return self.netns
+
+    @property
+    def libvirtd(self) -> Libvirtd:
+        return Libvirtd(
+            netns=self.netns,
+            root=self.dir / "libvirt",
+            logs=self.logs,
+            suffix="-r0",
+            hostname=self.netns,
+            default_socket=True,
+        )
+
+    @property
+    def pool_dir(self) -> Path:
+        return self.dir / "pool"
+
+    @property
+    def ns_ready(self) -> Path:
+        """Created by the namespace holder once its mounts are in place."""
+        return self.dir / "ns-ready"
+
+    @property
+    def ssh(self) -> Path:
+        return self.dir / "ssh"
+
+    @property
+    def host_key(self) -> Path:
+        return self.ssh / "ssh_host_ed25519_key"
+
+    @property
+    def sshd_config(self) -> Path:
+        return self.ssh / "sshd_config"
+
+    @property
+    def sshd_pid_file(self) -> Path:
+        return self.ssh / "sshd.pid"
+
+    @property
+    def authorized_keys(self) -> Path:
+        return self.ssh / "authorized_keys"
+
+    @property
+    def ssh_key(self) -> Path:
+        """The client key root's authorized_keys holds."""
+        return self.ssh / "id_ed25519"
+
+    @property
+    def wrong_ssh_key(self) -> Path:
+        """A valid key that is not authorized."""
+        return self.ssh / "wrong_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        """The host's current key, as an OpenSSH known_hosts line for its address."""
+        return self.ssh / "known_hosts"
+
+    @property
+    def ssh_command(self) -> Path:
+        """An `ssh` for libvirt's `?command=`: host keys only from `known_hosts`, strictly."""
+        return self.ssh / "ssh"
+
+    @property
+    def tls(self) -> Path:
+        return self.dir / "tls"
+
+    @property
+    def tls_pkipath(self) -> Path:
+        """A client `?pkipath=`: the CA, and a client certificate that CA signed."""
+        return self.tls / "client"
+
+    @property
+    def wrong_tls_pkipath(self) -> Path:
+        """The CA, and a client certificate signed by another CA (refused by the host)."""
+        return self.tls / "wrong-client"
+
+    @property
+    def forward_socket(self) -> Path:
+        return self.dir / "apiserver.sock"
+
+    @property
+    def ssh_uri(self) -> str:
+        return f"qemu+ssh://root@{self.address}/system"
+
+    @property
+    def libssh_uri(self) -> str:
+        return f"qemu+libssh://root@{self.address}/system"
+
+    @property
+    def tls_uri(self) -> str:
+        return f"qemu+tls://{self.address}/system"
 
 
 @dataclass(frozen=True)
@@ -179,6 +318,7 @@ class Lab:
     api_port: int
     etcd_port: int
     host_count: int = 3
+    remote_enabled: bool = True
 
     @classmethod
     def from_env(cls) -> Lab:
@@ -190,6 +330,7 @@ class Lab:
             api_port=int(os.environ.get("VMAPI_LAB_API_PORT", "16443")),
             etcd_port=int(os.environ.get("VMAPI_LAB_ETCD_PORT", "12379")),
             host_count=int(os.environ.get("VMAPI_LAB_HOST_COUNT", "3")),
+            remote_enabled=os.environ.get("VMAPI_LAB_REMOTE", "1") != "0",
         )
 
     @property
@@ -245,6 +386,20 @@ class Lab:
         run_netns = Path("/run/netns")
         names = [p.name for p in run_netns.iterdir()] if run_netns.is_dir() else []
         return sorted(n for n in names if pattern.match(n))
+
+    @property
+    def remote(self) -> RemoteHost:
+        """The remote libvirt host (made by `up` unless VMAPI_LAB_REMOTE=0)."""
+        return RemoteHost(
+            netns=f"{self.netns}-r0",
+            client_netns=f"{self.netns}-rc",
+            dir=self.dir / "remote",
+            logs=self.logs,
+        )
+
+    def existing_remote_netns(self) -> list[str]:
+        """The remote host's and its client's namespaces, if a previous `up` made them."""
+        return [n for n in (self.remote.netns, self.remote.client_netns) if netns_exists(n)]
 
     @property
     def only_network(self) -> str:
@@ -1195,9 +1350,9 @@ def write_libvirt_config(libvirtd: Libvirtd) -> None:
     for sub in ("sock", "etc", "run", "lib", "cache", "log"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     libvirtd.logs.mkdir(parents=True, exist_ok=True)
+    sock_dir = "" if libvirtd.default_socket else f'unix_sock_dir = "{root / "sock"}"\n'
     (root / "etc" / "libvirtd.conf").write_text(
-        f'unix_sock_dir = "{root / "sock"}"\n'
-        'unix_sock_group = "root"\n'
+        sock_dir + 'unix_sock_group = "root"\n'
         'unix_sock_rw_perms = "0700"\n'
         'auth_unix_ro = "none"\n'
         'auth_unix_rw = "none"\n'
@@ -1306,8 +1461,8 @@ def start_libvirt(
 
 
 def start_hosts(lab: Lab, guest_image: Path, state: dict[str, object]) -> None:
-    """The extra libvirt hosts, each in its own namespace, then each configured in a thread of
-    its own (the work is waiting on virsh).
+    """The extra libvirt hosts and the remote host, each in its own namespaces, then each
+    configured in a thread of its own (the work is waiting on virsh).
 
     A fresh libvirtd probes every qemu binary before it answers: about 8 s, and three hosts
     probing at once took 25 s. Same qemu, same kernel, so the main libvirtd's results are valid
@@ -1325,15 +1480,13 @@ def start_hosts(lab: Lab, guest_image: Path, state: dict[str, object]) -> None:
             raise LabError(
                 f"host name {host.netns!r} (from VMAPI_LAB_NETNS) is not a DNS-1123 subdomain"
             )
-    if not hosts:
-        return
     cpus = os.sched_getaffinity(0)
     probed_on = cpu_of_cached_probe(lab.libvirtd)
     cpu = probed_on if probed_on in cpus else min(cpus)
     recorded: list[dict[str, object]] = []
     state["hosts"] = recorded
 
-    def start(host: ExtraHost, seed: Libvirtd) -> int:
+    def start_extra(host: ExtraHost, seed: Libvirtd) -> int:
         entry: dict[str, object] = {"netns": host.netns}
         recorded.append(entry)
         save_state(lab, state)
@@ -1345,17 +1498,43 @@ def start_hosts(lab: Lab, guest_image: Path, state: dict[str, object]) -> None:
         save_state(lab, state)
         return pid
 
-    first, rest = hosts[0], hosts[1:]
-    first_pid = start(first, lab.libvirtd)
-    wait_libvirtd(first.libvirtd, first_pid)
+    starters: list[tuple[Libvirtd, Callable[[Libvirtd], int]]] = [
+        (host.libvirtd, functools.partial(start_extra, host)) for host in hosts
+    ]
+    configure: list[Callable[[], None]] = [
+        functools.partial(configure_host, lab, host, guest_image) for host in hosts
+    ]
+    if lab.remote_enabled:
+        remote = lab.remote
+        entry = prepare_remote(lab, state)
+
+        def start_remote(seed: Libvirtd) -> int:
+            copy_qemu_capabilities(seed, remote.libvirtd)
+            pid = spawn_remote_libvirtd(remote, int(str(entry["holder_pid"])), cpu=cpu)
+            entry["libvirtd_pid"] = pid
+            save_state(lab, state)
+            return pid
+
+        def configure_remote_and_sshd() -> None:
+            configure_remote(lab, guest_image)
+            entry["sshd_pid"] = start_sshd(lab)
+
+        starters.append((remote.libvirtd, start_remote))
+        configure.append(configure_remote_and_sshd)
+    if not starters:
+        return
+    (first, start_first), rest = starters[0], starters[1:]
+    first_pid = start_first(lab.libvirtd)
+    wait_libvirtd(first, first_pid)
     release_cpu_pin(first_pid, cpus)
-    pids = [start(host, first.libvirtd) for host in rest]
-    for host, pid in zip(rest, pids, strict=True):
-        wait_libvirtd(host.libvirtd, pid)
+    pids = [start(first) for _, start in rest]
+    for (libvirtd, _), pid in zip(rest, pids, strict=True):
+        wait_libvirtd(libvirtd, pid)
         release_cpu_pin(pid, cpus)
-    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-        # list() re-raises the first host's failure here.
-        list(pool.map(lambda h: configure_host(lab, h, guest_image), hosts))
+    with ThreadPoolExecutor(max_workers=len(configure)) as pool:
+        # list() re-raises the first failure here.
+        list(pool.map(lambda step: step(), configure))
+    save_state(lab, state)
 
 
 QEMU_CAPS_CACHE = Path("cache") / "qemu" / "capabilities"
@@ -1435,15 +1614,20 @@ def configure_host(lab: Lab, host: ExtraHost, guest_image: Path) -> None:
         define_dir_pool(libvirtd, name=lab.extra_pool, target=host.extra_pool_dir)
 
 
+def _libvirt_binds(root: Path) -> str:
+    """Shell commands that bind a libvirtd's own directories over libvirt's fixed paths."""
+    return " && ".join(
+        f"mkdir -p {d} && mount --bind {shlex.quote(str(root / src))} {d}"
+        for d, src in zip(LIBVIRT_DIRS, ("etc", "run", "lib", "cache", "log"), strict=True)
+    )
+
+
 def spawn_libvirtd(libvirtd: Libvirtd, *, cpu: int | None = None) -> int:
     """Start a libvirtd in its namespace (a private mount namespace over its own dirs), pinned to
     `cpu` if given; returns its pid at once, so the caller can record it before waiting for it
     to answer."""
     root = libvirtd.root
-    binds = " && ".join(
-        f"mkdir -p {d} && mount --bind {shlex.quote(str(root / src))} {d}"
-        for d, src in zip(LIBVIRT_DIRS, ("etc", "run", "lib", "cache", "log"), strict=True)
-    )
+    binds = _libvirt_binds(root)
     script = (
         f"{binds} && exec libvirtd --config {shlex.quote(str(root / 'etc' / 'libvirtd.conf'))} "
         f"--pid-file {shlex.quote(str(root / 'libvirtd.pid'))}"
@@ -1574,6 +1758,431 @@ def _guest_boots_under_kvm(lab: Lab, guest_image: Path, deadline: float = 30.0) 
 
 
 # ---------------------------------------------------------------------------------------------
+# the remote libvirt host: a libvirtd behind an sshd and a TLS listener, reached from a client
+# namespace over a link between the two
+
+
+def _nsenter(holder: int) -> list[str]:
+    """Enter the remote host's namespaces (network, mount, UTS) through their holder process."""
+    return ["nsenter", f"--target={holder}", "--net", "--mount", "--uts", "--"]
+
+
+def prepare_remote(lab: Lab, state: dict[str, object]) -> dict[str, object]:
+    """Everything the remote host's libvirtd needs before it starts (its TLS listener binds the
+    link's address with the certificates made here): namespaces, the link, credentials, its
+    configuration and the process that holds its mount and UTS namespaces. Also the API server's
+    forwarders into the client namespace. Returns the state entry it records its pids in."""
+    remote = lab.remote
+    for name in (remote.netns, remote.client_netns):
+        if len(name) > 63 or not DNS_SUBDOMAIN.match(name):
+            raise LabError(f"name {name!r} (from VMAPI_LAB_NETNS) is not a DNS-1123 subdomain")
+    entry: dict[str, object] = {"netns": remote.netns, "client_netns": remote.client_netns}
+    state["remote"] = entry
+    save_state(lab, state)
+    create_netns(remote.netns)
+    create_netns(remote.client_netns)
+    # Made inside the client namespace with the peer moved straight into the host's: the pair
+    # never appears in the machine's own namespace.
+    run(
+        [
+            "ip", "-n", remote.client_netns, "link", "add", remote.client_veth, "type", "veth",
+            "peer", "name", remote.veth, "netns", remote.netns,
+        ],
+        what="creating the remote host's link",
+    )  # fmt: skip
+    for netns, dev, addr in (
+        (remote.client_netns, remote.client_veth, remote.client_address),
+        (remote.netns, remote.veth, remote.address),
+    ):
+        run(
+            ["ip", "-n", netns, "addr", "add", f"{addr}/{remote.link_prefix}", "dev", dev],
+            what=f"addressing {dev} in {netns}",
+        )
+        run(["ip", "-n", netns, "link", "set", dev, "up"], what=f"bringing up {dev} in {netns}")
+    remote.dir.mkdir(parents=True, exist_ok=True)
+    start_forwarders(lab, entry, state)
+    make_ssh_credentials(remote)
+    make_tls_credentials(remote)
+    write_libvirt_config(remote.libvirtd)
+    write_remote_libvirt_config(remote)
+    entry["holder_pid"] = spawn_remote_holder(remote)
+    save_state(lab, state)
+    return entry
+
+
+def start_forwarders(lab: Lab, entry: dict[str, object], state: dict[str, object]) -> None:
+    """The API server at 127.0.0.1:<api port> inside the client namespace, through a unix socket
+    in the lab directory (see forward.py); both forwarders' pids are recorded in `entry` (and
+    saved) as they start, and both listen when this returns."""
+    remote = lab.remote
+    script = str(HERE / "forward.py")
+    ready = [remote.dir / "forward-ready", remote.dir / "client-forward-ready"]
+    for f in ready:
+        f.unlink(missing_ok=True)
+    sock = str(remote.forward_socket)
+    port = str(lab.api_port)
+    log = lab.logs / "forward-apiserver.log"
+    host_side = spawn(
+        [sys.executable, script, "unix", sock, "tcp", "127.0.0.1", port, f"--ready={ready[0]}"],
+        log=log,
+    )
+    entry["forward_pid"] = host_side
+    save_state(lab, state)
+    client_side = spawn(
+        [
+            "ip", "netns", "exec", remote.client_netns,
+            sys.executable, script, "tcp", "127.0.0.1", port, "unix", sock, f"--ready={ready[1]}",
+        ],
+        log=log,
+    )  # fmt: skip
+    entry["client_forward_pid"] = client_side
+    save_state(lab, state)
+    pids = (host_side, client_side)
+    if not wait_for(
+        lambda: all(f.exists() for f in ready) or not all(map(pid_alive, pids)),
+        timeout=20,
+        interval=0.05,
+    ) or not all(map(pid_alive, pids)):
+        raise LabError(f"the API server's forwarders did not start; log: {log}")
+
+
+def _ssh_keygen(path: Path, comment: str) -> None:
+    for f in (path, path.with_name(path.name + ".pub")):
+        f.unlink(missing_ok=True)
+    run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        what=f"generating the ssh key {path.name}",
+    )
+
+
+def write_known_hosts(remote: RemoteHost) -> None:
+    key_type, key = remote.host_key.with_suffix(".pub").read_text().split()[:2]
+    remote.known_hosts.write_text(f"{remote.address} {key_type} {key}\n")
+
+
+def make_ssh_credentials(remote: RemoteHost) -> None:
+    """The sshd's host key and configuration, root's authorized key, an unauthorized key, the
+    known_hosts line for the host's address and an `ssh` wrapper that checks it strictly."""
+    ssh = remote.ssh
+    ssh.mkdir(parents=True, exist_ok=True)
+    _ssh_keygen(remote.host_key, f"{remote.name} host key")
+    _ssh_keygen(remote.ssh_key, "vmapi lab remote client")
+    _ssh_keygen(remote.wrong_ssh_key, "vmapi lab unauthorized client")
+    remote.authorized_keys.write_text(remote.ssh_key.with_suffix(".pub").read_text())
+    write_known_hosts(remote)
+    remote.sshd_config.write_text(
+        f"ListenAddress {remote.address}:22\n"
+        f"HostKey {remote.host_key}\n"
+        f"PidFile {remote.sshd_pid_file}\n"
+        f"AuthorizedKeysFile {remote.authorized_keys}\n"
+        # Keys only: no password, no keyboard-interactive, nothing PAM could allow.
+        "PermitRootLogin prohibit-password\n"
+        "PubkeyAuthentication yes\n"
+        "PasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\n"
+        "PermitEmptyPasswords no\n"
+        "UsePAM no\n"
+        # The lab directory may sit under /tmp, whose mode StrictModes rejects.
+        "StrictModes no\n"
+        "UseDNS no\n"
+        "PrintMotd no\n"
+        "PrintLastLog no\n"
+        "PermitTTY no\n"
+        "X11Forwarding no\n"
+        "AllowTcpForwarding no\n"
+        "AllowAgentForwarding no\n"
+        "LogLevel VERBOSE\n"
+    )
+    write_ssh_command(remote.ssh_command, remote.known_hosts)
+
+
+def write_ssh_command(path: Path, known_hosts: Path) -> None:
+    """An executable for libvirt's `qemu+ssh://…?command=`, which runs it in place of `ssh`:
+    the lab's options (no user configuration, this known_hosts file only, an unknown or changed
+    host key refused, never a prompt) followed by libvirt's own arguments. The key comes from
+    the URI's `keyfile=`."""
+    options = {
+        "UserKnownHostsFile": str(known_hosts),
+        "GlobalKnownHostsFile": "/dev/null",
+        "StrictHostKeyChecking": "yes",
+        "CheckHostIP": "no",
+        "BatchMode": "yes",
+        "IdentitiesOnly": "yes",
+        "ConnectTimeout": "10",
+    }
+    opts = " ".join(f"-o {shlex.quote(f'{k}={v}')}" for k, v in options.items())
+    path.write_text(f'#!/bin/sh\nexec ssh -F none {opts} "$@"\n')
+    path.chmod(0o755)
+
+
+TLS_EXTENSIONS = """[req]
+distinguished_name = dn
+[dn]
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:{address}
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+[client]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+"""
+
+
+def make_tls_credentials(remote: RemoteHost) -> None:
+    """A small CA (P-256 keys, openssl's CLI) for the host's TLS listener: the server certificate
+    for the link's address, a client certificate, and one signed by a second CA the host does not
+    trust. Each client gets a `pkipath` folder in libvirt's layout (cacert.pem, clientcert.pem,
+    clientkey.pem); both trust the right CA, so only the client certificate differs."""
+    tls = remote.tls
+    tls.mkdir(parents=True, exist_ok=True)
+    cnf = tls / "openssl.cnf"
+    cnf.write_text(TLS_EXTENSIONS.format(address=remote.address))
+    log = remote.logs / "remote-tls.log"
+
+    def cert(name: str, subject: str, section: str, ca: str | None = None) -> None:
+        cmd = [
+            "openssl", "req", "-x509", "-new", "-config", str(cnf), "-extensions", section,
+            "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(tls / f"{name}.key"), "-out", str(tls / f"{name}.crt"),
+            "-subj", subject, "-days", "365", "-sha256",
+        ]  # fmt: skip
+        if ca is not None:
+            cmd += ["-CA", str(tls / f"{ca}.crt"), "-CAkey", str(tls / f"{ca}.key")]
+        run(cmd, what=f"making the remote host's TLS certificate {name}", log=log)
+
+    cert("ca", "/O=vmapi lab/CN=vmapi lab remote CA", "ca")
+    cert("other-ca", "/O=vmapi lab/CN=vmapi lab untrusted CA", "ca")
+    cert("server", f"/O=vmapi lab/CN={remote.address}", "server", ca="ca")
+    cert("client", "/O=vmapi lab/CN=vmapi-lab-client", "client", ca="ca")
+    cert("wrong-client", "/O=vmapi lab/CN=vmapi-lab-wrong-client", "client", ca="other-ca")
+    for pki, name in ((remote.tls_pkipath, "client"), (remote.wrong_tls_pkipath, "wrong-client")):
+        pki.mkdir(exist_ok=True)
+        shutil.copyfile(tls / "ca.crt", pki / "cacert.pem")
+        shutil.copyfile(tls / f"{name}.crt", pki / "clientcert.pem")
+        shutil.copyfile(tls / f"{name}.key", pki / "clientkey.pem")
+        (pki / "clientkey.pem").chmod(0o600)
+
+
+def write_remote_libvirt_config(remote: RemoteHost) -> None:
+    """The TLS listener (libvirtd runs with --listen) on the link's address only, and, for the
+    clients sshd starts in the host's mount namespace (virt-ssh-helper), the monolithic daemon's
+    socket."""
+    etc = remote.libvirtd.root / "etc"
+    tls = remote.tls
+    with (etc / "libvirtd.conf").open("a") as conf:
+        conf.write(
+            "listen_tls = 1\n"
+            "listen_tcp = 0\n"
+            f'listen_addr = "{remote.address}"\n'
+            f'tls_port = "{remote.tls_port}"\n'
+            f'ca_file = "{tls / "ca.crt"}"\n'
+            f'cert_file = "{tls / "server.crt"}"\n'
+            f'key_file = "{tls / "server.key"}"\n'
+            # A client must present a certificate the CA signed (the default, said out loud).
+            "tls_no_verify_certificate = 0\n"
+            'auth_tls = "none"\n'
+        )
+    (etc / "libvirt.conf").write_text('remote_mode = "legacy"\n')
+
+
+def spawn_remote_holder(remote: RemoteHost) -> int:
+    """A process that owns the remote host's mount and UTS namespaces (in its network namespace)
+    for as long as the host exists, so that its libvirtd and sshd can each stop and start again
+    in them. /run is a private tmpfs there: sshd's privilege separation directory, /run/sshd,
+    exists without touching the machine's /run."""
+    remote.ns_ready.unlink(missing_ok=True)
+    script = (
+        "mount -t tmpfs -o mode=0755,size=16m vmapi-lab-run /run && mkdir -m 0755 /run/sshd && "
+        f"{_libvirt_binds(remote.libvirtd.root)} && hostname {shlex.quote(remote.name)} && "
+        f"touch {shlex.quote(str(remote.ns_ready))} && exec sleep infinity"
+    )
+    log = remote.logs / "remote-namespace.log"
+    pid = spawn(
+        [
+            "ip", "netns", "exec", remote.netns,
+            "unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script,
+        ],
+        log=log,
+    )  # fmt: skip
+    if not wait_for(
+        lambda: remote.ns_ready.exists() or not pid_alive(pid), timeout=20, interval=0.02
+    ):
+        raise LabError(f"the remote host's namespaces were not ready within 20 s; log: {log}")
+    if not pid_alive(pid):
+        raise LabError(f"the remote host's namespace holder exited; log: {log}")
+    return pid
+
+
+def spawn_remote_libvirtd(remote: RemoteHost, holder: int, *, cpu: int | None = None) -> int:
+    libvirtd = remote.libvirtd
+    root = libvirtd.root
+    pin = ["taskset", "--cpu-list", str(cpu)] if cpu is not None else []
+    return spawn(
+        [
+            *pin, *_nsenter(holder),
+            "libvirtd", "--listen", "--config", str(root / "etc" / "libvirtd.conf"),
+            "--pid-file", str(root / "libvirtd.pid"),
+        ],
+        log=libvirtd.out,
+    )  # fmt: skip
+
+
+def configure_remote(lab: Lab, guest_image: Path) -> None:
+    remote = lab.remote
+    libvirtd = remote.libvirtd
+    define_isolated_network(
+        libvirtd,
+        remote.dir / "network.xml",
+        name=lab.network,
+        bridge=remote.bridge,
+        prefix=remote.subnet_prefix,
+        dhcp=True,
+    )
+    remote.pool_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(guest_image, remote.pool_dir / lab.guest_volume)
+    define_dir_pool(libvirtd, name=lab.pool, target=remote.pool_dir)
+
+
+def _remote_entry(lab: Lab) -> dict[str, object]:
+    state = load_state(lab)
+    entry = state.get("remote")
+    if not isinstance(entry, dict) or not isinstance(entry.get("holder_pid"), int):
+        raise LabError("the lab has no remote host; run `make lab-up` (with VMAPI_LAB_REMOTE=1)")
+    return entry
+
+
+def _sshd_pids(remote: RemoteHost) -> list[int]:
+    """Every sshd of the remote host: the listener and one per connection."""
+    found = []
+    for pid in netns_pids(remote.netns):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                found.append(pid)
+    return found
+
+
+def sshd_running(lab: Lab) -> bool:
+    remote = lab.remote
+    try:
+        pid = int(remote.sshd_pid_file.read_text())
+    except (OSError, ValueError):
+        return False
+    return pid_alive(pid) and pid in netns_pids(remote.netns)
+
+
+def start_sshd(lab: Lab) -> int:
+    """Start the remote host's sshd (with its current host key) unless it runs; returns its pid
+    once it listens (sshd writes its pid file after binding)."""
+    remote = lab.remote
+    holder = int(str(_remote_entry(lab)["holder_pid"]))
+    if sshd_running(lab):
+        return int(remote.sshd_pid_file.read_text())
+    remote.sshd_pid_file.unlink(missing_ok=True)
+    log = lab.logs / "sshd-r0.log"
+    # -D: stay in the foreground (the lab tracks it); -e: log to the log file.
+    pid = spawn(
+        [*_nsenter(holder), "/usr/sbin/sshd", "-D", "-e", "-f", str(remote.sshd_config)], log=log
+    )
+    if not wait_for(
+        lambda: remote.sshd_pid_file.exists() or not pid_alive(pid), timeout=20, interval=0.02
+    ):
+        raise LabError(f"the remote host's sshd did not start within 20 s; log: {log}")
+    if not pid_alive(pid):
+        raise LabError(f"the remote host's sshd exited during start-up; log: {log}")
+    return pid
+
+
+def stop_sshd(lab: Lab) -> None:
+    """Stop the remote host's sshd and end every session it serves, so that a client's open
+    connection breaks too (as when the host goes away), not only new ones."""
+    remote = lab.remote
+    _remote_entry(lab)
+    for _ in range(3):
+        pids = _sshd_pids(remote)
+        if not pids:
+            break
+        stop_pids(pids, grace=5)
+    remote.sshd_pid_file.unlink(missing_ok=True)
+
+
+def rotate_host_key(lab: Lab) -> str:
+    """Give the remote host's sshd a new host key (as a reinstalled host would have): sshd
+    restarts with it, open sessions end, and the lab's known_hosts file holds the new line (a
+    copy of the old file keeps failing verification). Returns the new known_hosts line."""
+    remote = lab.remote
+    _remote_entry(lab)
+    stop_sshd(lab)
+    _ssh_keygen(remote.host_key, f"{remote.name} host key")
+    write_known_hosts(remote)
+    start_sshd(lab)
+    return remote.known_hosts.read_text().strip()
+
+
+def set_remote_link(lab: Lab, *, up: bool) -> None:
+    """Take the host's end of the link down (packets from the client are then lost, as when the
+    host is unreachable) or up again."""
+    remote = lab.remote
+    _remote_entry(lab)
+    state = "up" if up else "down"
+    run(
+        ["ip", "-n", remote.netns, "link", "set", remote.veth, state],
+        what=f"setting the remote host's link {state}",
+    )
+
+
+def restart_remote_libvirtd(lab: Lab) -> int:
+    """Stop the remote host's libvirtd and start it again in the same namespaces."""
+    remote = lab.remote
+    state = load_state(lab)
+    entry = _remote_entry(lab)
+    pid = entry.get("libvirtd_pid")
+    if isinstance(pid, int) and pid_alive(pid):
+        stop_pids([pid])
+    cpus = os.sched_getaffinity(0)
+    probed_on = cpu_of_cached_probe(remote.libvirtd)
+    new_pid = spawn_remote_libvirtd(
+        remote, int(str(entry["holder_pid"])), cpu=probed_on if probed_on in cpus else None
+    )
+    entry["libvirtd_pid"] = new_pid
+    state["remote"] = entry
+    save_state(lab, state)
+    wait_libvirtd(remote.libvirtd, new_pid)
+    release_cpu_pin(new_pid, cpus)
+    return new_pid
+
+
+def remote_healthy(lab: Lab, state: dict[str, object]) -> bool:
+    """Whether the remote host is as `up` left it: exactly when VMAPI_LAB_REMOTE asks for one,
+    with its namespaces, holder, libvirtd and forwarders alive (sshd may be stopped by a test;
+    `up` starts it again)."""
+    entry = state.get("remote")
+    if not lab.remote_enabled:
+        return not entry and not lab.existing_remote_netns()
+    if not isinstance(entry, dict):
+        return False
+    remote = lab.remote
+    pids = [
+        entry.get(k) for k in ("holder_pid", "libvirtd_pid", "forward_pid", "client_forward_pid")
+    ]
+    return (
+        all(isinstance(p, int) and pid_alive(p) for p in pids)
+        and netns_exists(remote.netns)
+        and netns_exists(remote.client_netns)
+        and libvirt_answers(remote.libvirtd)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # state and environment
 
 
@@ -1612,6 +2221,33 @@ def env_lines(lab: Lab, state: dict[str, object]) -> list[str]:
     for host in lab.hosts:
         values[f"VMAPI_LAB_HOST_{host.index}_URI"] = host.libvirtd.uri
         values[f"VMAPI_LAB_HOST_{host.index}_NETNS"] = host.netns
+    values["VMAPI_LAB_REMOTE"] = "1" if lab.remote_enabled else "0"
+    if lab.remote_enabled:
+        r = lab.remote
+        values |= {
+            "VMAPI_LAB_REMOTE_NAME": r.name,
+            "VMAPI_LAB_REMOTE_NETNS": r.netns,
+            "VMAPI_LAB_REMOTE_URI": r.libvirtd.uri,
+            "VMAPI_LAB_REMOTE_ADDRESS": r.address,
+            "VMAPI_LAB_REMOTE_CLIENT_NETNS": r.client_netns,
+            "VMAPI_LAB_REMOTE_CLIENT_ADDRESS": r.client_address,
+            "VMAPI_LAB_REMOTE_SSH_URI": r.ssh_uri,
+            "VMAPI_LAB_REMOTE_LIBSSH_URI": r.libssh_uri,
+            "VMAPI_LAB_REMOTE_TLS_URI": r.tls_uri,
+            "VMAPI_LAB_REMOTE_SSH_KEY": str(r.ssh_key),
+            "VMAPI_LAB_REMOTE_WRONG_SSH_KEY": str(r.wrong_ssh_key),
+            "VMAPI_LAB_REMOTE_KNOWN_HOSTS": str(r.known_hosts),
+            "VMAPI_LAB_REMOTE_SSH_COMMAND": str(r.ssh_command),
+            "VMAPI_LAB_REMOTE_CA_CRT": str(r.tls_pkipath / "cacert.pem"),
+            "VMAPI_LAB_REMOTE_TLS_CRT": str(r.tls_pkipath / "clientcert.pem"),
+            "VMAPI_LAB_REMOTE_TLS_KEY": str(r.tls_pkipath / "clientkey.pem"),
+            "VMAPI_LAB_REMOTE_TLS_PKIPATH": str(r.tls_pkipath),
+            "VMAPI_LAB_REMOTE_WRONG_TLS_CRT": str(r.wrong_tls_pkipath / "clientcert.pem"),
+            "VMAPI_LAB_REMOTE_WRONG_TLS_KEY": str(r.wrong_tls_pkipath / "clientkey.pem"),
+            "VMAPI_LAB_REMOTE_WRONG_TLS_PKIPATH": str(r.wrong_tls_pkipath),
+            "VMAPI_LAB_REMOTE_NETWORK": lab.network,
+            "VMAPI_LAB_REMOTE_POOL": lab.pool,
+        }
     return [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
 
 
@@ -1633,6 +2269,7 @@ def lab_healthy(lab: Lab) -> bool:
         and apiserver_ready(lab)
         and libvirt_answers(lab.libvirtd)
         and all(libvirt_answers(h.libvirtd) for h in lab.hosts)
+        and remote_healthy(lab, state)
     )
 
 
@@ -1667,6 +2304,9 @@ def node_healthy(lab: Lab, state: dict[str, object]) -> bool:
 
 def up(lab: Lab, *, node: bool = False) -> None:
     if lab_healthy(lab):
+        if lab.remote_enabled:
+            # A test may have stopped it (and failed before starting it again).
+            start_sshd(lab)
         if node:
             add_node(lab)
         print(
@@ -1674,7 +2314,12 @@ def up(lab: Lab, *, node: bool = False) -> None:
             f"libvirt {lab.libvirt_uri})"
         )
         return
-    if lab.dir.exists() or netns_exists(lab.netns) or lab.existing_host_netns():
+    if (
+        lab.dir.exists()
+        or netns_exists(lab.netns)
+        or lab.existing_host_netns()
+        or lab.existing_remote_netns()
+    ):
         down(lab, quiet=True)
     started = time.monotonic()
     kube_lab = build_kube(lab)
@@ -1705,7 +2350,9 @@ def up(lab: Lab, *, node: bool = False) -> None:
     print(
         f"lab: up in {time.monotonic() - started:.1f} s: kube-apiserver "
         f"https://127.0.0.1:{lab.api_port}, libvirt {lab.libvirt_uri} (netns {lab.netns}), "
-        f"{len(lab.hosts)} extra libvirt hosts, guest domain type {state['domain_type']}"
+        f"{len(lab.hosts)} extra libvirt hosts, "
+        + (f"remote host {lab.remote.name} at {lab.remote.address}, " if lab.remote_enabled else "")
+        + f"guest domain type {state['domain_type']}"
     )
 
 
@@ -1719,9 +2366,16 @@ def down(lab: Lab, *, quiet: bool = False) -> None:
     ]
     stop_pids(control)
     stop_container_api(lab, state)
+    # The API server's forwarder on the host side; its twin runs in the client namespace.
+    remote = state.get("remote")
+    pid = remote.get("forward_pid") if isinstance(remote, dict) else None
+    if isinstance(pid, int) and pid_alive(pid):
+        stop_pids([pid])
     # Every process of the lab's libvirt (libvirtd, dnsmasq, qemu) lives in the namespaces: the
-    # lab's own and its hosts', as many as the last `up` made, whatever the count is now.
-    names = [lab.netns, *lab.existing_host_netns()]
+    # lab's own and its hosts', as many as the last `up` made, whatever the count is now, and the
+    # remote host's (its namespace holder, libvirtd and sshd) and its client's (the forwarder and
+    # whatever a test started there). Deleting the namespaces deletes the link between them.
+    names = [lab.netns, *lab.existing_host_netns(), *lab.existing_remote_netns()]
     for _ in range(3):
         pids = [p for name in names for p in netns_pids(name)]
         if not pids:
@@ -1774,6 +2428,12 @@ def describe(lab: Lab) -> None:
             f"({host.subnet_prefix}.0/24), pool {lab.pool} with {lab.guest_volume}"
             + "".join(f", {e}" for e in extras)
         )
+    if lab.remote_enabled:
+        r = lab.remote
+        print(
+            f"  remote host {r.name} at {r.address} (from namespace {r.client_netns}): "
+            f"{r.ssh_uri}, {r.libssh_uri}, {r.tls_uri}; locally {r.libvirtd.uri}"
+        )
     print(f"  logs in {lab.logs}")
     print('Use it from a shell: eval "$(make -s lab-env)"; kubectl get ns; virsh list --all')
 
@@ -1793,6 +2453,12 @@ def main(argv: list[str] | None = None) -> int:
             "image",
             "container-api",
             "node",
+            "remote-sshd-stop",
+            "remote-sshd-start",
+            "remote-rotate-host-key",
+            "remote-link-down",
+            "remote-link-up",
+            "remote-restart-libvirtd",
         ],
     )
     parser.add_argument(
@@ -1831,6 +2497,17 @@ def main(argv: list[str] | None = None) -> int:
             print(build_image(lab))
         elif args.command == "container-api":
             print(start_container_api(lab))
+        elif args.command == "remote-sshd-stop":
+            stop_sshd(lab)
+        elif args.command == "remote-sshd-start":
+            print(f"lab: sshd of {lab.remote.name} runs (pid {start_sshd(lab)})")
+        elif args.command == "remote-rotate-host-key":
+            print(rotate_host_key(lab))
+        elif args.command in ("remote-link-down", "remote-link-up"):
+            set_remote_link(lab, up=args.command == "remote-link-up")
+        elif args.command == "remote-restart-libvirtd":
+            pid = restart_remote_libvirtd(lab)
+            print(f"lab: libvirtd of {lab.remote.name} restarted (pid {pid})")
         else:
             healthy = lab_healthy(lab)
             print("lab: up" if healthy else "lab: down")
