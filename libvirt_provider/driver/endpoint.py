@@ -268,6 +268,9 @@ _HOST_KEY = (
     "host key is unknown",
     "host key for server is unknown",
     "host key mismatch",
+    "session host key",
+    "host key is known",
+    "was not accepted",
     "known_hosts",
     "changed (and",
 )
@@ -284,6 +287,7 @@ _AUTH = (
     "failed to verify",
     "unknown ca",
     "bad certificate",
+    "tls confirmation",
 )
 _UNREACHABLE = (
     "connection refused",

@@ -181,6 +181,41 @@ def test_tls_uri_points_at_the_pki_directory() -> None:
         ),
         ("no answer within 15 s (connection timed out)", c.REASON_UNREACHABLE),
         ("internal error: unexpected reply from server", c.REASON_PROTOCOL_ERROR),
+        # Seen in the lab (libssh, OpenSSH without the host in known_hosts, TLS).
+        (
+            "libssh transport error: failed to authenticate: Access denied for 'publickey'. "
+            "Authentication that can continue: publickey",
+            c.REASON_AUTHENTICATION_FAILED,
+        ),
+        (
+            "authentication failed: !!! SSH HOST KEY VERIFICATION FAILED !!!: Identity of host "
+            "'10.213.33.2:22' differs from stored identity.",
+            c.REASON_HOST_KEY_MISMATCH,
+        ),
+        (
+            "libssh transport error: No user interaction callback provided: Can't verify the "
+            "session host key",
+            c.REASON_HOST_KEY_MISMATCH,
+        ),
+        (
+            "Cannot recv data: No ED25519 host key is known for 10.213.33.2 and you have "
+            "requested strict checking.\nHost key verification failed.: Connection reset by peer",
+            c.REASON_HOST_KEY_MISMATCH,
+        ),
+        (
+            "unable to connect to server at '10.213.33.2:22': Connection refused",
+            c.REASON_UNREACHABLE,
+        ),
+        (
+            "Our own certificate /d/clientcert.pem failed validation against /d/cacert.pem: The "
+            "certificate hasn't got a known issuer.",
+            c.REASON_AUTHENTICATION_FAILED,
+        ),
+        ("Unable to read TLS confirmation: Input/output error", c.REASON_AUTHENTICATION_FAILED),
+        (
+            "authentication failed: Failed to verify peer's certificate",
+            c.REASON_AUTHENTICATION_FAILED,
+        ),
     ],
 )
 def test_failures_are_named(message: str, reason: str) -> None:
