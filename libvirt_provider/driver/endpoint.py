@@ -73,6 +73,8 @@ _FILE_NAMES = {
 # A wrapper of the OpenSSH client (qemu+ssh): strict host-key checking against the Secret's
 # known_hosts only, no prompts, no user or system configuration, bounded connect and liveness.
 SSH_WRAPPER = "ssh"
+# How much of ssh's own messages the wrapper passes on to libvirt (which keeps at most 1 KiB).
+SSH_MESSAGE_BYTES = 600
 
 
 class ConnectionProblemError(Exception):
@@ -225,7 +227,14 @@ def ssh_wrapper(directory: PurePath, *, connect_timeout: float) -> str:
         "-o",
         "ServerAliveCountMax=3",
     ]
-    return "#!/bin/sh\nexec ssh " + " ".join(_sh_quote(o) for o in options) + ' "$@"\n'
+    # libvirt keeps at most 1 KiB of what the command writes to stderr, and fails with "Value too
+    # large" beyond that, losing ssh's reason; a changed host key alone prints more (a banner and
+    # the known_hosts path three times). Only the end of ssh's messages is passed on: it says why.
+    command = "ssh " + " ".join(_sh_quote(o) for o in options) + ' "$@"'
+    return (
+        "#!/bin/sh\n"
+        f"{{ {command} 2>&1 1>&3 3>&- | tail -c {SSH_MESSAGE_BYTES} 1>&2 3>&-; }} 3>&1\n"
+    )
 
 
 def _sh_quote(word: str) -> str:

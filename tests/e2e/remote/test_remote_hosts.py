@@ -103,7 +103,7 @@ def lifecycle(api: client.ApiClient, remote: LabRemote, ns: str, name: str) -> N
     domain = domain_of(api, ns, name)
     assert domain in host_domains(remote)
     machine = get(api, ns, name, vm=False) or {}
-    assert machine["status"]["host"] == remote.name
+    assert machine["status"]["providerMetadata"]["host"] == remote.name
     delete_vm_and_wait(api, ns, name, what=f"{name} deleted")
     assert domain not in host_domains(remote)
     assert host_volumes(remote, domain) == []
