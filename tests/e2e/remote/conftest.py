@@ -64,7 +64,13 @@ class RemoteDaemon:
 
 
 def start_remote_daemon(
-    lab: LabInfo, remote: LabRemote, identity: str, *, generic: bool = True
+    lab: LabInfo,
+    remote: LabRemote,
+    identity: str,
+    *,
+    generic: bool = True,
+    kubeconfig: str | None = None,
+    lease_namespace: str = SYSTEM_NAMESPACE,
 ) -> RemoteDaemon:
     """`libvirt-provider --remote` in the lab's client namespace, its output in a fresh log."""
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "VMAPI_CRASH_POINT")}
@@ -81,11 +87,11 @@ def start_remote_daemon(
         "libvirt_provider",
         "--remote",
         f"--identity={identity}",
-        f"--kubeconfig={lab.kubeconfig}",
+        f"--kubeconfig={kubeconfig or lab.kubeconfig}",
         f"--domain-types={lab.domain_type}",
         "--health-address=127.0.0.1",
         "--health-port=0",
-        f"--lease-namespace={SYSTEM_NAMESPACE}",
+        f"--lease-namespace={lease_namespace}",
         f"--credentials-dir={Path(lab.dir) / 'remote-credentials'}",
     ]
     if not generic:
@@ -130,23 +136,25 @@ def metric(text: str, name: str, **labels: str) -> float:
 # -- Secrets and the LibvirtHost -------------------------------------------------------------
 
 
-def put_secret(api: client.ApiClient, name: str, data: dict[str, bytes]) -> None:
+def put_secret(
+    api: client.ApiClient, name: str, data: dict[str, bytes], *, ns: str = SYSTEM_NAMESPACE
+) -> None:
     core = client.CoreV1Api(api)
     body = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=name, namespace=SYSTEM_NAMESPACE),
+        metadata=client.V1ObjectMeta(name=name, namespace=ns),
         data={k: base64.b64encode(v).decode() for k, v in data.items()},
     )
     try:
-        core.create_namespaced_secret(SYSTEM_NAMESPACE, body)
+        core.create_namespaced_secret(ns, body)
     except ApiException as err:
         if err.status != 409:
             raise
-        core.replace_namespaced_secret(name, SYSTEM_NAMESPACE, body)
+        core.replace_namespaced_secret(name, ns, body)
 
 
-def delete_secret(api: client.ApiClient, name: str) -> None:
+def delete_secret(api: client.ApiClient, name: str, *, ns: str = SYSTEM_NAMESPACE) -> None:
     try:
-        client.CoreV1Api(api).delete_namespaced_secret(name, SYSTEM_NAMESPACE)
+        client.CoreV1Api(api).delete_namespaced_secret(name, ns)
     except ApiException as err:
         if err.status != 404:
             raise
