@@ -25,13 +25,13 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from kubernetes import client, config
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._figures import figures, leads, p95, wait  # noqa: E402
 from catalog.image import LibvirtImage  # noqa: E402
 from catalog.lookup import Catalog  # noqa: E402
 from catalog.machineclass import LibvirtMachineClass  # noqa: E402
@@ -190,12 +190,15 @@ def lab(machines: int) -> None:
     try:
         for host in info.hosts:
             reset_host(api, host.name)
+            fleet.start(host)
+        # Each daemon creates its host's object (on a fresh lab there is none before).
+        fleet.wait_hosts_ready()
+        for host in info.hosts:
             # Room for every machine of the run (the lab's hosts have 2 CPUs each): what is
             # measured is the time placement takes, not what happens when hosts are full.
             patch_host(api, host.name, {"spec": {"overcommit": {"cpu": 64.0}}})
-            fleet.start(host)
-        fleet.wait_hosts_ready()
-        _wait(lambda: _leads(fleet), 60, "a daemon leading")
+        _wait_allocatable(api, [h.name for h in info.hosts], cpus=2 * 64)
+        wait(lambda: leads(fleet), 60, "a daemon leading")
         names = [h.name for h in info.hosts]
         created: dict[str, float] = {}
         placed: dict[str, float] = {}
@@ -229,11 +232,11 @@ def lab(machines: int) -> None:
         free, pinned = latencies("free", built), latencies("pinned", built)
         to_place = latencies("free", placed)
         print(f"lab: {len(names)} hosts, {machines} unplaced + {machines} pinned, powered off")
-        print(f"  create -> placed (unplaced):  {_figures(to_place)}")
-        print(f"  create -> built  (unplaced):  {_figures(free)}")
-        print(f"  create -> built  (pinned):    {_figures(pinned)}")
+        print(f"  create -> placed (unplaced):  {figures(to_place)}")
+        print(f"  create -> built  (unplaced):  {figures(free)}")
+        print(f"  create -> built  (pinned):    {figures(pinned)}")
         print(
-            f"  placement adds at p95: {(_p95(free) - _p95(pinned)) * 1e3:+.0f} ms, "
+            f"  placement adds at p95: {(p95(free) - p95(pinned)) * 1e3:+.0f} ms, "
             f"at p50: {(statistics.median(free) - statistics.median(pinned)) * 1e3:+.0f} ms"
         )
     finally:
@@ -241,7 +244,7 @@ def lab(machines: int) -> None:
             custom.delete_namespaced_custom_object(
                 VG, V, ns, "virtualmachines", vm["metadata"]["name"]
             )
-        _wait(
+        wait(
             lambda: not custom.list_namespaced_custom_object(G, V, ns, "libvirtmachines")["items"],
             120 + machines * 2,
             "every machine deleted",
@@ -250,6 +253,21 @@ def lab(machines: int) -> None:
         client.CoreV1Api(api).delete_namespace(ns)
         for host in info.hosts:
             reset_host(api, host.name)
+
+
+def _wait_allocatable(api: client.ApiClient, names: list[str], *, cpus: int) -> None:
+    """Until each host's status shows the raised overcommit (its agent saw the patch)."""
+    custom = client.CustomObjectsApi(api)
+
+    def raised() -> bool:
+        for name in names:
+            obj = custom.get_cluster_custom_object(G, V, "libvirthosts", name)
+            room = (obj.get("status") or {}).get("allocatable") or {}
+            if int(room.get("cpus") or 0) < cpus:
+                return False
+        return True
+
+    wait(raised, 60, "the hosts' raised allocatable")
 
 
 def _observe(
@@ -275,33 +293,6 @@ def _observe(
             if name not in built and ready and ready[0].get("status") == "True":
                 built[name] = now
         time.sleep(0.02)
-
-
-def _leads(fleet: Any) -> bool:
-    try:
-        return bool(fleet.leader())
-    except Exception:
-        return False
-
-
-def _p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20)[18] if len(values) >= 20 else max(values)
-
-
-def _figures(values: list[float]) -> str:
-    return (
-        f"p50 {statistics.median(values) * 1e3:6.0f} ms, p95 {_p95(values) * 1e3:6.0f} ms, "
-        f"max {max(values) * 1e3:6.0f} ms"
-    )
-
-
-def _wait(probe: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if probe():
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"bench: {what} not reached within {timeout:.0f} s")
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from kubernetes import client, config
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._figures import figures, leads, p95, wait  # noqa: E402
 from libvirt_provider import constants as c  # noqa: E402
 from tests.e2e.conftest import read_lab  # noqa: E402
 from tests.e2e.placement.conftest import Fleet, reset_host  # noqa: E402
@@ -86,14 +87,14 @@ def main() -> None:
         fleet.start(local)
         daemon = start_remote_daemon(info, remote, "bench-remote", generic=False)
         fleet.wait_hosts_ready([local.name, remote.name])
-        _wait(lambda: _leads(fleet), 60, "the local daemon leading the generic controller")
+        wait(lambda: leads(fleet), 60, "the local daemon leading the generic controller")
         _measure(args, api, ns=ns, remote=remote, local=local, daemon=daemon)
     finally:
         for vm in custom.list_namespaced_custom_object(VG, V, ns, "virtualmachines")["items"]:
             custom.delete_namespaced_custom_object(
                 VG, V, ns, "virtualmachines", vm["metadata"]["name"]
             )
-        _wait(
+        wait(
             lambda: not custom.list_namespaced_custom_object(G, V, ns, "libvirtmachines")["items"],
             120 + args.machines * 4,
             "every machine deleted",
@@ -141,15 +142,15 @@ def _measure(
     remote_lat = [built[n] - created[n] for n in created if n.startswith("remote")]
     local_lat = [built[n] - created[n] for n in created if n.startswith("local")]
     gone = _delete_all(custom, ns, args.machines)
-    figures = metrics(daemon, remote)
+    scraped = metrics(daemon, remote)
     print(f"remote bench: {args.machines} machines over qemu+ssh and {args.machines} local,")
     print("  created interleaved in one burst, powered off")
-    print(f"  create -> built, remote: {_figures(remote_lat)}")
-    print(f"  create -> built, local:  {_figures(local_lat)}")
+    print(f"  create -> built, remote: {figures(remote_lat)}")
+    print(f"  create -> built, local:  {figures(local_lat)}")
     p50_ratio = statistics.median(remote_lat) / statistics.median(local_lat)
     print(
         f"  ratio remote/local: p50 {p50_ratio:.2f}, "
-        f"p95 {_p95(remote_lat) / _p95(local_lat):.2f} (goal <= 1.5)"
+        f"p95 {p95(remote_lat) / p95(local_lat):.2f} (goal <= 1.5)"
     )
     print(
         f"  delete -> gone: remote {gone['remote']:.1f} s, local {gone['local']:.1f} s, "
@@ -157,12 +158,12 @@ def _measure(
     )
     host = remote.name
     print(
-        f"  remote calls: {metric(figures, 'vmapi_libvirt_calls_total', host=host):.0f}; "
-        f"peak in flight {metric(figures, 'vmapi_libvirt_calls_in_flight_peak', host=host):.0f}"
+        f"  remote calls: {metric(scraped, 'vmapi_libvirt_calls_total', host=host):.0f}; "
+        f"peak in flight {metric(scraped, 'vmapi_libvirt_calls_in_flight_peak', host=host):.0f}"
         f" (limit {args.concurrent}); most started in one second "
-        f"{metric(figures, 'vmapi_libvirt_calls_peak_per_second', host=host):.0f} "
+        f"{metric(scraped, 'vmapi_libvirt_calls_peak_per_second', host=host):.0f} "
         f"(limit burst {args.burst} + qps {args.qps:g}); refused "
-        f"{metric(figures, 'vmapi_libvirt_calls_refused_total', host=host):.0f}"
+        f"{metric(scraped, 'vmapi_libvirt_calls_refused_total', host=host):.0f}"
     )
 
 
@@ -200,33 +201,6 @@ def _delete_all(custom: client.CustomObjectsApi, ns: str, machines: int) -> dict
     if len(gone) < 2:
         raise SystemExit("bench: machines were not all deleted in time")
     return gone
-
-
-def _leads(fleet: Any) -> bool:
-    try:
-        return bool(fleet.leader())
-    except Exception:
-        return False
-
-
-def _p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20)[18] if len(values) >= 20 else max(values)
-
-
-def _figures(values: list[float]) -> str:
-    return (
-        f"p50 {statistics.median(values) * 1e3:6.0f} ms, p95 {_p95(values) * 1e3:6.0f} ms, "
-        f"max {max(values) * 1e3:6.0f} ms"
-    )
-
-
-def _wait(probe: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if probe():
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"bench: {what} not reached within {timeout:.0f} s")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import os
 import select
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,11 +151,7 @@ def run(cfg: DaemonConfig) -> int:
     leader = GenericLeader(cfg, api, store) if cfg.generic else None
     health = _health(cfg, provider, leader, hypervisor, store)
 
-    metrics = (
-        HealthServer(address=cfg.metrics_address, port=cfg.metrics_port, checks=False, metrics=True)
-        if cfg.metrics_address is not None
-        else None
-    )
+    metrics = _metrics_server(cfg)
     catalog.start()
     health.start()
     if metrics is not None:
@@ -170,28 +167,59 @@ def run(cfg: DaemonConfig) -> int:
         health.port,
         "by lease election" if leader else "disabled",
     )
+    together: list[Step] = [*unit.stop_steps(), *catalog.stop_steps()]
+    then: list[Step] = [("the libvirt connection", hypervisor.close)]
+    return _serve_until_stopped(
+        cfg,
+        stop,
+        failed=lambda: None if provider.alive() else "the LibvirtMachine operator stopped",
+        together=together + _common_steps(health, metrics, leader),
+        then=then,
+    )
+
+
+def _metrics_server(cfg: DaemonConfig) -> HealthServer | None:
+    """/metrics on an address of its own, when one is asked for."""
+    if cfg.metrics_address is None:
+        return None
+    return HealthServer(
+        address=cfg.metrics_address, port=cfg.metrics_port, checks=False, metrics=True
+    )
+
+
+def _common_steps(
+    health: HealthServer, metrics: HealthServer | None, leader: GenericLeader | None
+) -> list[Step]:
+    steps: list[Step] = [("the health endpoint", health.stop)]
+    if metrics is not None:
+        steps.append(("the metrics endpoint", metrics.stop))
+    if leader is not None:
+        steps.append(("the generic controller", leader.stop))
+    return steps
+
+
+def _serve_until_stopped(
+    cfg: DaemonConfig,
+    stop: StopSignals,
+    *,
+    failed: Callable[[], str | None],
+    together: list[Step],
+    then: list[Step],
+) -> int:
+    """Wait for a stop signal (or for `failed` to name a part that died), then stop: `together`
+    side by side, then `then` in order, then libvirt's event loop; within the deadline."""
     while not stop.wait(1.0):
-        if not provider.alive():
-            log.error("the LibvirtMachine operator stopped unexpectedly; exiting")
+        problem = failed()
+        if problem is not None:
+            log.error("%s unexpectedly; exiting", problem)
             break
     log.info("stopping")
     # The last resort behind the deadline below: whatever still runs after it (interpreter
     # finalization waits for non-daemon threads, such as kopf's handler executor) gets its
     # stacks printed and the process ends, so a stop is always bounded and a hang explained.
     faulthandler.dump_traceback_later(cfg.stop_deadline + STOP_WATCHDOG_MARGIN, exit=True)
-    together: list[Step] = [
-        *unit.stop_steps(),
-        ("the health endpoint", health.stop),
-        *catalog.stop_steps(),
-        *([("the metrics endpoint", metrics.stop)] if metrics is not None else []),
-    ]
-    if leader is not None:
-        together.append(("the generic controller", leader.stop))
-    then: list[Step] = [
-        ("the libvirt connection", hypervisor.close),
-        ("libvirt's event loop", stop_event_loop),
-    ]
-    finished = Shutdown(together, then, deadline=cfg.stop_deadline).run()
+    steps = [*then, ("libvirt's event loop", stop_event_loop)]
+    finished = Shutdown(together, steps, deadline=cfg.stop_deadline).run()
     log.info("stopped")
     code = 0 if stop.received else 1
     if not finished:
@@ -245,11 +273,7 @@ def run_remote(cfg: DaemonConfig, api: ApiClient, stop: StopSignals) -> int:
         liveness=liveness,
         readiness=[("kubernetes", bounded(store.access_problem, seconds=7, what="the API server"))],
     )
-    metrics = (
-        HealthServer(address=cfg.metrics_address, port=cfg.metrics_port, checks=False, metrics=True)
-        if cfg.metrics_address is not None
-        else None
-    )
+    metrics = _metrics_server(cfg)
     catalog.start()
     health.start()
     if metrics is not None:
@@ -265,31 +289,14 @@ def run_remote(cfg: DaemonConfig, api: ApiClient, stop: StopSignals) -> int:
         health.port,
         "by lease election" if leader else "disabled",
     )
-    while not stop.wait(1.0):
-        if not remote.alive():
-            log.error("the remote-host supervisor stopped unexpectedly; exiting")
-            break
-    log.info("stopping")
-    faulthandler.dump_traceback_later(cfg.stop_deadline + STOP_WATCHDOG_MARGIN, exit=True)
-    together: list[Step] = [
-        ("the remote hosts", remote.stop),
-        ("the health endpoint", health.stop),
-        *catalog.stop_steps(),
-        *([("the metrics endpoint", metrics.stop)] if metrics is not None else []),
-    ]
-    if leader is not None:
-        together.append(("the generic controller", leader.stop))
-    then: list[Step] = [
-        ("the credential files", lambda: remove_root(root)),
-        ("libvirt's event loop", stop_event_loop),
-    ]
-    finished = Shutdown(together, then, deadline=cfg.stop_deadline).run()
-    log.info("stopped")
-    code = 0 if stop.received else 1
-    if not finished:
-        logging.shutdown()
-        os._exit(code)
-    return code
+    together: list[Step] = [("the remote hosts", remote.stop), *catalog.stop_steps()]
+    return _serve_until_stopped(
+        cfg,
+        stop,
+        failed=lambda: None if remote.alive() else "the remote-host supervisor stopped",
+        together=together + _common_steps(health, metrics, leader),
+        then=[("the credential files", lambda: remove_root(root))],
+    )
 
 
 class StopSignals:

@@ -232,8 +232,7 @@ def ssh_wrapper(directory: PurePath, *, connect_timeout: float) -> str:
     # the known_hosts path three times). Only the end of ssh's messages is passed on: it says why.
     command = "ssh " + " ".join(_sh_quote(o) for o in options) + ' "$@"'
     return (
-        "#!/bin/sh\n"
-        f"{{ {command} 2>&1 1>&3 3>&- | tail -c {SSH_MESSAGE_BYTES} 1>&2 3>&-; }} 3>&1\n"
+        f"#!/bin/sh\n{{ {command} 2>&1 1>&3 3>&- | tail -c {SSH_MESSAGE_BYTES} 1>&2 3>&-; }} 3>&1\n"
     )
 
 

@@ -94,6 +94,20 @@ def machine_condition(api: client.ApiClient, ns: str, name: str, *, vm: bool) ->
     )
 
 
+def wait_unreachable(api: client.ApiClient, ns: str, name: str) -> None:
+    """Until the machine and its VM both say HostUnreachable (nothing is built meanwhile)."""
+
+    def reasons(vm: bool) -> set[str]:
+        obj = get(api, ns, name, vm=vm) or {}
+        return {str(x.get("reason")) for x in (obj.get("status") or {}).get("conditions") or []}
+
+    eventually(
+        lambda: c.REASON_HOST_UNREACHABLE in reasons(False) & reasons(True),
+        timeout=60,
+        what=f"{name} HostUnreachable on the LibvirtMachine and the VirtualMachine",
+    )
+
+
 def lifecycle(api: client.ApiClient, remote: LabRemote, ns: str, name: str) -> None:
     """A pinned machine to Ready with its address, built on the remote host only, then deleted
     with nothing left there."""
@@ -147,25 +161,7 @@ def test_a_key_the_host_refuses_is_authentication_failed_and_nothing_is_built(
     # The host is not Ready, and a machine pinned to it waits there.
     assert condition(host(remote_api, remote.name), c.HOST_CONDITION_READY)["status"] == "False"
     create(remote_api, remote_pair(ns, "refused", remote, powerState="PoweredOff"))
-    eventually(
-        lambda: (
-            machine_condition(remote_api, ns, "refused", vm=False).get("reason")
-            == c.REASON_HOST_UNREACHABLE
-        ),
-        timeout=60,
-        what="the machine HostUnreachable",
-    )
-    eventually(
-        lambda: (
-            (vm := get(remote_api, ns, "refused", vm=True) or {})
-            and any(
-                cond.get("reason") == c.REASON_HOST_UNREACHABLE
-                for cond in (vm.get("status") or {}).get("conditions") or []
-            )
-        ),
-        timeout=60,
-        what="the VirtualMachine showing HostUnreachable",
-    )
+    wait_unreachable(remote_api, ns, "refused")
     assert domain_of(remote_api, ns, "refused") not in host_domains(remote)
     # A rotation back to the right key is picked up without a restart, and the machine is built.
     put_secret(remote_api, SECRET, ssh_data(remote))
@@ -184,14 +180,7 @@ def test_a_changed_host_key_is_host_key_mismatch_until_known_hosts_is_updated(
     cond = wait_connected(remote_api, remote, c.REASON_HOST_KEY_MISMATCH)
     assert "Host key" in cond["message"] or "host key" in cond["message"]
     create(remote_api, remote_pair(ns, "mismatch", remote, powerState="PoweredOff"))
-    eventually(
-        lambda: (
-            machine_condition(remote_api, ns, "mismatch", vm=False).get("reason")
-            == c.REASON_HOST_UNREACHABLE
-        ),
-        timeout=60,
-        what="the machine HostUnreachable",
-    )
+    wait_unreachable(remote_api, ns, "mismatch")
     assert domain_of(remote_api, ns, "mismatch") not in host_domains(remote)
     assert ssh_data(remote)["known_hosts"] != old["known_hosts"]
     put_secret(remote_api, SECRET, ssh_data(remote))
@@ -281,14 +270,7 @@ def test_bad_connections_are_refused_before_connecting(
     assert case.says in cond["message"]
     assert case.reason in {e.reason for e in host_events(remote_api, remote.name)}
     create(remote_api, remote_pair(ns, "bad-input", remote, powerState="PoweredOff"))
-    eventually(
-        lambda: (
-            machine_condition(remote_api, ns, "bad-input", vm=False).get("reason")
-            == c.REASON_HOST_UNREACHABLE
-        ),
-        timeout=60,
-        what="the machine HostUnreachable",
-    )
+    wait_unreachable(remote_api, ns, "bad-input")
     assert domain_of(remote_api, ns, "bad-input") not in host_domains(remote)
     # Fixed, the host connects again and the machine is built; the namespace's cleanup then
     # removes it.
