@@ -246,6 +246,11 @@ def run_remote(cfg: DaemonConfig, api: ApiClient, stop: StopSignals) -> int:
     """Remote mode: no libvirtd of its own; every remote LibvirtHost this replica claims is
     served by a unit of its own (`remote_hosts.py`). Ready when the API server answers."""
     identity = cfg.identity or f"{socket.gethostname()}-{os.getpid()}"
+    if cfg.console_log_dir is not None:
+        log.warning(
+            "--console-log-dir is ignored in remote mode: a remote host's consoles are files on "
+            "that host (docs/remote-hosts.md)"
+        )
     root = make_root(Path(cfg.credentials_dir) if cfg.credentials_dir else default_root())
     catalog = CatalogFeed(api)
     store = KubeAdapter(api, host=identity)
