@@ -185,7 +185,9 @@ class HostUnit:
 
         registry = kopf.OperatorRegistry()
         register_login(registry, kubeconfig=settings.kubeconfig)
-        register_provider(registry, controller=controller, host=host, images=cache)
+        register_provider(
+            registry, controller=controller, host=host, images=cache, store=self.store
+        )
         kopf_settings = kopf.OperatorSettings()
         configure_provider_settings(kopf_settings, host=host)
         self._listeners = {

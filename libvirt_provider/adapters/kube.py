@@ -9,8 +9,10 @@ and Events. Kubernetes API errors become the provider's error classes here and n
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
@@ -21,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from generic import constants as vmapi
 from generic.adapters.events import EventRecorder
-from generic.adapters.informer import ClusterInformer
+from generic.adapters.informer import ClusterInformer, slim
 from generic.adapters.kubeclient import (
     JSON_PATCH,
     REQUEST_TIMEOUT,
@@ -64,21 +66,108 @@ def _translated() -> AbstractContextManager[None]:
     return translated_api_errors("Kubernetes API", _ERRORS)
 
 
+class Copies:
+    """The latest copy of each object of one kind, from its watch events and from the answers to
+    this daemon's own writes; a copy is replaced only by a newer one (by resourceVersion), so an
+    event delivered after a write's answer never takes the object back in time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[tuple[str, str], Obj] = {}
+
+    def put(self, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        with self._lock:
+            held = self._objects.get(key)
+            if held is None or _newer(meta, held.get("metadata") or {}):
+                self._objects[key] = slim(obj)
+
+    def drop(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._objects.pop((namespace, name), None)
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        with self._lock:
+            held = self._objects.get((namespace, name))
+        return copy.deepcopy(held) if held is not None else None
+
+    def holds(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (namespace, name) in self._objects
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects)
+
+
+def _newer(candidate: Obj, held: Obj) -> bool:
+    """Whether `candidate`'s resourceVersion is later than `held`'s. The API server's versions
+    are etcd revisions (integers) in practice; anything else counts as newer (the watch's order
+    is then the best there is)."""
+    try:
+        return int(str(candidate.get("resourceVersion"))) > int(str(held.get("resourceVersion")))
+    except (TypeError, ValueError):
+        return True
+
+
 class KubeAdapter:
+    """The machine loop's reads and writes. This host's LibvirtMachines, and the VirtualMachines
+    linked to them, are read from watch-fed copies (`observe_machine`, `observe_vm`, fed by the
+    operator's watches, plus the answers to this adapter's own writes); a read goes to the API
+    server when no copy is held yet, or when the caller asks for `fresh` (the reconciler does,
+    right before it creates a domain or removes anything)."""
+
     def __init__(self, api: client.ApiClient, *, host: str) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._host = host
         self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
         self._informers: dict[str, ClusterInformer] = {}
+        self.machines = Copies()
+        self.vms = Copies()
+
+    # -- watch-fed copies --------------------------------------------------------------------
+
+    def observe_machine(self, obj: Obj, *, deleted: bool) -> None:
+        meta = obj.get("metadata") or {}
+        if deleted:
+            self.machines.drop(str(meta.get("namespace")), str(meta.get("name")))
+        else:
+            self.machines.put(obj)
+
+    def observe_vm(self, obj: Obj, *, deleted: bool, wanted: bool) -> None:
+        """A VirtualMachine's event; kept only for a machine of this host (`wanted`) or when a
+        copy is already held (the VMs of other hosts' machines are not this daemon's memory)."""
+        meta = obj.get("metadata") or {}
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        if deleted:
+            self.vms.drop(namespace, name)
+        elif wanted or self.vms.holds(namespace, name):
+            self.vms.put(obj)
 
     # -- reads -------------------------------------------------------------------------------
 
-    def get_machine(self, namespace: str, name: str) -> Obj | None:
-        return self._get_namespaced(c.GROUP, c.VERSION, c.MACHINE_PLURAL, namespace, name)
+    def get_machine(self, namespace: str, name: str, *, fresh: bool = False) -> Obj | None:
+        if not fresh:
+            held = self.machines.get(namespace, name)
+            if held is not None:
+                return held
+        obj = self._get_namespaced(c.GROUP, c.VERSION, c.MACHINE_PLURAL, namespace, name)
+        if obj is None:
+            self.machines.drop(namespace, name)
+        else:
+            self.machines.put(obj)
+        return obj
 
     def get_virtual_machine(self, namespace: str, name: str) -> Obj | None:
-        return self._get_namespaced(vmapi.GROUP, vmapi.VERSION, vmapi.PLURAL, namespace, name)
+        held = self.vms.get(namespace, name)
+        if held is not None:
+            return held
+        obj = self._get_namespaced(vmapi.GROUP, vmapi.VERSION, vmapi.PLURAL, namespace, name)
+        if obj is not None:
+            self.vms.put(obj)
+        return obj
 
     def _get_namespaced(
         self, group: str, version: str, plural: str, namespace: str, name: str
@@ -166,7 +255,7 @@ class KubeAdapter:
 
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
         with _translated():
-            self._custom.patch_namespaced_custom_object_status(
+            written = self._custom.patch_namespaced_custom_object_status(
                 c.GROUP,
                 c.VERSION,
                 namespace,
@@ -175,6 +264,8 @@ class KubeAdapter:
                 {"status": status},
                 _request_timeout=REQUEST_TIMEOUT,
             )
+        if isinstance(written, dict):
+            self.machines.put(written)
 
     def update_image_hosts(
         self,
@@ -240,7 +331,7 @@ class KubeAdapter:
             "changed meanwhile"
         )
         with _translated(), failed_test_raises(lambda: StateConflictError(changed)):
-            self._custom.patch_namespaced_custom_object(
+            written = self._custom.patch_namespaced_custom_object(
                 c.GROUP,
                 c.VERSION,
                 str(meta.get("namespace")),
@@ -250,6 +341,11 @@ class KubeAdapter:
                 _content_type=JSON_PATCH,
                 _request_timeout=REQUEST_TIMEOUT,
             )
+        if not finalizers and meta.get("deletionTimestamp"):
+            # The last finalizer of a deleted object: the API server removes it now.
+            self.machines.drop(str(meta.get("namespace")), str(meta.get("name")))
+        elif isinstance(written, dict):
+            self.machines.put(written)
 
     def event(self, obj: Obj, *, reason: str, message: str, warning: bool = False) -> None:
         """Record a Kubernetes Event on `obj` (repeats are counted); never raises."""

@@ -37,6 +37,7 @@ from generic.adapters.controller import vm_fingerprint
 from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.workqueue import WorkerPool, WorkQueue
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.kube import KubeAdapter
 from libvirt_provider.images.cache import ImageCache
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 
@@ -105,6 +106,11 @@ class MachineController:
                 self._by_uid[uid] = key
         if not deleted:
             self.queue.add(key)
+
+    def knows(self, key: MachineKey) -> bool:
+        """Whether `key` is one of this host's machines (seen on its watch)."""
+        with self._lock:
+            return key in self._known
 
     def on_linked_vm(self, key: MachineKey) -> None:
         """A VM naming `key` changed; wake it if it is one of this host's machines."""
@@ -190,8 +196,10 @@ def register(
     controller: MachineController,
     host: str,
     images: ImageCache,
+    store: KubeAdapter,
 ) -> None:
-    """Put the LibvirtMachine controller's watches on `registry`."""
+    """Put the LibvirtMachine controller's watches on `registry`; every event also refreshes the
+    store's copy of the object (the reconciler's reads)."""
 
     @kopf.on.startup(registry=registry, id="libvirt-machine/startup")
     def _start(**_: Any) -> None:
@@ -201,12 +209,17 @@ def register(
     def _stop(**_: Any) -> None:
         controller.stop()
 
-    _watch_machines(registry, controller=controller, host=host, images=images)
-    _watch_virtual_machines(registry, controller=controller)
+    _watch_machines(registry, controller=controller, host=host, images=images, store=store)
+    _watch_virtual_machines(registry, controller=controller, store=store)
 
 
 def _watch_machines(
-    registry: kopf.OperatorRegistry, *, controller: MachineController, host: str, images: ImageCache
+    registry: kopf.OperatorRegistry,
+    *,
+    controller: MachineController,
+    host: str,
+    images: ImageCache,
+    store: KubeAdapter,
 ) -> None:
     machine_events = _Fingerprints(machine_fingerprint)
 
@@ -220,6 +233,10 @@ def _watch_machines(
     )
     def _machine(event: kopf.RawEvent, meta: kopf.Meta, **_: Any) -> None:
         deleted = event.get("type") == "DELETED"
+        raw = event.get("object")
+        if isinstance(raw, dict):
+            # Before the wake-up below: the pass it starts reads this copy.
+            store.observe_machine(dict(raw), deleted=deleted)
         if (
             meta.namespace
             and meta.name
@@ -231,7 +248,7 @@ def _watch_machines(
 
 
 def _watch_virtual_machines(
-    registry: kopf.OperatorRegistry, *, controller: MachineController
+    registry: kopf.OperatorRegistry, *, controller: MachineController, store: KubeAdapter
 ) -> None:
     vm_events = _Fingerprints(vm_fingerprint)
 
@@ -242,10 +259,16 @@ def _watch_virtual_machines(
         ref = spec.get("infrastructureRef") or {}
         if ref.get("apiGroup") != GROUP or ref.get("kind") != c.MACHINE_KIND or not meta.namespace:
             return
+        machine = MachineKey(meta.namespace, str(ref.get("name")))
+        raw = event.get("object")
+        if isinstance(raw, dict):
+            store.observe_vm(
+                dict(raw), deleted=event.get("type") == "DELETED", wanted=controller.knows(machine)
+            )
         # The generic controller mirrors every machine status write into the VM's status; such
         # an event changes nothing the machine's reconcile reads (spec, identity, deletion).
         if vm_events.changed((meta.namespace, str(meta.name)), event, meta):
-            controller.on_linked_vm(MachineKey(meta.namespace, str(ref.get("name"))))
+            controller.on_linked_vm(machine)
 
 
 def catalog_listener(

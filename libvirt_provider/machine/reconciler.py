@@ -87,6 +87,10 @@ class Report:
     """`pool/volume` of the disks kept at deletion, when this pass resolved the machine."""
 
 
+class _StaleCopyError(Exception):
+    """The machine's copy was older than the API server's object: the pass starts again."""
+
+
 class MachineReconciler:
     def __init__(
         self,
@@ -149,6 +153,25 @@ class MachineReconciler:
             return RETRY
 
     def _reconcile(self, key: MachineKey) -> Outcome:
+        try:
+            return self._pass(key)
+        except _StaleCopyError:
+            return AGAIN
+
+    def _fresh(self, obj: Obj) -> None:
+        """The rule for reads: a pass works from the watch-fed copy of the machine, but creating
+        a domain or removing anything first reads the machine from the API server, and starts
+        the pass again (`_StaleCopyError`) when the copy was behind."""
+        meta = obj.get("metadata") or {}
+        fresh = self._store.get_machine(
+            str(meta.get("namespace")), str(meta.get("name")), fresh=True
+        )
+        if fresh is None or (fresh.get("metadata") or {}).get("resourceVersion") != meta.get(
+            "resourceVersion"
+        ):
+            raise _StaleCopyError
+
+    def _pass(self, key: MachineKey) -> Outcome:
         obj = self._store.get_machine(key.namespace, key.name)
         if obj is None:
             self._record_demand(f"{key.namespace}/{key.name}", None)
@@ -162,6 +185,8 @@ class MachineReconciler:
         if meta.get("deletionTimestamp"):
             # From the object's identity and recorded facts only: any object the API server
             # accepted can be deleted, even one the models refuse.
+            if c.FINALIZER in (meta.get("finalizers") or []):
+                self._fresh(obj)
             return self._delete(obj, self._inputs.domain_name(obj))
         try:
             machine = LibvirtMachine.model_validate(obj)
@@ -219,6 +244,7 @@ class MachineReconciler:
         meta = machine.metadata
         self._record_demand(f"{meta.namespace}/{meta.name}", demand_of(plan))
         if existing is None:
+            self._fresh(obj)
             return self._create(obj, vm, plan, intent)
         try:
             return self._bring_up_to_date(obj, plan, intent, existing.uuid)

@@ -21,7 +21,11 @@ class MemoryStore:
     secrets_forbidden_in: set[str] = field(default_factory=set)
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
-    def get_machine(self, namespace: str, name: str) -> Obj | None:
+    # Reads the reconciler asked to be fresh (from the API server, in production).
+    fresh_reads: int = 0
+
+    def get_machine(self, namespace: str, name: str, *, fresh: bool = False) -> Obj | None:
+        self.fresh_reads += fresh
         obj = self.machines.get(name)
         return copy.deepcopy(obj) if obj else None
 
