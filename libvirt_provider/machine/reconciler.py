@@ -244,7 +244,6 @@ class MachineReconciler:
         meta = machine.metadata
         self._record_demand(f"{meta.namespace}/{meta.name}", demand_of(plan))
         if existing is None:
-            self._fresh(obj)
             return self._create(obj, vm, plan, intent)
         try:
             return self._bring_up_to_date(obj, plan, intent, existing.uuid)
@@ -268,6 +267,7 @@ class MachineReconciler:
                 up_to_date_message="the machine is created once its image is imported",
             )
             return Report(readiness, retained=retained_record(plan)), CONVERGING
+        self._fresh(obj)
         uuid = self._creation.create(obj, plan, intent.desired)
         # Assessed in the same pass, as any existing domain is: a machine that is already where
         # it should be (an instant start, a machine created powered off) is reported so at once,
