@@ -144,8 +144,8 @@ REASON_INVALID_SECRET: Final = "InvalidSecret"
 # spec.connection.secretRef names a namespace other than the daemon's own.
 REASON_SECRET_NOT_ALLOWED: Final = "SecretNotAllowed"
 # Client-side bounds on the calls to one host's libvirtd (spec.rateLimit, maxConcurrentOperations).
-DEFAULT_HOST_QPS: Final = 100.0
-DEFAULT_HOST_BURST: Final = 200
+DEFAULT_HOST_QPS: Final = 1000.0
+DEFAULT_HOST_BURST: Final = 2000
 DEFAULT_MAX_CONCURRENT_OPERATIONS: Final = 4
 # How long a call may wait for a token or a slot before it fails as retryable ("host busy").
 CALL_WAIT_SECONDS: Final = 30.0
