@@ -71,12 +71,15 @@ class HostAgent:
         allocations: Allocations,
         interval: float = c.HEARTBEAT_SECONDS,
         beat: bool = True,
+        create: bool = True,
         link: LinkState | None = None,
         on_spec: SpecListener | None = None,
         events: HostEvents | None = None,
     ) -> None:
-        # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor.
+        # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor; and
+        # its LibvirtHost is the user's declaration: deleted, it must stay deleted.
         self._beats = beat
+        self._creates = create
         self._link = link
         self._on_spec = on_spec
         self._events = events
@@ -187,7 +190,8 @@ class HostAgent:
             return
         obj = self.informer.get(self._host)
         if obj is None:
-            self._create()
+            if self._creates:
+                self._create()
             return
         meta = obj.get("metadata") or {}
         try:

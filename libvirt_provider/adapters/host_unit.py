@@ -163,6 +163,7 @@ class HostUnit:
             lease_namespace=settings.lease_namespace,
             allocations=allocations,
             beat=not remote,
+            create=not remote,
             link=link if remote else None,
             on_spec=self.apply_spec,
             events=host_event if remote else None,

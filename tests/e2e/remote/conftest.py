@@ -221,6 +221,14 @@ def wait_connected(
     return found
 
 
+def lease_holder(api: client.ApiClient, host: str) -> str:
+    """Who holds the remote host's Lease (its claim); "" when nobody does."""
+    lease = client.CoordinationV1Api(api).read_namespaced_lease(
+        f"{c.HEARTBEAT_LEASE_PREFIX}{host}", SYSTEM_NAMESPACE
+    )
+    return str(lease.spec.holder_identity or "")
+
+
 def host_events(api: client.ApiClient, name: str) -> list[Any]:
     events = client.CoreV1Api(api).list_event_for_all_namespaces(
         field_selector=f"involvedObject.name={name},involvedObject.kind={c.HOST_KIND}"

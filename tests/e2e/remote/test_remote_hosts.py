@@ -13,10 +13,12 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
 from tests.e2e.conftest import (
@@ -27,6 +29,8 @@ from tests.e2e.conftest import (
     remote_sshd_stop,
 )
 from tests.e2e.provider.conftest import (
+    GROUP,
+    V,
     condition,
     create,
     delete_vm_and_wait,
@@ -43,6 +47,7 @@ from tests.e2e.remote.conftest import (
     host_domains,
     host_events,
     host_volumes,
+    lease_holder,
     put_secret,
     remote_pair,
     set_host,
@@ -326,3 +331,28 @@ def test_the_daemon_log_and_credentials_directory(
     for mode, path in files:
         expected = "700" if path.endswith("/ssh") else "600"
         assert mode == expected, f"{path} has mode {mode}"
+
+
+def test_a_deleted_remote_host_is_let_go_and_stays_deleted(
+    lab: LabInfo, remote_api: client.ApiClient, remote: LabRemote, daemon: RemoteDaemon
+) -> None:
+    """Last: deleting the LibvirtHost ends its service (the claim is handed back) and nothing
+    creates the object again (it is the user's declaration, unlike a local host's)."""
+    connect(remote_api, remote, remote.ssh_uri, ssh_data(remote))
+    forget_host(remote_api, remote)
+    eventually(
+        lambda: f"no longer serves remote host {remote.name}" in daemon.text(),
+        timeout=60,
+        what="the daemon letting the deleted host go",
+    )
+    eventually(
+        lambda: not lease_holder(remote_api, remote.name),
+        timeout=30,
+        what="the host's Lease handed back",
+    )
+    with pytest.raises(ApiException) as gone:
+        client.CustomObjectsApi(remote_api).get_cluster_custom_object(
+            GROUP, V, "libvirthosts", remote.name
+        )
+    assert gone.value.status == 404
+    assert not list((Path(lab.dir) / "remote-credentials").glob(f"*/{remote.name}"))

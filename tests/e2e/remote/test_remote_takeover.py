@@ -14,10 +14,10 @@ from libvirt_provider.adapters.remote_hosts import TAKEOVER_SECONDS
 from tests.e2e.conftest import LabInfo, LabRemote
 from tests.e2e.provider.conftest import create, namespace, patch_vm, wait_ready
 from tests.e2e.remote.conftest import (
-    SYSTEM_NAMESPACE,
     RemoteDaemon,
     delete_secret,
     forget_host,
+    lease_holder,
     put_secret,
     remote_pair,
     set_host,
@@ -49,18 +49,14 @@ def replicas(
         delete_secret(remote_api, SECRET)
 
 
-def holder(api: client.ApiClient, host: str) -> str:
-    lease = client.CoordinationV1Api(api).read_namespaced_lease(
-        f"{c.HEARTBEAT_LEASE_PREFIX}{host}", SYSTEM_NAMESPACE
-    )
-    return str(lease.spec.holder_identity or "")
-
-
 def test_a_dead_replica_hosts_are_taken_over(
     remote_api: client.ApiClient, remote: LabRemote, replicas: dict[str, RemoteDaemon]
 ) -> None:
     first = eventually(
-        lambda: holder(remote_api, remote.name) in replicas and holder(remote_api, remote.name),
+        lambda: (
+            lease_holder(remote_api, remote.name) in replicas
+            and lease_holder(remote_api, remote.name)
+        ),
         timeout=60,
         what="one replica holding the remote host",
     )
@@ -74,7 +70,7 @@ def test_a_dead_replica_hosts_are_taken_over(
         replicas[first].stop(kill=True)
         killed = time.monotonic()
         eventually(
-            lambda: holder(remote_api, remote.name) == other,
+            lambda: lease_holder(remote_api, remote.name) == other,
             timeout=TAKEOVER_SECONDS + 20,
             interval=0.5,
             what=f"{other} holding the remote host",
