@@ -9,6 +9,7 @@ import pytest
 
 from libvirt_provider.driver.limits import CallLimiter, Limits
 from libvirt_provider.errors import RetryableError
+from tests.eventually import eventually
 
 
 def test_never_more_calls_in_flight_than_the_cap() -> None:
@@ -31,9 +32,7 @@ def test_never_more_calls_in_flight_than_the_cap() -> None:
     threads = [threading.Thread(target=call) for _ in range(12)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 5
-    while limiter.stats().in_flight < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: limiter.stats().in_flight == 3, timeout=5, what="three calls in flight")
     assert limiter.stats().in_flight == 3
     release.set()
     for t in threads:
@@ -89,8 +88,7 @@ def test_new_limits_apply_to_waiting_calls() -> None:
 
     first = threading.Thread(target=holder)
     first.start()
-    while limiter.stats().in_flight < 1:
-        time.sleep(0.01)
+    eventually(lambda: limiter.stats().in_flight == 1, timeout=5, what="the holder's call")
     second = threading.Thread(target=waiter)
     second.start()
     assert not entered.wait(0.2)
