@@ -121,25 +121,21 @@ class HostCredentials:
         """The Secret's resourceVersion now (None: gone, or may not be read), for noticing a
         rotation. `ConnectionProblemError` when the API server did not answer: that is no news
         about the Secret, and must not drop a working connection."""
+        # Under the lock, as `uri()`: a Secret found gone removes the files it may be writing.
         with self._lock:
             connection = self._connection
-        if connection is None or connection.secret_ref is None:
-            return None
-        try:
-            return self._read_secret(connection.secret_ref.name)[0]
-        except ConnectionProblemError as problem:
-            if problem.reason == c.REASON_SECRET_NOT_FOUND:
+            if connection is None or connection.secret_ref is None:
                 return None
-            raise
-
-    def written_version(self) -> str | None:
-        with self._lock:
-            return self._written[1] if self._written else None
+            try:
+                return self._read_secret(connection.secret_ref.name)[0]
+            except ConnectionProblemError as problem:
+                if problem.reason == c.REASON_SECRET_NOT_FOUND:
+                    return None
+                raise
 
     def remove(self) -> None:
         with self._lock:
-            self._written = None
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self._forget_files()
 
     def _read_secret(self, name: str) -> tuple[str, dict[str, bytes]]:
         try:

@@ -170,7 +170,6 @@ class RemoteHosts:
                 unit = claim.unit
                 if unit is None or unit.credentials is None:
                     continue
-                unit.apply_spec(wanted[name])
                 try:
                     version = unit.credentials.secret_version()
                 except ConnectionProblemError:

@@ -268,7 +268,6 @@ def connect_uri(endpoint: Endpoint, directory: PurePath) -> str:
 # Checked in this order: a host-key failure also reads "connection reset" once ssh gives up, and
 # an authentication failure may mention the closed channel.
 _HOST_KEY = (
-    "host key verification failed",
     "host key for server changed",
     "remote host identification has changed",
     "host key verification",

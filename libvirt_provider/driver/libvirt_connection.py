@@ -240,20 +240,21 @@ class LibvirtConnection:
             uri = self._uri_source()
             return _open_with_deadline(uri, self._connect_timeout)
         except ConnectionProblemError as problem:
-            self._failed_locked(problem.reason, problem.message)
+            raise self._failed_locked(problem.reason, problem.message) from None
         except libvirt.libvirtError as err:
             message = err.get_error_message() or str(err)
-            self._failed_locked(classify_failure(message), summarize_failure(message))
-        raise AssertionError("unreachable")  # _failed_locked raises
+            reason = classify_failure(message)
+            raise self._failed_locked(reason, summarize_failure(message)) from err
 
-    def _failed_locked(self, reason: str, message: str) -> None:
+    def _failed_locked(self, reason: str, message: str) -> HostUnreachableError:
+        """Record a failed attempt (its reason, the next attempt's time); the error to raise."""
         self._failures += 1
         delay = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (self._failures - 1))
         self._retry_at = time.monotonic() + delay
         if self._state != ConnectionState(False, reason, message):
             log.warning("host %s: not connected (%s): %s", self._host, reason, message)
         self._state = ConnectionState(False, reason, message)
-        raise HostUnreachableError(self._host, reason, message)
+        return HostUnreachableError(self._host, reason, message)
 
     def connection_state(self) -> ConnectionState:
         """Whether the connection is up, and why not (the last attempt's reason)."""
