@@ -3,6 +3,10 @@
 The real implementation is `generic.adapters.kube.KubeGateway`; unit tests use an in-memory
 double. Every write that could race another writer carries the resourceVersion it was decided
 on and raises `ConflictError` when the object moved on.
+
+Reads may be served from watch-fed copies that lag the API server by an event or two; a caller
+that is about to take something away asks for `fresh=True`, which reads the API server. A write
+that fails with `ConflictError` refreshes the copy it was decided on, so the retry sees the news.
 """
 
 from __future__ import annotations
@@ -30,14 +34,17 @@ class ProviderKind:
 
 
 class ClusterGateway(Protocol):
-    def get_vm(self, namespace: str, name: str) -> Obj | None:
+    def get_vm(self, namespace: str, name: str, *, fresh: bool = False) -> Obj | None:
         """The VM, or None when it does not exist."""
 
     def resolve_kind(self, api_group: str, kind: str) -> ProviderKind:
         """The kind's preferred served version; raises KindNotServedError."""
 
-    def get_provider(self, kind: ProviderKind, namespace: str, name: str) -> Obj | None:
-        """The provider object, or None when it does not exist."""
+    def get_provider(
+        self, kind: ProviderKind, namespace: str, name: str, *, fresh: bool = False
+    ) -> Obj | None:
+        """The provider object, or None when it does not exist. Only its metadata and status
+        are read (a copy may hold nothing else)."""
 
     def set_vm_finalizers(self, vm: Mapping[str, Any], finalizers: Sequence[str]) -> Obj:
         """Replace the VM's finalizers, guarded by its resourceVersion; returns the new VM."""

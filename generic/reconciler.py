@@ -1,8 +1,9 @@
 """One reconcile of one generic VM: gather, decide (pure core), act, report.
 
-A reconcile is level-triggered: it reads the VM and its provider object afresh, so it does not
-matter which event (VM change, provider change, retry) caused it. It returns an `Outcome` that
-tells the work queue whether and when to look again:
+A reconcile is level-triggered: it reads the VM and its provider object as they are now (from
+watch-fed copies; from the API server itself before it deletes or disowns anything, or releases
+its finalizer), so it does not matter which event (VM change, provider change, retry) caused
+it. It returns an `Outcome` that tells the work queue whether and when to look again:
 
 - settled (adopted, provider kind watched): no timed re-check; watch events bring changes;
 - adopted but the kind is not watched (no CRD label): re-check every `poll_interval`;
@@ -126,14 +127,16 @@ class Reconciler:
         return DONE
 
     def _look_up(
-        self, vm: Mapping[str, Any]
+        self, vm: Mapping[str, Any], *, fresh: bool = False
     ) -> tuple[ProviderKind | None, dict[str, Any] | None, LinkAssessment]:
         ref = vm.get("spec", {}).get("infrastructureRef", {})
         try:
             kind = self._gw.resolve_kind(str(ref.get("apiGroup")), str(ref.get("kind")))
         except KindNotServedError as exc:
             return None, None, LinkAssessment(Link.KIND_NOT_SERVED, str(exc))
-        provider = self._gw.get_provider(kind, _meta(vm)["namespace"], str(ref.get("name")))
+        provider = self._gw.get_provider(
+            kind, _meta(vm)["namespace"], str(ref.get("name")), fresh=fresh
+        )
         return kind, provider, assess_link(vm, provider)
 
     def _report(self, vm: Mapping[str, Any], observation: Observation) -> None:
@@ -174,7 +177,9 @@ class Reconciler:
     def _finalize(self, vm: Mapping[str, Any]) -> Outcome:
         if c.FINALIZER not in _finalizers(vm):
             return DONE
-        kind, provider, assessment = self._look_up(vm)
+        # Every way out of here takes something away (the provider object, or the finalizer
+        # that keeps the VM until its infrastructure is gone): decide on the API's word.
+        kind, provider, assessment = self._look_up(vm, fresh=True)
         if provider is None or kind is None:
             self._release(vm, c.EVENT_INFRASTRUCTURE_DELETED, "no provider object remains")
             return DONE
@@ -209,6 +214,14 @@ class Reconciler:
         assessment: LinkAssessment,
     ) -> None:
         if kind is None or provider is None or assessment.link.mutual:
+            return
+        if disowned_owner_references(vm, provider) is None:
+            return
+        # Disowning takes away what deleting the VM would delete: confirm on the API's word that
+        # the link is broken, not only in a copy that has yet to see it restored.
+        meta = _meta(provider)
+        provider = self._gw.get_provider(kind, meta["namespace"], meta["name"], fresh=True)
+        if provider is None or assess_link(vm, provider).link.mutual:
             return
         remaining = disowned_owner_references(vm, provider)
         if remaining is None:

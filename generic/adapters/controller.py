@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client
 
 from generic import metrics
+from generic.adapters.copies import Copies
 from generic.adapters.kube import KubeGateway
 from generic.adapters.kubeclient import load_kube_config
 from generic.adapters.watches import ProviderWatchHub
@@ -68,6 +69,10 @@ class GenericController:
     `start` and `stop` may be called repeatedly (an embedding process that runs the generic
     controller only while it holds a leader Lease): while stopped, VM and CRD events are only
     remembered; `start` replays the remembered CRDs and enqueues every known VM.
+
+    While running it keeps a copy of every VM in scope from kopf's events (and the provider
+    watches keep their objects), so passes read memory; a daemon that does not lead holds only
+    the VMs' fingerprints.
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class GenericController:
         self._workers = workers
         self._lock = threading.Lock()
         self._known_vms: dict[VmKey, Hashable] = {}
+        self._vms = Copies()
         self._crds: dict[str, dict[str, Any]] = {}
         self._hub: ProviderWatchHub | None = None
         self._reconciler: Reconciler | None = None
@@ -105,14 +111,9 @@ class GenericController:
                 return
             api = self._api_client or default_api_client()
             self._api_client = api
-            gateway = KubeGateway(api)
-            hub = ProviderWatchHub(
-                api,
-                enqueue=self.queue.add,
-                in_scope=self.in_scope,
-                resolve=gateway.resolve_kind,
-                invalidate=gateway.invalidate_discovery,
-            )
+            hub = ProviderWatchHub(api, enqueue=self.queue.add, in_scope=self.in_scope)
+            gateway = KubeGateway(api, vms=self._vms, provider_copies=hub.copies_of)
+            hub.use_discovery(gateway.resolve_kind, gateway.invalidate_discovery)
             gateway.use_watch_status(hub.is_watched)
             self._reconciler = Reconciler(gateway, poll_interval=self._poll_interval)
             self._hub = hub
@@ -130,6 +131,7 @@ class GenericController:
     def stop(self) -> None:
         with self._lock:
             hub, self._hub = self._hub, None
+            self._vms.clear()
         if hub is not None:
             hub.stop()
         self._pool.stop()
@@ -139,8 +141,13 @@ class GenericController:
         self.stop()
         self.queue.shutdown()
 
-    def on_vm_event(self, meta: Mapping[str, Any], *, deleted: bool) -> None:
-        """A VM changed: reconcile it, unless only its status did (this controller wrote that)."""
+    def on_vm_event(self, body: dict[str, Any], *, deleted: bool, listed: bool = False) -> None:
+        """A VM changed: reconcile it, unless only its status did (this controller wrote that).
+
+        `listed`: the event comes from a fresh list (a watch that started over, as after an API
+        server outage); an unchanged VM whose passes were failing is then retried at once
+        instead of when its grown backoff ends."""
+        meta = body.get("metadata") or {}
         namespace, name = meta.get("namespace"), meta.get("name")
         if not namespace or not name or not self.in_scope(namespace):
             return
@@ -149,11 +156,14 @@ class GenericController:
         with self._lock:
             if deleted:
                 self._known_vms.pop(key, None)
+                self._vms.drop(namespace, name)
                 return
             unchanged = self._known_vms.get(key) == fingerprint
             self._known_vms[key] = fingerprint
             running = self._hub is not None
-        if running and not unchanged:
+            if running:
+                self._vms.put(body)
+        if running and (not unchanged or (listed and self.queue.failures(key))):
             self.queue.add(key)
 
     def on_crd_event(self, body: Mapping[str, Any], *, deleted: bool) -> None:

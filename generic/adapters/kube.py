@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes import client
 
 from generic import constants as c
+from generic.adapters.copies import Copies
 from generic.adapters.events import EventRecorder
 from generic.adapters.kubeclient import (
     JSON_PATCH,
@@ -142,16 +143,31 @@ class _Discovery:
             )
 
 
+ProviderCopies = Callable[[str, str], Copies | None]
+
+
 class KubeGateway:
-    """The real `ClusterGateway`."""
+    """The real `ClusterGateway`.
+
+    VMs are read from `vms` (the copies the controller's VM watch feeds) and provider objects
+    from `provider_copies(group, kind)` (a watched kind's copies, None while its watch has not
+    listed), falling back to the API server for a VM no copy is held of and for unwatched kinds.
+    Once a kind is watched, an object its copies lack does not exist as far as the watch knows;
+    `fresh` reads settle it where it matters. Answers to writes become the copies; a conflict
+    reads the object afresh into them.
+    """
 
     def __init__(
         self,
         api: client.ApiClient,
         *,
+        vms: Copies | None = None,
+        provider_copies: ProviderCopies | None = None,
         discovery_ttl: float = 60.0,
         negative_discovery_ttl: float = 2.0,
     ) -> None:
+        self._vms = vms if vms is not None else Copies()
+        self._provider_copies: ProviderCopies = provider_copies or (lambda _group, _kind: None)
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._discovery = _Discovery(api, ttl=discovery_ttl, negative_ttl=negative_discovery_ttl)
@@ -169,8 +185,14 @@ class KubeGateway:
     def invalidate_discovery(self) -> None:
         self._discovery.invalidate()
 
-    def get_vm(self, namespace: str, name: str) -> Obj | None:
-        return self._get(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
+    def get_vm(self, namespace: str, name: str, *, fresh: bool = False) -> Obj | None:
+        if not fresh:
+            held = self._vms.get(namespace, name)
+            if held is not None:
+                return held
+        got = self._get(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
+        self._keep(self._vms, namespace, name, got)
+        return got
 
     def resolve_kind(self, api_group: str, kind: str) -> ProviderKind:
         version, plural = self._discovery.resolve(api_group, kind)
@@ -182,8 +204,37 @@ class KubeGateway:
             watched=self._is_watched(api_group, kind),
         )
 
-    def get_provider(self, kind: ProviderKind, namespace: str, name: str) -> Obj | None:
-        return self._get(kind.group, kind.version, namespace, kind.plural, name)
+    def get_provider(
+        self, kind: ProviderKind, namespace: str, name: str, *, fresh: bool = False
+    ) -> Obj | None:
+        copies = self._provider_copies(kind.group, kind.kind)
+        if copies is not None and not fresh:
+            return copies.get(namespace, name)
+        got = self._get(kind.group, kind.version, namespace, kind.plural, name)
+        if copies is not None:
+            self._keep(copies, namespace, name, got)
+        return got
+
+    @staticmethod
+    def _keep(copies: Copies, namespace: str, name: str, obj: Obj | None) -> None:
+        if obj is None:
+            copies.drop(namespace, name)
+        else:
+            copies.put(obj)
+
+    def _refresh(self, kind: ProviderKind | None, obj: Mapping[str, Any]) -> None:
+        """After a conflict: the object as it is now, into its copies (best effort; the retry
+        reads the API itself when this fails)."""
+        meta = obj["metadata"]
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        try:
+            if kind is None:
+                self.get_vm(namespace, name, fresh=True)
+            else:
+                self.get_provider(kind, namespace, name, fresh=True)
+        except ApiError:
+            if kind is None:
+                self._vms.drop(namespace, name)
 
     def _get(self, group: str, version: str, namespace: str, plural: str, name: str) -> Obj | None:
         try:
@@ -196,20 +247,37 @@ class KubeGateway:
         return _as_obj(got)
 
     def set_vm_finalizers(self, vm: Mapping[str, Any], finalizers: Sequence[str]) -> Obj:
-        return self._patch_metadata(
-            c.GROUP, c.VERSION, c.PLURAL, vm, {"finalizers": list(finalizers)}
-        )
+        try:
+            patched = self._patch_metadata(
+                c.GROUP, c.VERSION, c.PLURAL, vm, {"finalizers": list(finalizers)}
+            )
+        except ConflictError:
+            self._refresh(None, vm)
+            raise
+        except GoneError:
+            self._vms.drop(str(vm["metadata"]["namespace"]), str(vm["metadata"]["name"]))
+            raise
+        self._vms.put(patched)
+        return patched
 
     def set_provider_owners(
         self, kind: ProviderKind, provider: Mapping[str, Any], owners: Sequence[Mapping[str, Any]]
     ) -> Obj:
-        return self._patch_metadata(
-            kind.group,
-            kind.version,
-            kind.plural,
-            provider,
-            {"ownerReferences": [dict(o) for o in owners]},
-        )
+        try:
+            patched = self._patch_metadata(
+                kind.group,
+                kind.version,
+                kind.plural,
+                provider,
+                {"ownerReferences": [dict(o) for o in owners]},
+            )
+        except (ConflictError, GoneError):
+            self._refresh(kind, provider)
+            raise
+        copies = self._provider_copies(kind.group, kind.kind)
+        if copies is not None:
+            copies.put(patched)
+        return patched
 
     def _patch_metadata(
         self, group: str, version: str, plural: str, obj: Mapping[str, Any], fields: Obj
@@ -260,6 +328,9 @@ class KubeGateway:
                 )
         except GoneError:
             return
+        except ConflictError:
+            self._refresh(kind, provider)
+            raise
 
     def patch_vm_status(self, vm: Mapping[str, Any], patch: Mapping[str, Any]) -> Obj:
         meta = vm["metadata"]
@@ -275,6 +346,7 @@ class KubeGateway:
                 {"status": dict(patch)},
                 _request_timeout=REQUEST_TIMEOUT,
             )
+        self._vms.put(_as_obj(patched))
         return _as_obj(patched)
 
     def post_event(

@@ -98,7 +98,9 @@ def register(
 
     @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, registry=registry, id="vm-api-generic/vm")
     async def _vm_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        controller.on_vm_event(body.get("metadata", {}), deleted=event.get("type") == "DELETED")
+        controller.on_vm_event(
+            dict(body), deleted=event.get("type") == "DELETED", listed=event.get("type") is None
+        )
 
     @kopf.on.event(
         "apiextensions.k8s.io",

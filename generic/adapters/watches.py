@@ -11,9 +11,10 @@ How a provider's status change reaches the generic VM without a periodic poll:
    watch existed are looked at again), then watches from that resourceVersion. Every event on a
    provider object enqueues the VM it names in its `vm-api.io/virtual-machine` annotation and the
    VM that holds its controller owner reference (they differ when a link was edited); the work
-   queue deduplicates, and the reconcile reads the object afresh. A `ProviderIndex` remembers
-   which VMs each object concerned, so a relist also wakes the VMs of objects deleted while no
-   stream was open.
+   queue deduplicates. A `ProviderIndex` remembers which VMs each object concerned, so a relist
+   also wakes the VMs of objects deleted while no stream was open. The thread also keeps a copy
+   of each object (metadata and status: all the reconciler reads of it), which is where the
+   reconcile reads it from; the copy is updated before the VM is enqueued.
 3. Streams end on purpose every `server_timeout` seconds and are resumed from the last
    resourceVersion (bookmarks keep it fresh); a client read timeout slightly above that detects a
    silently dead connection. A 410 Gone resumes with a fresh list. Errors back off.
@@ -36,6 +37,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from generic import constants as c
+from generic.adapters.copies import Copies
+from generic.adapters.informer import slim
 from generic.errors import ApiError
 from generic.gateway import ProviderKind
 from generic.provider_index import ProviderIndex
@@ -45,6 +48,12 @@ __all__ = ["ProviderWatchHub", "is_provider_crd"]
 log = logging.getLogger(__name__)
 
 VmKey = tuple[str, str]
+
+
+def _reconciler_view(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the reconciler reads of a provider object: its metadata and status (the spec is the
+    provider's business, and most of the object's size)."""
+    return {k: v for k, v in slim(obj).items() if k != "spec"}
 
 
 def is_provider_crd(crd: Mapping[str, Any]) -> bool:
@@ -68,6 +77,7 @@ class _KindWatch:
         self._stopped = threading.Event()
         self._watch: watch.Watch | None = None
         self._index = ProviderIndex()
+        self.copies = Copies(keep=_reconciler_view)
         self._thread = threading.Thread(
             target=self._run, name=f"generic-watch-{kind}.{group}", daemon=True
         )
@@ -95,6 +105,8 @@ class _KindWatch:
             except Exception:  # a bug must not end prompt propagation for good
                 self.established.clear()
                 log.exception("watch of %s.%s failed", self.kind, self.group)
+            # Until the next list completes the copies may miss anything: the reconciler reads
+            # the API server (see `ProviderWatchHub.copies_of`); they are replaced by that list.
             self._stopped.wait(backoff)
             backoff = min(backoff * 2, 30.0)
 
@@ -104,7 +116,9 @@ class _KindWatch:
         )
         if not isinstance(listing, dict):
             raise ApiError(f"listing {kind.plural}.{kind.group} returned {type(listing)}")
-        self._hub.notify(self._index.replace(listing.get("items") or []))
+        items = [obj for obj in listing.get("items") or [] if self._hub.wanted(obj)]
+        self.copies.replace_all(items)
+        self._hub.notify(self._index.replace(items))
         return str(listing["metadata"]["resourceVersion"])
 
     def _follow(self, kind: ProviderKind, resource_version: str) -> None:
@@ -135,8 +149,9 @@ class _KindWatch:
                     version = (obj.get("metadata") or {}).get("resourceVersion")
                     if version:
                         resource_version = str(version)
-                    if event.get("type") != "BOOKMARK":
+                    if event.get("type") != "BOOKMARK" and self._hub.wanted(obj):
                         deleted = event.get("type") == "DELETED"
+                        self._keep(obj, deleted=deleted)
                         self._hub.notify(self._index.update(obj, deleted=deleted))
                 # The client library tracks bookmarks' resourceVersion for resumption too.
                 resource_version = self._watch.resource_version or resource_version
@@ -144,6 +159,17 @@ class _KindWatch:
                 if exc.status == 410:
                     return
                 raise
+
+    def _keep(self, obj: dict[str, Any], *, deleted: bool) -> None:
+        if deleted:
+            meta = obj.get("metadata") or {}
+            self.copies.drop(str(meta.get("namespace")), str(meta.get("name")))
+        else:
+            self.copies.put(obj)
+
+
+def _unresolved(group: str, kind: str) -> ProviderKind:
+    raise ApiError(f"no discovery yet for {kind}.{group}")
 
 
 class ProviderWatchHub:
@@ -155,8 +181,6 @@ class ProviderWatchHub:
         *,
         enqueue: Callable[[VmKey], None],
         in_scope: Callable[[str], bool],
-        resolve: Callable[[str, str], ProviderKind],
-        invalidate: Callable[[], None],
         server_timeout: float = 240.0,
         request_timeout: tuple[float, float] = (5.0, 30.0),
     ) -> None:
@@ -165,14 +189,35 @@ class ProviderWatchHub:
         self.request_timeout = request_timeout
         self._enqueue = enqueue
         self._in_scope = in_scope
-        self._resolve = resolve
-        self._invalidate = invalidate
+        self._resolve: Callable[[str, str], ProviderKind] = _unresolved
+        self._invalidate: Callable[[], None] = lambda: None
         self._lock = threading.Lock()
         self._watches: dict[tuple[str, str], _KindWatch] = {}
         self._closed = False
 
+    def use_discovery(
+        self, resolve: Callable[[str, str], ProviderKind], invalidate: Callable[[], None]
+    ) -> None:
+        """How kinds are resolved, and how a CRD change invalidates that (the gateway's, which
+        itself reads this hub's copies: hence set after both exist, before any CRD arrives)."""
+        self._resolve = resolve
+        self._invalidate = invalidate
+
     def resolve(self, group: str, kind: str) -> ProviderKind:
         return self._resolve(group, kind)
+
+    def wanted(self, obj: Mapping[str, Any]) -> bool:
+        """Objects outside the controller's namespaces are neither kept nor acted on."""
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        return isinstance(namespace, str) and self._in_scope(namespace)
+
+    def copies_of(self, group: str, kind: str) -> Copies | None:
+        """The kind's copies once its watch has listed, else None (read the API server)."""
+        with self._lock:
+            found = self._watches.get((group, kind))
+        if found is None or not found.established.is_set():
+            return None
+        return found.copies
 
     def notify(self, keys: Iterable[VmKey]) -> None:
         for key in keys:

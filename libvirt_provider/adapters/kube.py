@@ -9,10 +9,8 @@ and Events. Kubernetes API errors become the provider's error classes here and n
 
 from __future__ import annotations
 
-import copy
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
@@ -22,8 +20,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from generic import constants as vmapi
+from generic.adapters.copies import Copies
 from generic.adapters.events import EventRecorder
-from generic.adapters.informer import ClusterInformer, slim
+from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import (
     JSON_PATCH,
     REQUEST_TIMEOUT,
@@ -64,51 +63,6 @@ _ERRORS: dict[ApiFailure, ErrorFactory] = {
 
 def _translated() -> AbstractContextManager[None]:
     return translated_api_errors("Kubernetes API", _ERRORS)
-
-
-class Copies:
-    """The latest copy of each object of one kind, from its watch events and from the answers to
-    this daemon's own writes; a copy is replaced only by a newer one (by resourceVersion), so an
-    event delivered after a write's answer never takes the object back in time."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._objects: dict[tuple[str, str], Obj] = {}
-
-    def put(self, obj: Obj) -> None:
-        meta = obj.get("metadata") or {}
-        key = (str(meta.get("namespace")), str(meta.get("name")))
-        with self._lock:
-            held = self._objects.get(key)
-            if held is None or _newer(meta, held.get("metadata") or {}):
-                self._objects[key] = slim(obj)
-
-    def drop(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._objects.pop((namespace, name), None)
-
-    def get(self, namespace: str, name: str) -> Obj | None:
-        with self._lock:
-            held = self._objects.get((namespace, name))
-        return copy.deepcopy(held) if held is not None else None
-
-    def holds(self, namespace: str, name: str) -> bool:
-        with self._lock:
-            return (namespace, name) in self._objects
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._objects)
-
-
-def _newer(candidate: Obj, held: Obj) -> bool:
-    """Whether `candidate`'s resourceVersion is later than `held`'s. The API server's versions
-    are etcd revisions (integers) in practice; anything else counts as newer (the watch's order
-    is then the best there is)."""
-    try:
-        return int(str(candidate.get("resourceVersion"))) > int(str(held.get("resourceVersion")))
-    except (TypeError, ValueError):
-        return True
 
 
 class KubeAdapter:

@@ -119,6 +119,15 @@ class MachineController:
         if known:
             self.queue.add(key)
 
+    def on_relisted(self, key: MachineKey) -> None:
+        """A fresh list showed `key` unchanged. A machine whose passes were failing meanwhile
+        (most likely on the API server that has just answered the list) is retried now: its
+        backoff grew during the outage and could otherwise hold it for up to five minutes."""
+        with self._lock:
+            known = key in self._known
+        if known and self.queue.failures(key):
+            self.queue.add(key)
+
     def on_domain_event(self, uuid: str) -> None:
         with self._lock:
             key = self._by_uid.get(uuid)
@@ -158,6 +167,12 @@ class SpecChanges:
             before = self._seen.get(name)
             self._seen[name] = generation
         return not known or generation is None or generation != before
+
+
+def _listed(event: kopf.RawEvent) -> bool:
+    """Whether kopf delivers the object from a fresh list (type None), as it does when a watch
+    starts over: at start-up, and after an API server outage longer than its retries."""
+    return event.get("type") is None
 
 
 def machine_fingerprint(meta: Mapping[str, Any]) -> Hashable:
@@ -237,12 +252,12 @@ def _watch_machines(
         if isinstance(raw, dict):
             # Before the wake-up below: the pass it starts reads this copy.
             store.observe_machine(dict(raw), deleted=deleted)
-        if (
-            meta.namespace
-            and meta.name
-            and machine_events.changed((meta.namespace, meta.name), event, meta)
-        ):
+        if not meta.namespace or not meta.name:
+            return
+        if machine_events.changed((meta.namespace, meta.name), event, meta):
             controller.on_machine(meta.namespace, meta.name, meta.uid, deleted=deleted)
+        elif _listed(event):
+            controller.on_relisted(MachineKey(meta.namespace, meta.name))
         if deleted:
             images.request_pass()
 
@@ -269,6 +284,8 @@ def _watch_virtual_machines(
         # an event changes nothing the machine's reconcile reads (spec, identity, deletion).
         if vm_events.changed((meta.namespace, str(meta.name)), event, meta):
             controller.on_linked_vm(machine)
+        elif _listed(event):
+            controller.on_relisted(machine)
 
 
 def catalog_listener(

@@ -25,6 +25,9 @@ class FakeCluster:
     events: list[tuple[str, str, str]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     conflict_next_write: bool = False
+    lagging_providers: dict[tuple[str, str], Obj | None] = field(default_factory=dict)
+    """What a copy shows of a provider object instead of its latest state (a watch that lags);
+    a `fresh` read sees through it."""
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
 
     def install_kind(self, *, watched: bool = True) -> None:
@@ -79,8 +82,8 @@ class FakeCluster:
 
     # ClusterGateway
 
-    def get_vm(self, namespace: str, name: str) -> Obj | None:
-        self.calls.append("get_vm")
+    def get_vm(self, namespace: str, name: str, *, fresh: bool = False) -> Obj | None:
+        self.calls.append("get_vm_fresh" if fresh else "get_vm")
         found = self.vms.get((namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
@@ -90,8 +93,13 @@ class FakeCluster:
             raise KindNotServedError(f"group {api_group!r} serves no kind {kind!r}")
         return found
 
-    def get_provider(self, kind: ProviderKind, namespace: str, name: str) -> Obj | None:
-        self.calls.append("get_provider")
+    def get_provider(
+        self, kind: ProviderKind, namespace: str, name: str, *, fresh: bool = False
+    ) -> Obj | None:
+        self.calls.append("get_provider_fresh" if fresh else "get_provider")
+        if not fresh and (namespace, name) in self.lagging_providers:
+            lagging = self.lagging_providers[(namespace, name)]
+            return copy.deepcopy(lagging) if lagging is not None else None
         found = self.providers.get((namespace, name))
         return copy.deepcopy(found) if found is not None else None
 

@@ -429,7 +429,7 @@ def test_vanished_vm_is_done(cluster: FakeCluster) -> None:
 def test_api_failures_back_off_and_are_reported_once(cluster: FakeCluster) -> None:
     cluster.add_vm("web")
 
-    def broken(*_: object) -> None:
+    def broken(*_: object, **__: object) -> None:
         raise ApiError("reading stubmachines: HTTP 500 boom", status=500)
 
     cluster.get_provider = broken  # type: ignore[assignment,method-assign]
@@ -437,3 +437,45 @@ def test_api_failures_back_off_and_are_reported_once(cluster: FakeCluster) -> No
     assert reconciler.run("ns", "web") == Outcome(retry=True)
     assert reconciler.run("ns", "web") == Outcome(retry=True)
     assert cluster.event_reasons() == ["ReconcileFailed"]
+
+
+class TestLaggingCopies:
+    """Passes read copies that may lag the API server; nothing is taken away on a copy's word."""
+
+    def test_an_ordinary_pass_reads_no_fresh_object(self, cluster: FakeCluster) -> None:
+        cluster.add_vm("web")
+        cluster.add_provider("web", backlink="web", status=READY_STATUS)
+        _run(cluster)
+        _run(cluster)
+        assert not [call for call in cluster.calls if call.endswith("_fresh")]
+
+    def test_a_provider_the_copy_has_not_seen_yet_keeps_the_finalizer(
+        self, cluster: FakeCluster
+    ) -> None:
+        reconciler = TestDeletion()._adopted(cluster)
+        cluster.lagging_providers[("ns", "web")] = None
+        assert reconciler.run("ns", "web") == Outcome(requeue_after=30)
+        assert "get_provider_fresh" in cluster.calls
+        assert cluster.vm("web")["metadata"]["finalizers"] == [c.FINALIZER]
+        assert cluster.calls.count("delete_provider") == 1
+
+    def test_a_link_the_copy_shows_broken_is_not_disowned(self, cluster: FakeCluster) -> None:
+        cluster.add_vm("web")
+        cluster.add_provider("web", backlink="web")
+        _run(cluster)
+        adopted = _owners(cluster)
+        lagging = dict(cluster.provider("web"))
+        lagging["metadata"] = {k: v for k, v in lagging["metadata"].items() if k != "annotations"}
+        cluster.lagging_providers[("ns", "web")] = lagging
+        _run(cluster)
+        assert _owners(cluster) == adopted
+        assert "Disowned" not in cluster.event_reasons()
+
+    def test_a_link_broken_on_the_api_server_is_disowned(self, cluster: FakeCluster) -> None:
+        cluster.add_vm("web")
+        cluster.add_provider("web", backlink="web")
+        _run(cluster)
+        del cluster.provider("web")["metadata"]["annotations"]
+        _run(cluster)
+        assert _owners(cluster) == []
+        assert "get_provider_fresh" in cluster.calls

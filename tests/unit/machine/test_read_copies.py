@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from libvirt_provider.adapters.kube import Copies
+from generic.adapters.copies import Copies
 from tests.doubles.store import MemoryStore
 from tests.unit.machine.test_machine_reconciler import KEY, UID, _hypervisor, _reconciler, _store
 
