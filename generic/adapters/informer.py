@@ -5,10 +5,10 @@ hundreds of machines per host and passes on every change, those reads dominate t
 load and the daemon's CPU. An informer lists once, then follows a watch from the list's
 resourceVersion, so reads are served from memory and the API server sees one long-lived
 connection; `on_change` is called after each change is applied, so a reader woken by it sees the
-change (a wake-up from a second watch of the same kind could arrive before the copy has it). It
-relists after a 410 Gone (the resourceVersion is too old) and after any error,
-with backoff, and it is `synced` only once a list has completed, so a caller never mistakes an
-empty cache for an empty cluster: until then `items()` returns None and the caller reads the API.
+change (a wake-up from a second watch of the same kind could arrive before the copy has it). The
+loop is `listwatch.ListWatch` (relists after a 410 Gone or an error, with backoff); an informer
+is `synced` only once a list has completed, so a caller never mistakes an empty cache for an
+empty cluster: until then `items()` returns None and the caller reads the API.
 
 Objects are kept as the API server sent them and handed out as they are: callers must not change
 them.
@@ -16,21 +16,15 @@ them.
 
 from __future__ import annotations
 
-import logging
-import random
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
+from kubernetes import client
 
-from generic.adapters.kubeclient import REQUEST_TIMEOUT
+from generic.adapters.listwatch import ListWatch
 
 __all__ = ["RELISTED", "ClusterInformer", "slim"]
-
-log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -83,33 +77,30 @@ class ClusterInformer:
         on_change: Callable[[str, Obj | None], None] = lambda _type, _obj: None,
         field_selector: str | None = None,
     ) -> None:
-        self._selector: dict[str, Any] = (
-            {"field_selector": field_selector} if field_selector else {}
-        )
-        self._custom = client.CustomObjectsApi(api)
-        self._group, self._version, self._plural = group, version, plural
+        self._group, self._plural = group, plural
         self._on_change = on_change
         self._objects: dict[str, Obj] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
-        self._stopped = threading.Event()
-        self._watch: watch.Watch | None = None
-        self._thread = threading.Thread(target=self._run, name=f"informer-{plural}", daemon=True)
+        self._loop = ListWatch(
+            api,
+            name=f"informer-{plural}",
+            target=lambda: (group, version, plural),
+            on_list=self._listed,
+            on_event=self._event,
+            field_selector=field_selector,
+            server_timeout=WATCH_SECONDS,
+        )
 
     @property
     def plural(self) -> str:
         return self._plural
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stopped.set()
-        current = self._watch
-        if current is not None:
-            current.stop()  # type: ignore[no-untyped-call]
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self._loop.stop(timeout)
 
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
@@ -126,83 +117,21 @@ class ClusterInformer:
         with self._lock:
             return list(self._objects.values())
 
-    def _run(self) -> None:
-        backoff = 0.5
-        while not self._stopped.is_set():
-            try:
-                resource_version = self._list()
-                backoff = 0.5
-                self._follow(resource_version)
-            except (ApiException, HTTPError, OSError, ValueError) as err:
-                log.info("informer of %s.%s: %s; listing again", self._plural, self._group, err)
-            except Exception:  # a bug must not leave the cache stale for good
-                log.exception("informer of %s.%s failed", self._plural, self._group)
-            self._stopped.wait(backoff * random.uniform(0.8, 1.2))
-            backoff = min(backoff * 2, 30.0)
-
-    def _list(self) -> str:
-        listing = self._custom.list_cluster_custom_object(
-            self._group,
-            self._version,
-            self._plural,
-            _request_timeout=REQUEST_TIMEOUT,
-            **self._selector,
-        )
-        if not isinstance(listing, dict):
-            raise ValueError(f"listing {self._plural} returned {type(listing).__name__}")
-        fresh = {
-            _key(obj["metadata"]): slim(obj)
-            for obj in listing.get("items") or []
-            if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict)
-        }
+    def _listed(self, objs: list[Obj]) -> None:
+        fresh = {_key(obj["metadata"]): slim(obj) for obj in objs}
         with self._lock:
             changed = fresh != self._objects
             self._objects = fresh
         self._synced.set()
         if changed:
             self._on_change(RELISTED, None)
-        return str(listing["metadata"]["resourceVersion"])
 
-    def _follow(self, resource_version: str) -> None:
-        """Apply watch events from `resource_version` until stopped; returns to relist on a 410."""
-        while not self._stopped.is_set():
-            self._watch = watch.Watch()  # type: ignore[no-untyped-call]
-            seconds = WATCH_SECONDS * random.uniform(0.9, 1.1)
-            try:
-                for event in self._watch.stream(  # type: ignore[no-untyped-call]
-                    self._custom.list_cluster_custom_object,
-                    self._group,
-                    self._version,
-                    self._plural,
-                    resource_version=resource_version,
-                    allow_watch_bookmarks=True,
-                    **self._selector,
-                    timeout_seconds=int(seconds),
-                    _request_timeout=(REQUEST_TIMEOUT[0], seconds + 30),
-                ):
-                    if self._stopped.is_set():
-                        return
-                    kind, obj = event.get("type"), event.get("object")
-                    if kind == "ERROR":
-                        if isinstance(obj, dict) and obj.get("code") == 410:
-                            return
-                        raise ValueError(f"watch error: {obj}")
-                    if not isinstance(obj, dict):
-                        continue
-                    meta = obj.get("metadata") or {}
-                    if meta.get("resourceVersion"):
-                        resource_version = str(meta["resourceVersion"])
-                    if kind == "BOOKMARK" or not meta.get("name"):
-                        continue
-                    with self._lock:
-                        if kind == "DELETED":
-                            self._objects.pop(_key(meta), None)
-                        else:
-                            self._objects[_key(meta)] = obj = slim(obj)
-                    # After the copy changed: whoever is told reads what it was told about.
-                    self._on_change(str(kind), obj)
-                resource_version = self._watch.resource_version or resource_version
-            except ApiException as err:
-                if err.status == 410:
-                    return
-                raise
+    def _event(self, kind: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        with self._lock:
+            if kind == "DELETED":
+                self._objects.pop(_key(meta), None)
+            else:
+                self._objects[_key(meta)] = obj = slim(obj)
+        # After the copy changed: whoever is told reads what it was told about.
+        self._on_change(kind, obj)

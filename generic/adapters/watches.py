@@ -15,9 +15,10 @@ How a provider's status change reaches the generic VM without a periodic poll:
    also wakes the VMs of objects deleted while no stream was open. The thread also keeps a copy
    of each object (metadata and status: all the reconciler reads of it), which is where the
    reconcile reads it from; the copy is updated before the VM is enqueued.
-3. Streams end on purpose every `server_timeout` seconds and are resumed from the last
-   resourceVersion (bookmarks keep it fresh); a client read timeout slightly above that detects a
-   silently dead connection. A 410 Gone resumes with a fresh list. Errors back off.
+3. The loop is `listwatch.ListWatch`: streams end on purpose every `server_timeout` seconds and
+   are resumed from the last resourceVersion (bookmarks keep it fresh); a client read timeout
+   slightly above that detects a silently dead connection. A 410 Gone resumes with a fresh list.
+   Errors back off, and the kind counts as not watched until the next list completes.
 
 The cost at idle is one long-lived request per provider kind, independent of how many objects
 exist. Only once a kind's first list has completed does it count as watched; until then, and for
@@ -27,18 +28,16 @@ kinds without the label, the reconciler re-checks adopted VMs on a timer instead
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
+from kubernetes import client
 
 from generic import constants as c
 from generic.adapters.copies import Copies
 from generic.adapters.informer import slim
+from generic.adapters.listwatch import ListWatch, Target
 from generic.errors import ApiError
 from generic.gateway import ProviderKind
 from generic.provider_index import ProviderIndex
@@ -62,110 +61,52 @@ def is_provider_crd(crd: Mapping[str, Any]) -> bool:
 
 
 class _KindWatch:
-    """One thread that lists and watches one provider kind for as long as it is wanted."""
+    """The list-then-watch loop over one provider kind, for as long as it is wanted."""
 
-    def __init__(
-        self,
-        hub: ProviderWatchHub,
-        group: str,
-        kind: str,
-    ) -> None:
+    def __init__(self, hub: ProviderWatchHub, api: client.ApiClient, group: str, kind: str) -> None:
         self.group = group
         self.kind = kind
         self.established = threading.Event()
-        self._hub = hub
-        self._stopped = threading.Event()
-        self._watch: watch.Watch | None = None
-        self._index = ProviderIndex()
         self.copies = Copies(keep=_reconciler_view)
-        self._thread = threading.Thread(
-            target=self._run, name=f"generic-watch-{kind}.{group}", daemon=True
+        self._hub = hub
+        self._index = ProviderIndex()
+        self._loop = ListWatch(
+            api,
+            name=f"generic-watch-{kind}.{group}",
+            target=self._target,
+            on_list=self._listed,
+            on_event=self._event,
+            on_failure=self.established.clear,
+            server_timeout=hub.server_timeout,
         )
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stopped.set()
-        if self._watch is not None:
-            self._watch.stop()  # type: ignore[no-untyped-call]
+        self._loop.stop()
 
-    def _run(self) -> None:
-        backoff = 0.5
-        while not self._stopped.is_set():
-            try:
-                kind = self._hub.resolve(self.group, self.kind)
-                resource_version = self._list(kind)
-                self.established.set()
-                backoff = 0.5
-                self._follow(kind, resource_version)
-            except (ApiError, ApiException, HTTPError, OSError, ValueError) as exc:
-                self.established.clear()
-                log.info("watch of %s.%s interrupted: %s", self.kind, self.group, exc)
-            except Exception:  # a bug must not end prompt propagation for good
-                self.established.clear()
-                log.exception("watch of %s.%s failed", self.kind, self.group)
-            # Until the next list completes the copies may miss anything: the reconciler reads
-            # the API server (see `ProviderWatchHub.copies_of`); they are replaced by that list.
-            self._stopped.wait(backoff)
-            backoff = min(backoff * 2, 30.0)
+    def _target(self) -> Target:
+        kind = self._hub.resolve(self.group, self.kind)
+        return kind.group, kind.version, kind.plural
 
-    def _list(self, kind: ProviderKind) -> str:
-        listing = self._hub.custom.list_cluster_custom_object(
-            kind.group, kind.version, kind.plural, _request_timeout=self._hub.request_timeout
-        )
-        if not isinstance(listing, dict):
-            raise ApiError(f"listing {kind.plural}.{kind.group} returned {type(listing)}")
-        items = [obj for obj in listing.get("items") or [] if self._hub.wanted(obj)]
+    def _listed(self, objs: list[dict[str, Any]]) -> None:
+        items = [obj for obj in objs if self._hub.wanted(obj)]
         self.copies.replace_all(items)
+        self.established.set()
         self._hub.notify(self._index.replace(items))
-        return str(listing["metadata"]["resourceVersion"])
 
-    def _follow(self, kind: ProviderKind, resource_version: str) -> None:
-        """Watch from `resource_version` until stopped; returns to relist on 410 Gone."""
-        while not self._stopped.is_set():
-            self._watch = watch.Watch()  # type: ignore[no-untyped-call]
-            timeout = self._hub.server_timeout * random.uniform(0.9, 1.1)
-            try:
-                for event in self._watch.stream(  # type: ignore[no-untyped-call]
-                    self._hub.custom.list_cluster_custom_object,
-                    kind.group,
-                    kind.version,
-                    kind.plural,
-                    resource_version=resource_version,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=int(timeout),
-                    _request_timeout=(self._hub.request_timeout[0], timeout + 30),
-                ):
-                    if self._stopped.is_set():
-                        return
-                    obj = event.get("object")
-                    if event.get("type") == "ERROR":
-                        if isinstance(obj, dict) and obj.get("code") == 410:
-                            return
-                        raise ApiError(f"watch error: {obj}")
-                    if not isinstance(obj, dict):
-                        continue
-                    version = (obj.get("metadata") or {}).get("resourceVersion")
-                    if version:
-                        resource_version = str(version)
-                    if event.get("type") != "BOOKMARK" and self._hub.wanted(obj):
-                        deleted = event.get("type") == "DELETED"
-                        self._keep(obj, deleted=deleted)
-                        self._hub.notify(self._index.update(obj, deleted=deleted))
-                # The client library tracks bookmarks' resourceVersion for resumption too.
-                resource_version = self._watch.resource_version or resource_version
-            except ApiException as exc:
-                if exc.status == 410:
-                    return
-                raise
-
-    def _keep(self, obj: dict[str, Any], *, deleted: bool) -> None:
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        if not self._hub.wanted(obj):
+            return
+        deleted = kind == "DELETED"
+        # The copy first: the pass the notification starts reads it.
         if deleted:
-            meta = obj.get("metadata") or {}
+            meta = obj["metadata"]
             self.copies.drop(str(meta.get("namespace")), str(meta.get("name")))
         else:
             self.copies.put(obj)
+        self._hub.notify(self._index.update(obj, deleted=deleted))
 
 
 def _unresolved(group: str, kind: str) -> ProviderKind:
@@ -182,11 +123,9 @@ class ProviderWatchHub:
         enqueue: Callable[[VmKey], None],
         in_scope: Callable[[str], bool],
         server_timeout: float = 240.0,
-        request_timeout: tuple[float, float] = (5.0, 30.0),
     ) -> None:
-        self.custom = client.CustomObjectsApi(api)
+        self._api = api
         self.server_timeout = server_timeout
-        self.request_timeout = request_timeout
         self._enqueue = enqueue
         self._in_scope = in_scope
         self._resolve: Callable[[str, str], ProviderKind] = _unresolved
@@ -247,7 +186,7 @@ class ProviderWatchHub:
         with self._lock:
             current = self._watches.get((group, kind))
             if wanted and current is None and not self._closed:
-                started = _KindWatch(self, group, kind)
+                started = _KindWatch(self, self._api, group, kind)
                 self._watches[(group, kind)] = started
                 started.start()
                 log.info("watching provider kind %s.%s", kind, group)
