@@ -40,6 +40,7 @@ from generic.adapters.kubeclient import load_kube_config
 from libvirt_provider.adapters.call_metrics import register_call_metrics
 from libvirt_provider.adapters.credentials import default_root, make_root, remove_root
 from libvirt_provider.adapters.health import Check, HealthServer, bounded
+from libvirt_provider.adapters.heap import Heap
 from libvirt_provider.adapters.host_unit import CatalogFeed, HostUnit, UnitSettings
 from libvirt_provider.adapters.kopf_thread import OperatorThread
 from libvirt_provider.adapters.kube import KubeAdapter
@@ -128,6 +129,10 @@ def _health(
 # process (exit status 1), however it is stuck. Under the DaemonSet the kubelet's SIGKILL (30 s
 # grace) may come first; the watchdog is for every other way the daemon is run.
 STOP_WATCHDOG_MARGIN = 10.0
+# malloc arenas for the whole process, and how often freed heap memory is handed back (see
+# `adapters.heap`); a trim walks the free lists only, which is cheap next to a pass.
+MALLOC_ARENAS = 2
+HEAP_TRIM_SECONDS = 30.0
 
 
 def run(cfg: DaemonConfig) -> int:
@@ -136,6 +141,8 @@ def run(cfg: DaemonConfig) -> int:
     stop = StopSignals()
     # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a daemon hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # Before any thread exists: threads created later share these arenas.
+    Heap().limit_arenas(MALLOC_ARENAS)
 
     api = load_kube_config(cfg.kubeconfig)
     if cfg.remote:
@@ -207,12 +214,19 @@ def _serve_until_stopped(
     then: list[Step],
 ) -> int:
     """Wait for a stop signal (or for `failed` to name a part that died), then stop: `together`
-    side by side, then `then` in order, then libvirt's event loop; within the deadline."""
+    side by side, then `then` in order, then libvirt's event loop; within the deadline. Meanwhile
+    freed heap memory is handed back every `HEAP_TRIM_SECONDS`."""
+    heap = Heap()
+    since_trim = 0.0
     while not stop.wait(1.0):
         problem = failed()
         if problem is not None:
             log.error("%s unexpectedly; exiting", problem)
             break
+        since_trim += 1.0
+        if since_trim >= HEAP_TRIM_SECONDS:
+            since_trim = 0.0
+            heap.trim()
     log.info("stopping")
     # The last resort behind the deadline below: whatever still runs after it (interpreter
     # finalization waits for non-daemon threads, such as kopf's handler executor) gets its
