@@ -1,9 +1,9 @@
 """One reconcile of one generic VM: gather, decide (pure core), act, report.
 
 A reconcile is level-triggered: it reads the VM and its provider object as they are now (from
-watch-fed copies; from the API server itself before it deletes or disowns anything, or releases
-its finalizer), so it does not matter which event (VM change, provider change, retry) caused
-it. It returns an `Outcome` that tells the work queue whether and when to look again:
+watch-fed copies; from the API server itself before it disowns the object or releases its
+finalizer), so it does not matter which event (VM change, provider change, retry) caused it.
+It returns an `Outcome` that tells the work queue whether and when to look again:
 
 - settled (adopted, provider kind watched): no timed re-check; watch events bring changes;
 - adopted but the kind is not watched (no CRD label): re-check every `poll_interval`;
@@ -177,9 +177,13 @@ class Reconciler:
     def _finalize(self, vm: Mapping[str, Any]) -> Outcome:
         if c.FINALIZER not in _finalizers(vm):
             return DONE
-        # Every way out of here takes something away (the provider object, or the finalizer
-        # that keeps the VM until its infrastructure is gone): decide on the API's word.
-        kind, provider, assessment = self._look_up(vm, fresh=True)
+        kind, provider, assessment = self._look_up(vm)
+        if provider is None or kind is None or not assessment.link.mutual:
+            # Letting go of the VM's infrastructure (releasing the finalizer, leaving the object
+            # in place) is decided on the API's word, not on a copy that may not have seen the
+            # object or its link yet. Deleting it needs no such read: the deletion is
+            # preconditioned on the uid and resourceVersion the decision saw.
+            kind, provider, assessment = self._look_up(vm, fresh=True)
         if provider is None or kind is None:
             self._release(vm, c.EVENT_INFRASTRUCTURE_DELETED, "no provider object remains")
             return DONE

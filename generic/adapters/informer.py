@@ -16,6 +16,7 @@ them.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,7 @@ from kubernetes import client
 
 from generic.adapters.listwatch import ListWatch
 
-__all__ = ["RELISTED", "ClusterInformer", "slim"]
+__all__ = ["RELISTED", "ClusterInformer", "slim", "without_status"]
 
 Obj = dict[str, Any]
 
@@ -40,22 +41,42 @@ WATCH_SECONDS = 300.0
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
+# Strings up to this length are interned in kept objects (keys always): the same field names,
+# reasons, messages, kinds and groups recur in every object of a kind, and a thousand objects
+# each decoded from its own watch event otherwise hold a thousand copies of each.
+INTERN_UP_TO = 64
+
+
 def slim(obj: Obj) -> Obj:
-    """`obj` without what no reader here uses and what makes up much of an object's size: the
-    managed-fields bookkeeping and kubectl's copy of the last applied manifest. An informer that
-    holds every machine of a cluster holds them in memory for good."""
+    """What a cache keeps of `obj`: a compact copy without what no reader here uses and what
+    makes up much of an object's size, the managed-fields bookkeeping and kubectl's copy of the
+    last applied manifest. Keys and short strings are interned, which halves the memory a kept
+    LibvirtMachine or VirtualMachine takes (about 7.7 KB to 3.5 KB, `docs/operations.md`). An
+    informer that holds every machine of a cluster holds them for good. `obj` is not changed."""
     meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        return obj
-    annotations = meta.get("annotations")
-    if "managedFields" not in meta and not (
-        isinstance(annotations, dict) and LAST_APPLIED in annotations
-    ):
-        return obj
-    meta = {k: v for k, v in meta.items() if k != "managedFields"}
-    if isinstance(annotations, dict) and LAST_APPLIED in annotations:
-        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
-    return {**obj, "metadata": meta}
+    if isinstance(meta, dict):
+        meta = {k: v for k, v in meta.items() if k != "managedFields"}
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+            meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+        obj = {**obj, "metadata": meta}
+    kept: Obj = _compact(obj)
+    return kept
+
+
+def without_status(obj: Obj) -> Obj:
+    """`slim(obj)` without its status, for readers of what was asked, not of what was seen."""
+    return slim({k: v for k, v in obj.items() if k != "status"})
+
+
+def _compact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {(sys.intern(k) if type(k) is str else k): _compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    if type(value) is str and len(value) <= INTERN_UP_TO:
+        return sys.intern(value)
+    return value
 
 
 def _key(meta: Obj) -> str:
@@ -65,7 +86,8 @@ def _key(meta: Obj) -> str:
 
 class ClusterInformer:
     """Every object of one kind (`group`/`version`/`plural`) across the cluster, kept current;
-    optionally only those a field selector picks. Namespaced objects are keyed `namespace/name`."""
+    optionally only those a field selector picks. Namespaced objects are keyed `namespace/name`.
+    What is kept of each is `keep(obj)`: `slim` by default, less when its readers need less."""
 
     def __init__(
         self,
@@ -76,8 +98,10 @@ class ClusterInformer:
         plural: str,
         on_change: Callable[[str, Obj | None], None] = lambda _type, _obj: None,
         field_selector: str | None = None,
+        keep: Callable[[Obj], Obj] = slim,
     ) -> None:
         self._group, self._plural = group, plural
+        self._keep = keep
         self._on_change = on_change
         self._objects: dict[str, Obj] = {}
         self._lock = threading.Lock()
@@ -118,7 +142,7 @@ class ClusterInformer:
             return list(self._objects.values())
 
     def _listed(self, objs: list[Obj]) -> None:
-        fresh = {_key(obj["metadata"]): slim(obj) for obj in objs}
+        fresh = {_key(obj["metadata"]): self._keep(obj) for obj in objs}
         with self._lock:
             changed = fresh != self._objects
             self._objects = fresh
@@ -132,6 +156,6 @@ class ClusterInformer:
             if kind == "DELETED":
                 self._objects.pop(_key(meta), None)
             else:
-                self._objects[_key(meta)] = obj = slim(obj)
+                self._objects[_key(meta)] = obj = self._keep(obj)
         # After the copy changed: whoever is told reads what it was told about.
         self._on_change(kind, obj)

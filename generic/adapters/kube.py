@@ -151,10 +151,9 @@ class KubeGateway:
 
     VMs are read from `vms` (the copies the controller's VM watch feeds) and provider objects
     from `provider_copies(group, kind)` (a watched kind's copies, None while its watch has not
-    listed), falling back to the API server for a VM no copy is held of and for unwatched kinds.
-    Once a kind is watched, an object its copies lack does not exist as far as the watch knows;
-    `fresh` reads settle it where it matters. Answers to writes become the copies; a conflict
-    reads the object afresh into them.
+    listed), falling back to the API server for an object no copy is held of (it may be one the
+    watch has yet to deliver) and for unwatched kinds; `fresh` always reads the API server.
+    Answers to writes become the copies; a conflict reads the object afresh into them.
     """
 
     def __init__(
@@ -209,7 +208,11 @@ class KubeGateway:
     ) -> Obj | None:
         copies = self._provider_copies(kind.group, kind.kind)
         if copies is not None and not fresh:
-            return copies.get(namespace, name)
+            held = copies.get(namespace, name)
+            if held is not None:
+                return held
+            # Not in the copies yet may be not seen yet: a VM is often created a moment before
+            # its provider object, and "does not exist" would be reported as a Warning.
         got = self._get(kind.group, kind.version, namespace, kind.plural, name)
         if copies is not None:
             self._keep(copies, namespace, name, got)

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from generic import constants as vmapi
 from generic.adapters.copies import Copies
 from generic.adapters.events import EventRecorder
-from generic.adapters.informer import ClusterInformer
+from generic.adapters.informer import ClusterInformer, without_status
 from generic.adapters.kubeclient import (
     JSON_PATCH,
     REQUEST_TIMEOUT,
@@ -79,7 +79,9 @@ class KubeAdapter:
         self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
         self._informers: dict[str, ClusterInformer] = {}
         self.machines = Copies()
-        self.vms = Copies()
+        # A machine's pass reads what its VM asks for, never the VM's status (the generic
+        # controller's to write): not keeping it saves a third of each copy.
+        self.vms = Copies(keep=without_status)
 
     # -- watch-fed copies --------------------------------------------------------------------
 

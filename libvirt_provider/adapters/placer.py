@@ -22,7 +22,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from urllib3.exceptions import HTTPError
 
 from generic import constants as vmapi
-from generic.adapters.informer import RELISTED, ClusterInformer
+from generic.adapters.informer import RELISTED, ClusterInformer, slim, without_status
 from generic.adapters.kubeclient import REQUEST_TIMEOUT
 from generic.api import VirtualMachineSpec
 from generic.conditions import DesiredCondition, find_condition, merge_conditions
@@ -118,13 +118,17 @@ class Placer:
         # The message last reported on each waiting machine (an Event is posted once per message).
         self._reported: dict[str, str] = {}
 
-        def informer(group: str, plural: str, on_change: Any) -> ClusterInformer:
+        def informer(
+            group: str, plural: str, on_change: Any, keep: Callable[[Obj], Obj] = slim
+        ) -> ClusterInformer:
             return ClusterInformer(
-                api, group=group, version=c.VERSION, plural=plural, on_change=on_change
+                api, group=group, version=c.VERSION, plural=plural, on_change=on_change, keep=keep
             )
 
         self.machines = informer(c.GROUP, c.MACHINE_PLURAL, self._machine_changed)
-        self.vms = informer(vmapi.GROUP, vmapi.PLURAL, self._vm_changed)
+        # Of a VM, placement reads the spec only (what the machine asks for): its status, about
+        # half of it, would be held for every VM of the cluster for nothing.
+        self.vms = informer(vmapi.GROUP, vmapi.PLURAL, self._vm_changed, keep=without_status)
         self.hosts = informer(c.GROUP, c.HOST_PLURAL, lambda _t, _o: self._wake.set())
         self._thread = threading.Thread(target=self._run, name="placer", daemon=True)
 

@@ -479,3 +479,16 @@ class TestLaggingCopies:
         _run(cluster)
         assert _owners(cluster) == []
         assert "get_provider_fresh" in cluster.calls
+
+    def test_deleting_the_provider_is_decided_on_the_copy_and_preconditioned(
+        self, cluster: FakeCluster
+    ) -> None:
+        reconciler = TestDeletion()._adopted(cluster)
+        reconciler.run("ns", "web")
+        assert cluster.calls.count("delete_provider") == 1
+        assert "get_provider_fresh" not in cluster.calls
+        # Gone: the finalizer is released only once the API server confirms it.
+        cluster.finish_provider_deletion("web")
+        assert reconciler.run("ns", "web") == Outcome()
+        assert "get_provider_fresh" in cluster.calls
+        assert ("ns", "web") not in cluster.vms
