@@ -17,6 +17,7 @@ from kubernetes import client
 
 from generic import metrics
 from generic.adapters.copies import Copies
+from generic.adapters.informer import slim
 from generic.adapters.kube import KubeGateway
 from generic.adapters.kubeclient import load_kube_config
 from generic.adapters.watches import ProviderWatchHub
@@ -47,6 +48,14 @@ def namespace_filter(patterns: Sequence[str]) -> Callable[[str], bool]:
         return not include or any(fnmatch.fnmatchcase(namespace, p) for p in include)
 
     return in_scope
+
+
+def _reconciler_view(vm: dict[str, Any]) -> dict[str, Any]:
+    """What a pass reads of a VM: its metadata, status and `spec.infrastructureRef` (the rest of
+    the spec is the provider's to read)."""
+    spec = vm.get("spec")
+    ref = spec.get("infrastructureRef") if isinstance(spec, dict) else None
+    return slim({**vm, "spec": {"infrastructureRef": ref} if ref is not None else {}})
 
 
 def vm_fingerprint(meta: Mapping[str, Any]) -> Hashable:
@@ -91,7 +100,7 @@ class GenericController:
         self._workers = workers
         self._lock = threading.Lock()
         self._known_vms: dict[VmKey, Hashable] = {}
-        self._vms = Copies()
+        self._vms = Copies(keep=_reconciler_view)
         self._crds: dict[str, dict[str, Any]] = {}
         self._hub: ProviderWatchHub | None = None
         self._reconciler: Reconciler | None = None
