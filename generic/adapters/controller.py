@@ -120,6 +120,9 @@ class GenericController:
                 return
             api = self._api_client or default_api_client()
             self._api_client = api
+            # Copies are fed only while running: what a worker of the last term put after
+            # `stop` cleared them would be older than anything seen since.
+            self._vms.clear()
             hub = ProviderWatchHub(api, enqueue=self.queue.add, in_scope=self.in_scope)
             gateway = KubeGateway(api, vms=self._vms, provider_copies=hub.copies_of)
             hub.use_discovery(gateway.resolve_kind, gateway.invalidate_discovery)
