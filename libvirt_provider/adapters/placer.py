@@ -113,6 +113,10 @@ class Placer:
         self._binder = ThreadPoolExecutor(max_workers=BINDERS, thread_name_prefix="binder")
         self._beats: tuple[float, dict[str, dt.datetime]] | None = None
         self._started = time.monotonic()
+        # Since when the API server has answered this placer without a break: a heartbeat that
+        # is stale only because no host could reach the API server meanwhile (an outage, which
+        # also ends the term and starts a new one) is no news about the host.
+        self._answered_since = self._started
         # Demand of placed machines, by (LibvirtMachine, VM) resourceVersions and host.
         self._demands: dict[str, tuple[tuple[str, str, str], Demand]] = {}
         # The message last reported on each waiting machine (an Event is posted once per message).
@@ -135,7 +139,7 @@ class Placer:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._started = time.monotonic()
+        self._started = self._answered_since = time.monotonic()
         for informer in (self.machines, self.vms, self.hosts):
             informer.start()
         self._thread.start()
@@ -189,6 +193,7 @@ class Placer:
                 self._waiting = self.place_all()
             except (ApiException, HTTPError, OSError) as err:
                 log.warning("placement pass failed: %s; trying again", err)
+                self._answered_since = time.monotonic()
                 self._waiting = True
             except Exception:  # a bug must not end placement for good
                 log.exception("placement pass failed")
@@ -519,6 +524,10 @@ class Placer:
         )
         if view is not None:
             if view.ready or not view.heartbeat_lost:
+                return
+            if time.monotonic() - self._answered_since < c.HEARTBEAT_GRACE_SECONDS:
+                # The host may not have been able to renew either. Placement still avoids it
+                # (it is not ready), but its machines are not declared stranded yet.
                 return
             message = (
                 f"host {host} has not renewed its heartbeat for over "
