@@ -9,8 +9,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from libvirt_provider.adapters.daemon import DaemonConfig, default_host, run
-from libvirt_provider.adapters.startup import ConfigError, PathFlags, check_config
+from libvirt_provider.adapters.process.daemon import DaemonConfig, default_host, run
+from libvirt_provider.adapters.process.startup import ConfigError, PathFlags, check_config
 
 
 def _positive_seconds(text: str) -> float:

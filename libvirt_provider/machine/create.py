@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from generic import constants as vmapi
 from generic.api import PowerState
 from libvirt_provider import constants as c
-from libvirt_provider.cloudinit import build_cidata_iso
 from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import ProviderError
@@ -24,6 +23,7 @@ from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.store import EventSink, Obj
 from libvirt_provider.machine.teardown import remove_domain
 from libvirt_provider.machine.update import ensure_volume
+from libvirt_provider.resolve.cloudinit import build_cidata_iso
 from libvirt_provider.resolved import ResolvedMachine
 
 __all__ = ["Creation", "ImageWait"]

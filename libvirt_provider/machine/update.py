@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from libvirt_provider import constants as c
-from libvirt_provider.cloudinit import build_cidata_iso
 from libvirt_provider.domainxml import (
     AttachDevice,
     DetachDevice,
@@ -34,6 +33,7 @@ from libvirt_provider.driver.types import DomainState, DomainStatus, OverlaySpec
 from libvirt_provider.errors import NotFoundError, PermanentError, ProviderError, StateConflictError
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.store import EventSink
+from libvirt_provider.resolve.cloudinit import build_cidata_iso
 from libvirt_provider.resolved import ResolvedMachine, VolumePlan
 
 __all__ = ["DomainUpdater", "UpdateOutcome", "create_volume", "ensure_volume"]

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from pydantic import SecretBytes
 
 from generic.api import SecretKeySelector
-from libvirt_provider.cloudinit import NetworkInterfaceConfig, instance_id, network_config
 from libvirt_provider.constants import (
     REASON_INVALID_SPEC,
     REASON_SECRET_NOT_FOUND,
@@ -15,6 +14,7 @@ from libvirt_provider.constants import (
     SECRETS_CLUSTER_ROLE,
 )
 from libvirt_provider.naming import volume_name
+from libvirt_provider.resolve.cloudinit import NetworkInterfaceConfig, instance_id, network_config
 from libvirt_provider.resolve.context import VM, Context
 from libvirt_provider.resolved import CloudInitData
 

@@ -13,10 +13,10 @@ from catalog.lookup import Catalog
 from generic.api import VirtualMachineSpec
 from generic.formats import validation_details
 from libvirt_provider.api import GraphicsType, LibvirtMachine
-from libvirt_provider.cloudinit import cloud_init_digest
 from libvirt_provider.constants import REASON_INVALID_SPEC
 from libvirt_provider.naming import console_log_file
 from libvirt_provider.resolve.bootstrap import resolve_cloud_init
+from libvirt_provider.resolve.cloudinit import cloud_init_digest
 from libvirt_provider.resolve.compute import (
     Size,
     check_placement,

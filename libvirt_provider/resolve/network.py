@@ -10,7 +10,6 @@ from catalog.image import LibvirtImage, NicModel
 from catalog.lookup import AmbiguousDefaultError
 from catalog.network import LibvirtNetwork
 from generic.api import Interface as VmInterface
-from libvirt_provider.cloudinit import NetworkInterfaceConfig
 from libvirt_provider.constants import (
     NETWORK_KIND,
     REASON_AMBIGUOUS_DEFAULT,
@@ -18,6 +17,7 @@ from libvirt_provider.constants import (
     REASON_REFERENCE_NOT_FOUND,
 )
 from libvirt_provider.naming import mac_address
+from libvirt_provider.resolve.cloudinit import NetworkInterfaceConfig
 from libvirt_provider.resolve.context import VM, Context, check_reference, validation_problems
 from libvirt_provider.resolved import Interface, InterfaceKind
 

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from libvirt_provider.adapters.kube import KubeAdapter
+from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.images.status import merge_hosts
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import (

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.remote_hosts import TAKEOVER_SECONDS
+from libvirt_provider.adapters.host.remote import TAKEOVER_SECONDS
 from tests.e2e.conftest import LabInfo, LabRemote
 from tests.e2e.provider.conftest import create, namespace, patch_vm, wait_ready
 from tests.e2e.remote.conftest import (

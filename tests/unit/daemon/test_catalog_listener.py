@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from libvirt_provider.adapters.operator import MachineController, catalog_listener
+from libvirt_provider.adapters.host.controller import MachineController, catalog_listener
 from libvirt_provider.images.cache import ImageCache
 
 

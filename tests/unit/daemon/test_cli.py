@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from libvirt_provider.__main__ import build_parser
-from libvirt_provider.adapters.startup import (
+from libvirt_provider.adapters.process.startup import (
     ConfigError,
     PathFlags,
     check_config,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
-from libvirt_provider.adapters.health import HealthServer
+from libvirt_provider.adapters.process.health import HealthServer
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

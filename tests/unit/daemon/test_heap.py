@@ -10,7 +10,7 @@ def test_arenas_are_limited_and_freed_memory_is_handed_back() -> None:
     # In a child: the arena limit is process-wide and must not leak into the test session.
     script = """
 import sys
-from libvirt_provider.adapters.heap import Heap
+from libvirt_provider.adapters.process.heap import Heap
 
 def rss():
     with open("/proc/self/status") as f:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import cast
 
 from generic.workqueue import Outcome
-from libvirt_provider.adapters.operator import MachineController
+from libvirt_provider.adapters.host.controller import MachineController
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 
 KEY = MachineKey("ns", "web")

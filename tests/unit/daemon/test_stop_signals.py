@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from libvirt_provider.adapters.daemon import StopSignals
+from libvirt_provider.adapters.process.signals import StopSignals
 
 
 @pytest.fixture

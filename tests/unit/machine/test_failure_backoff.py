@@ -13,7 +13,7 @@ from typing import Any
 
 from generic.events import EventSeries
 from generic.workqueue import WorkQueue
-from libvirt_provider.adapters.operator import MachineController
+from libvirt_provider.adapters.host.controller import MachineController
 from libvirt_provider.errors import RetryableError
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 from tests.doubles.hypervisor import FakeHypervisor

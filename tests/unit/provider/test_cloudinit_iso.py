@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pydantic import SecretBytes
 
-from libvirt_provider.cloudinit import (
+from libvirt_provider.resolve.cloudinit import (
     EMPTY_USER_DATA,
     NetworkInterfaceConfig,
     build_cidata_iso,

@@ -12,9 +12,9 @@ from lxml import etree
 from catalog.constants import GROUP
 from generic.constants import REASON_UNSUPPORTED_BY_PROVIDER
 from libvirt_provider import constants as c
-from libvirt_provider.cloudinit import meta_data
 from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.resolve import Resolution, SecretData, resolve_machine
+from libvirt_provider.resolve.cloudinit import meta_data
 from libvirt_provider.resolved import CpuMode, DomainType, FirmwareKind, InterfaceKind
 from tests.unit.provider import builders as b
 

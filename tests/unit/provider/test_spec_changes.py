@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from libvirt_provider.adapters.operator import SpecChanges
+from libvirt_provider.adapters.host.controller import SpecChanges
 
 
 def test_status_only_events_are_not_changes() -> None:

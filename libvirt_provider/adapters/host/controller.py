@@ -37,7 +37,7 @@ from generic.adapters.controller import vm_fingerprint
 from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.workqueue import WorkerPool, WorkQueue
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.kube import KubeAdapter
+from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.images.cache import ImageCache
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 

@@ -39,7 +39,7 @@ from generic.api import VirtualMachineSpec
 from generic.conditions import DesiredCondition, find_condition, merge_conditions
 from generic.formats import format_time, merge_patch, parse_time, validation_details
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.kube import KubeAdapter
+from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.api import LibvirtMachine, SpreadBy
 from libvirt_provider.faults import crash_point
 from libvirt_provider.host_api import LibvirtHostSpec

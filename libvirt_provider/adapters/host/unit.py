@@ -4,33 +4,32 @@ Why a unit: a local daemon serves one host (its own), a daemon in remote mode se
 host it has claimed, and a host must be served the same way in both. A unit is the host's libvirt
 connection, its LibvirtMachine controller (a kopf operator of its own, watching only this host's
 machines), its image cache and its host agent (LibvirtHost status, heartbeat). The catalog's
-informers are shared by every unit of the process (`CatalogFeed`): one watch per kind, whatever
-the number of hosts.
+informers are shared by every unit of the process (`catalog_feed.CatalogFeed`).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 from kubernetes.client import ApiClient
 
-from catalog.constants import CATALOG_PLURALS, GROUP, VERSION
-from generic.adapters.informer import ClusterInformer
+from catalog.constants import CATALOG_PLURALS
 from generic.adapters.operator import register_login
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.credentials import HostCredentials
-from libvirt_provider.adapters.host_agent import HostAgent
-from libvirt_provider.adapters.kopf_thread import OperatorThread
-from libvirt_provider.adapters.kube import KubeAdapter
-from libvirt_provider.adapters.operator import MachineController, catalog_listener
-from libvirt_provider.adapters.operator import configure_settings as configure_provider_settings
-from libvirt_provider.adapters.operator import register as register_provider
-from libvirt_provider.adapters.shutdown import Step
+from libvirt_provider.adapters.host.agent import HostAgent
+from libvirt_provider.adapters.host.catalog_feed import CatalogFeed
+from libvirt_provider.adapters.host.controller import MachineController, catalog_listener
+from libvirt_provider.adapters.host.controller import (
+    configure_settings as configure_provider_settings,
+)
+from libvirt_provider.adapters.host.controller import register as register_provider
+from libvirt_provider.adapters.host.credentials import HostCredentials
+from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.adapters.runtime.kopf_thread import OperatorThread
+from libvirt_provider.adapters.runtime.shutdown import Step
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.limits import Limits
 from libvirt_provider.host_api import LibvirtHostSpec
@@ -40,54 +39,9 @@ from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.reconciler import MachineReconciler
 from libvirt_provider.resolved import BaseImage
 
-__all__ = ["CatalogFeed", "HostUnit", "UnitSettings"]
+__all__ = ["HostUnit", "UnitSettings"]
 
 log = logging.getLogger(__name__)
-
-Listener = Callable[[str, Mapping[str, Any] | None], None]
-
-
-class CatalogFeed:
-    """One informer per catalog kind for the whole process; each unit adds its listeners."""
-
-    def __init__(self, api: ApiClient) -> None:
-        self._lock = threading.Lock()
-        self._listeners: dict[str, list[Listener]] = {p: [] for p in CATALOG_PLURALS}
-        self.informers = {
-            plural: ClusterInformer(
-                api,
-                group=GROUP,
-                version=VERSION,
-                plural=plural,
-                on_change=self._fan_out(plural),
-            )
-            for plural in CATALOG_PLURALS
-        }
-
-    def _fan_out(self, plural: str) -> Listener:
-        def changed(event_type: str, obj: Mapping[str, Any] | None) -> None:
-            with self._lock:
-                listeners = list(self._listeners[plural])
-            for listener in listeners:
-                listener(event_type, obj)
-
-        return changed
-
-    def add(self, plural: str, listener: Listener) -> None:
-        with self._lock:
-            self._listeners[plural].append(listener)
-
-    def remove(self, plural: str, listener: Listener) -> None:
-        with self._lock:
-            if listener in self._listeners[plural]:
-                self._listeners[plural].remove(listener)
-
-    def start(self) -> None:
-        for informer in self.informers.values():
-            informer.start()
-
-    def stop_steps(self) -> list[Step]:
-        return [(f"the {i.plural} informer", i.stop) for i in self.informers.values()]
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,11 @@ from pydantic import ValidationError
 from generic.adapters.informer import ClusterInformer
 from generic.adapters.lease import LeaseElector
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.credentials import HostCredentials
-from libvirt_provider.adapters.host_agent import heartbeat_lease_name
-from libvirt_provider.adapters.host_unit import CatalogFeed, HostUnit, UnitSettings
-from libvirt_provider.adapters.shutdown import Shutdown, Step
+from libvirt_provider.adapters.host.agent import heartbeat_lease_name
+from libvirt_provider.adapters.host.catalog_feed import CatalogFeed
+from libvirt_provider.adapters.host.credentials import HostCredentials
+from libvirt_provider.adapters.host.unit import HostUnit, UnitSettings
+from libvirt_provider.adapters.runtime.shutdown import Shutdown, Step
 from libvirt_provider.driver.endpoint import ConnectionProblemError
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.host_api import LibvirtHostSpec

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import kopf
 from kubernetes import client
@@ -19,35 +19,45 @@ from generic.adapters.lease import LeaseElector
 from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.adapters.operator import register as register_generic
 from generic.adapters.operator import register_login
-from libvirt_provider.adapters.kopf_thread import OperatorThread
-from libvirt_provider.adapters.kube import KubeAdapter
-from libvirt_provider.adapters.placer import Placer
+from libvirt_provider.adapters.cluster.placer import Placer
+from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.adapters.runtime.kopf_thread import OperatorThread
 
-if TYPE_CHECKING:
-    from libvirt_provider.adapters.daemon import DaemonConfig
-
-__all__ = ["LEASE_NAME", "GenericLeader"]
+__all__ = ["LEASE_NAME", "GenericLeader", "LeaderSettings"]
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "vm-api-generic-controller"
 
 
+@dataclass(frozen=True)
+class LeaderSettings:
+    """What a term needs from the daemon's configuration."""
+
+    # This daemon's name (its host, or a remote-mode replica's identity); the pid is appended.
+    name: str
+    lease_namespace: str
+    kubeconfig: str | None
+    workers: int
+    # Namespace patterns the generic controller serves; empty: the whole cluster.
+    generic_namespaces: tuple[str, ...] = ()
+
+
 class GenericLeader:
     """Runs the generic controller while this daemon holds the Lease: one kopf operator per
     term, and a term starts only after the previous one's operator has stopped."""
 
-    def __init__(self, cfg: DaemonConfig, api: client.ApiClient, store: KubeAdapter) -> None:
-        self._cfg = cfg
+    def __init__(self, settings: LeaderSettings, api: client.ApiClient, store: KubeAdapter) -> None:
+        self._settings = settings
         self._api = api
         self._store = store
         self._operator: OperatorThread | None = None
         self._placer: Placer | None = None
-        self.identity = f"{cfg.host}-{os.getpid()}"
+        self.identity = f"{settings.name}-{os.getpid()}"
         self._elector = LeaseElector(
             api,
             name=LEASE_NAME,
-            namespace=cfg.lease_namespace,
+            namespace=settings.lease_namespace,
             identity=self.identity,
             on_start=self._lead,
             on_stop=self._follow,
@@ -74,12 +84,12 @@ class GenericLeader:
     def _lead(self) -> None:
         log.info("%s leads: starting the generic controller", self.identity)
         registry = kopf.OperatorRegistry()
-        register_login(registry, kubeconfig=self._cfg.kubeconfig)
+        register_login(registry, kubeconfig=self._settings.kubeconfig)
         register_generic(
             registry,
             api_client=self._api,
-            workers=self._cfg.workers,
-            namespaces=self._cfg.generic_namespaces,
+            workers=self._settings.workers,
+            namespaces=self._settings.generic_namespaces,
         )
         settings = kopf.OperatorSettings()
         configure_generic_settings(settings)
@@ -88,7 +98,7 @@ class GenericLeader:
         self._operator = OperatorThread("generic-operator", registry, settings)
         self._operator.start()
         self._placer = Placer(
-            self._api, store=self._store, lease_namespace=self._cfg.lease_namespace
+            self._api, store=self._store, lease_namespace=self._settings.lease_namespace
         )
         self._placer.start()
 

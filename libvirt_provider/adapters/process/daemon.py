@@ -1,0 +1,320 @@
+"""The daemon: both controllers, a health endpoint and a clean stop, in one process per host.
+
+Both run modes (a local host's daemon, and remote mode's replicas) share one start and stop
+sequence (`run`); a `Mode` says what differs: which hosts are served, and how readiness is judged.
+
+Threads, and why:
+
+- The LibvirtMachine controller runs in every daemon, in a kopf operator of its own, on its own
+  thread and event loop, watching only this host's machines.
+- The generic VirtualMachine controller is cluster-wide work: exactly one daemon runs it at a time
+  (`cluster.leader`): the Lease winner starts a second kopf operator (`runtime.kopf_thread`) and
+  stops it when its term ends. Two operators, not one with two sets of handlers, because kopf
+  cancels every task of its event loop when an operator stops, and because its finalizer and
+  storage settings are per operator.
+- The host agent (`host.agent`) keeps this host's LibvirtHost and heartbeat Lease, on its own
+  thread; the leader also runs the placer (`cluster.placer`), which binds machines without a host.
+- The image cache (`images/cache.py`) has a thread of its own: it writes this host's entries into
+  LibvirtImage status and deletes cached base images nothing uses, off the reconcile workers.
+- A small HTTP server (`process.health`) answers `/healthz` (liveness), `/readyz` (readiness:
+  libvirt answers too) and `/metrics` (Prometheus).
+
+SIGTERM or SIGINT (`process.signals`, `runtime.shutdown`) stops both operators, waits for
+in-flight reconciles, hands the Lease back, closes the libvirt connection, stops libvirt's event
+loop thread and exits 0, within `stop_deadline` seconds even when the API server and libvirtd are
+gone.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes.client import ApiClient
+
+from generic.adapters.kubeclient import load_kube_config
+from libvirt_provider.adapters.cluster.leader import GenericLeader, LeaderSettings
+from libvirt_provider.adapters.host.catalog_feed import CatalogFeed
+from libvirt_provider.adapters.host.credentials import default_root, make_root, remove_root
+from libvirt_provider.adapters.host.remote import RemoteHosts
+from libvirt_provider.adapters.host.unit import HostUnit, UnitSettings
+from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.adapters.process.call_metrics import register_call_metrics
+from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
+from libvirt_provider.adapters.process.heap import Heap
+from libvirt_provider.adapters.process.signals import StopSignals
+from libvirt_provider.adapters.runtime.shutdown import Shutdown, Step
+from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
+from libvirt_provider.errors import ProviderError
+
+__all__ = ["DaemonConfig", "run"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    kubeconfig: str | None
+    libvirt_uri: str
+    host: str
+    domain_types: frozenset[str] | None
+    health_address: str
+    health_port: int
+    generic: bool
+    lease_namespace: str
+    workers: int
+    # Namespace patterns the embedded generic controller serves; empty: the whole cluster.
+    generic_namespaces: tuple[str, ...] = ()
+    # Host directory where serial consoles are logged (None: no console logs).
+    console_log_dir: str | None = None
+    # Seconds between the image cache's periodic passes (status repair and collection).
+    image_gc_interval: float = 300.0
+    # False keeps every cached base image forever (status is still written).
+    image_gc: bool = True
+    # Remote mode: serve the LibvirtHosts that have spec.connection (claimed one by one through
+    # their heartbeat Leases) instead of this machine's own libvirtd.
+    remote: bool = False
+    # This replica's name in the remote hosts' Leases (remote mode).
+    identity: str = ""
+    # Where remote hosts' credentials are written (a tmpfs); None: `credentials.default_root()`.
+    credentials_dir: str | None = None
+    # Where /metrics is served apart from the probes; None: beside them on the health port.
+    metrics_address: str | None = None
+    metrics_port: int = 9441
+    # Seconds a stop may take before the daemon leaves without the parts still blocked; under
+    # the DaemonSet's 30 s termination grace period.
+    stop_deadline: float = 25.0
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What one run mode serves. Everything else in a daemon's life (the catalog feed, probes,
+    metrics, the leader's campaign, the stop sequence) is the same in both modes (`_serve`)."""
+
+    # This daemon's name: its host, or a remote-mode replica's identity.
+    name: str
+    store: KubeAdapter
+    start: Callable[[], None]
+    # A part whose death ends the daemon (the orchestrator restarts it).
+    failed: Callable[[], str | None]
+    liveness: list[tuple[str, Check]]
+    readiness: list[tuple[str, Check]]
+    # The hosts whose libvirt calls /metrics counts.
+    hosts: Callable[[], list[tuple[str, LibvirtHypervisor]]]
+    # Stop steps run beside the common ones, then in order after them.
+    together: list[Step]
+    then: list[Step]
+    description: str
+
+
+def _local_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mode:
+    """A local daemon serves its own host's libvirtd; it is ready when both libvirtd and the
+    API server answer."""
+    hypervisor = LibvirtHypervisor(cfg.libvirt_uri, host=cfg.host)
+    unit = HostUnit(
+        api, host=cfg.host, hypervisor=hypervisor, settings=unit_settings(cfg), catalog=catalog
+    )
+    provider = unit.operator
+
+    def libvirt_problem() -> str | None:
+        try:
+            hypervisor.host_facts()
+        except ProviderError as err:
+            return str(err)
+        return None
+
+    def machine_controller() -> str | None:
+        return None if provider.alive() else "the LibvirtMachine operator stopped"
+
+    return Mode(
+        name=cfg.host,
+        store=unit.store,
+        start=unit.start,
+        failed=machine_controller,
+        liveness=[("machine controller", machine_controller)],
+        readiness=[
+            ("libvirt", bounded(libvirt_problem, seconds=3, what="libvirtd")),
+            ("kubernetes", bounded(unit.store.access_problem, seconds=7, what="the API server")),
+        ],
+        hosts=lambda: [(cfg.host, hypervisor)],
+        together=unit.stop_steps(),
+        then=[("the libvirt connection", hypervisor.close)],
+        description=f"on host {cfg.host}: libvirt {cfg.libvirt_uri}",
+    )
+
+
+def _remote_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mode:
+    """Remote mode: no libvirtd of its own; every remote LibvirtHost this replica claims is
+    served by a unit of its own (`host.remote`). Ready when the API server answers."""
+    identity = cfg.identity or f"{socket.gethostname()}-{os.getpid()}"
+    if cfg.console_log_dir is not None:
+        log.warning(
+            "--console-log-dir is ignored in remote mode: a remote host's consoles are files on "
+            "that host (docs/remote-hosts.md)"
+        )
+    root = make_root(Path(cfg.credentials_dir) if cfg.credentials_dir else default_root())
+    store = KubeAdapter(api, host=identity)
+    remote = RemoteHosts(
+        api,
+        identity=identity,
+        settings=unit_settings(cfg),
+        catalog=catalog,
+        credentials_root=root,
+    )
+
+    def supervisor() -> str | None:
+        return None if remote.alive() else "the remote-host supervisor stopped"
+
+    return Mode(
+        name=identity,
+        store=store,
+        start=remote.start,
+        failed=supervisor,
+        liveness=[("remote hosts", supervisor), ("remote host controllers", remote.problem)],
+        readiness=[("kubernetes", bounded(store.access_problem, seconds=7, what="the API server"))],
+        hosts=remote.hypervisors,
+        together=[("the remote hosts", remote.stop)],
+        then=[("the credential files", lambda: remove_root(root))],
+        description=f"in remote mode as {identity}: serving LibvirtHosts with spec.connection",
+    )
+
+
+# Seconds after the stop deadline at which a watchdog prints every thread's stack and ends the
+# process (exit status 1), however it is stuck. Under the DaemonSet the kubelet's SIGKILL (30 s
+# grace) may come first; the watchdog is for every other way the daemon is run.
+STOP_WATCHDOG_MARGIN = 10.0
+# malloc arenas for the whole process, and how often freed heap memory is handed back (see
+# `process.heap`); a trim walks the free lists only, which is cheap next to a pass.
+MALLOC_ARENAS = 2
+HEAP_TRIM_SECONDS = 30.0
+
+
+def run(cfg: DaemonConfig) -> int:
+    # First of all: a stop asked for while the daemon is still being put together is a clean
+    # stop too, not a death by the signal's default action.
+    stop = StopSignals()
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a daemon hangs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # Before any thread exists: threads created later share these arenas.
+    Heap().limit_arenas(MALLOC_ARENAS)
+
+    api = load_kube_config(cfg.kubeconfig)
+    catalog = CatalogFeed(api)
+    mode = _remote_mode(cfg, api, catalog) if cfg.remote else _local_mode(cfg, api, catalog)
+    register_call_metrics(mode.hosts)
+    leader = (
+        GenericLeader(leader_settings(cfg, mode.name), api, mode.store) if cfg.generic else None
+    )
+    liveness = list(mode.liveness)
+    if leader is not None:
+        liveness.append(("generic controller", leader.problem))
+    health = HealthServer(
+        address=cfg.health_address,
+        port=cfg.health_port,
+        metrics=cfg.metrics_address is None,
+        liveness=liveness,
+        readiness=mode.readiness,
+    )
+    metrics = _metrics_server(cfg)
+
+    catalog.start()
+    health.start()
+    if metrics is not None:
+        metrics.start()
+    mode.start()
+    if leader is not None:
+        leader.start()
+    log.info(
+        "libvirt-provider %s, health on %s:%d, generic controller %s",
+        mode.description,
+        cfg.health_address,
+        health.port,
+        "by lease election" if leader else "disabled",
+    )
+    together: list[Step] = [*mode.together, *catalog.stop_steps()]
+    together.append(("the health endpoint", health.stop))
+    if metrics is not None:
+        together.append(("the metrics endpoint", metrics.stop))
+    if leader is not None:
+        together.append(("the generic controller", leader.stop))
+    return _serve_until_stopped(cfg, stop, failed=mode.failed, together=together, then=mode.then)
+
+
+def _metrics_server(cfg: DaemonConfig) -> HealthServer | None:
+    """/metrics on an address of its own, when one is asked for."""
+    if cfg.metrics_address is None:
+        return None
+    return HealthServer(
+        address=cfg.metrics_address, port=cfg.metrics_port, checks=False, metrics=True
+    )
+
+
+def _serve_until_stopped(
+    cfg: DaemonConfig,
+    stop: StopSignals,
+    *,
+    failed: Callable[[], str | None],
+    together: list[Step],
+    then: list[Step],
+) -> int:
+    """Wait for a stop signal (or for `failed` to name a part that died), then stop: `together`
+    side by side, then `then` in order, then libvirt's event loop; within the deadline. Meanwhile
+    freed heap memory is handed back every `HEAP_TRIM_SECONDS`."""
+    heap = Heap()
+    since_trim = 0.0
+    while not stop.wait(1.0):
+        problem = failed()
+        if problem is not None:
+            log.error("%s unexpectedly; exiting", problem)
+            break
+        since_trim += 1.0
+        if since_trim >= HEAP_TRIM_SECONDS:
+            since_trim = 0.0
+            heap.trim()
+    log.info("stopping")
+    # The last resort behind the deadline below: whatever still runs after it (interpreter
+    # finalization waits for non-daemon threads, such as kopf's handler executor) gets its
+    # stacks printed and the process ends, so a stop is always bounded and a hang explained.
+    faulthandler.dump_traceback_later(cfg.stop_deadline + STOP_WATCHDOG_MARGIN, exit=True)
+    steps = [*then, ("libvirt's event loop", stop_event_loop)]
+    finished = Shutdown(together, steps, deadline=cfg.stop_deadline).run()
+    log.info("stopped")
+    code = 0 if stop.received else 1
+    if not finished:
+        # A step is still blocked in a call that will not return (a hung socket); threads stuck
+        # in C code must not meet the interpreter's finalization, so leave without it.
+        logging.shutdown()
+        os._exit(code)
+    return code
+
+
+def leader_settings(cfg: DaemonConfig, name: str) -> LeaderSettings:
+    return LeaderSettings(
+        name=name,
+        lease_namespace=cfg.lease_namespace,
+        kubeconfig=cfg.kubeconfig,
+        workers=cfg.workers,
+        generic_namespaces=cfg.generic_namespaces,
+    )
+
+
+def unit_settings(cfg: DaemonConfig) -> UnitSettings:
+    return UnitSettings(
+        kubeconfig=cfg.kubeconfig,
+        lease_namespace=cfg.lease_namespace,
+        workers=cfg.workers,
+        domain_types=cfg.domain_types,
+        console_log_dir=cfg.console_log_dir,
+        image_gc_interval=cfg.image_gc_interval,
+        image_gc=cfg.image_gc,
+    )
+
+
+def default_host() -> str:
+    return os.environ.get("NODE_NAME") or socket.gethostname()
