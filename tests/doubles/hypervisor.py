@@ -1,13 +1,21 @@
 """An in-memory `Hypervisor` for unit tests of controller logic.
 
 It keeps just enough libvirt behaviour to make controller tests meaningful: UUID and name
-uniqueness, the define/start/shutdown/destroy/managed-save state transitions, volumes per pool and
-lifecycle notifications. Tests script guest behaviour (whether it honours the power button, when it
-gets a lease) and inject failures per operation. It reads no domain XML beyond name, UUID and disks.
+uniqueness, the define/start/shutdown/destroy/managed-save state transitions (with libvirt's reason
+codes), a running domain's live definition beside its persistent one, transient domains (undefined
+while running), volumes per pool and lifecycle notifications. Tests script guest behaviour (whether
+it honours the power button, when it gets a lease, a pause) and inject failures per operation. It
+reads no domain XML beyond name, UUID, disks and what the live changes edit.
+
+`tests/unit/driver/test_hypervisor_contract.py` runs one suite against this double and against the
+real adapter on libvirt's test driver, so the two cannot drift apart unnoticed. Where libvirt's test
+driver answers differently from qemu (the production driver), the double follows qemu; that suite
+names each such case.
 """
 
 from __future__ import annotations
 
+import copy
 import uuid as uuidlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -15,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
+from libvirt_provider.constants import METADATA_NAMESPACE as NAMESPACE
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import (
     AddressSource,
@@ -36,7 +45,29 @@ from libvirt_provider.errors import (
     StateConflictError,
 )
 
-__all__ = ["FakeDomain", "FakeHypervisor"]
+__all__ = [
+    "PAUSED_USER",
+    "RUNNING_BOOTED",
+    "RUNNING_RESTORED",
+    "RUNNING_UNPAUSED",
+    "SHUTOFF_DESTROYED",
+    "SHUTOFF_SAVED",
+    "SHUTOFF_SHUTDOWN",
+    "SHUTOFF_UNKNOWN",
+    "FakeDomain",
+    "FakeHypervisor",
+]
+
+# libvirt's reason codes for the states (`DomainStatus.reason`), named as in libvirt-domain.h
+# (VIR_DOMAIN_SHUTOFF_DESTROYED, ...); the double does not import libvirt.
+SHUTOFF_UNKNOWN = 0
+SHUTOFF_SHUTDOWN = 1
+SHUTOFF_DESTROYED = 2
+SHUTOFF_SAVED = 5
+RUNNING_BOOTED = 1
+RUNNING_UNPAUSED = 5
+RUNNING_RESTORED = 3
+PAUSED_USER = 1
 
 
 @dataclass
@@ -45,6 +76,12 @@ class FakeDomain:
     name: str
     xml: str
     state: DomainState = DomainState.SHUTOFF
+    reason: int = SHUTOFF_UNKNOWN
+    # The definition the running domain was started with (live changes edit it too); None while
+    # shut off. A redefinition changes `xml` only, as libvirt changes only the persistent one.
+    live_xml: str | None = None
+    # False once undefined while running: libvirt keeps the domain until it stops.
+    persistent: bool = True
     has_managed_save: bool = False
     honours_power_button: bool = True
     autostart: bool = False
@@ -72,7 +109,8 @@ class FakeHypervisor:
     listeners: list[LifecycleListener] = field(default_factory=list)
     uploads: dict[tuple[str, str], bytes] = field(default_factory=dict)
     resized: dict[tuple[str, str], int] = field(default_factory=dict)
-    # Free bytes per pool, for the import's space check; a pool not listed does not say.
+    # Free bytes per pool before the allocation of its volumes is counted (libvirt counts every
+    # volume's allocation against its pool); a pool not listed does not account space.
     pool_free: dict[str, int] = field(default_factory=dict)
 
     def _enter(self, op: str) -> None:
@@ -87,9 +125,22 @@ class FakeHypervisor:
         except KeyError:
             raise NotFoundError(f"domain {uuid} not found") from None
 
+    def _pool(self, pool: str) -> None:
+        """Volume calls name a pool of the host's; libvirt reports any other as not found."""
+        if pool not in self.facts.pools:
+            raise NotFoundError(f"storage pool {pool!r} not found")
+
     def _notify(self, uuid: str) -> None:
         for listener in list(self.listeners):
             listener(uuid)
+
+    def _stop(self, dom: FakeDomain, reason: int) -> None:
+        """The domain stops; a transient one (undefined while running) is gone with it."""
+        dom.state, dom.reason, dom.live_xml = DomainState.SHUTOFF, reason, None
+        dom.addresses = []
+        if not dom.persistent:
+            del self.domains[dom.uuid]
+        self._notify(dom.uuid)
 
     def host_facts(self) -> HostFacts:
         self._enter("host_facts")
@@ -107,14 +158,29 @@ class FakeHypervisor:
 
     def define(self, xml: str) -> DomainRef:
         self._enter("define")
-        root = etree.fromstring(xml.encode())
-        name = root.findtext("name") or ""
-        dom_uuid = root.findtext("uuid") or str(uuidlib.uuid4())
+        try:
+            root = etree.fromstring(xml.encode())
+            given = root.findtext("uuid")
+            dom_uuid = str(uuidlib.UUID(given)) if given else str(uuidlib.uuid4())
+        except (etree.XMLSyntaxError, ValueError) as err:
+            # libvirt refuses what does not parse, or does not validate, as an XML error.
+            raise PermanentError(f"invalid domain XML: {err}") from err
+        name = root.findtext("name")
+        if not name:
+            raise PermanentError("invalid domain XML: the domain has no name")
+        # libvirt reports both clashes as a failed operation (VIR_ERR_OPERATION_FAILED), which the
+        # adapter translates to PermanentError.
         for other in self.domains.values():
             if other.name == name and other.uuid != dom_uuid:
-                raise StateConflictError(f"domain {name!r} already exists with uuid {other.uuid}")
-        if dom_uuid in self.domains:
-            self.domains[dom_uuid].xml = xml
+                raise PermanentError(f"domain {name!r} already exists with uuid {other.uuid}")
+        existing = self.domains.get(dom_uuid)
+        if existing is not None and existing.name != name:
+            raise PermanentError(
+                f"domain {existing.name!r} is already defined with uuid {existing.uuid}"
+            )
+        if existing is not None:
+            # A running domain keeps its live definition until it is started again.
+            existing.xml, existing.persistent = xml, True
         else:
             self.domains[dom_uuid] = FakeDomain(uuid=dom_uuid, name=name, xml=xml)
         self._notify(dom_uuid)
@@ -126,6 +192,8 @@ class FakeHypervisor:
         if dom.state is not DomainState.SHUTOFF:
             raise StateConflictError("domain is already running")
         dom.state = DomainState.RUNNING
+        dom.reason = RUNNING_RESTORED if dom.has_managed_save else RUNNING_BOOTED
+        dom.live_xml = dom.xml
         dom.has_managed_save = False
         self._notify(uuid)
 
@@ -139,27 +207,24 @@ class FakeHypervisor:
         if dom.state is not DomainState.RUNNING:
             raise StateConflictError("domain is not running")
         if dom.honours_power_button:
-            dom.state = DomainState.SHUTOFF
-            dom.addresses = []
-            self._notify(uuid)
+            self._stop(dom, SHUTOFF_SHUTDOWN)
 
     def destroy(self, uuid: str) -> None:
         self._enter("destroy")
         dom = self._dom(uuid)
         if dom.state is DomainState.SHUTOFF:
             raise StateConflictError("domain is not running")
-        dom.state = DomainState.SHUTOFF
-        dom.addresses = []
-        self._notify(uuid)
+        self._stop(dom, SHUTOFF_DESTROYED)
 
     def managed_save(self, uuid: str) -> None:
         self._enter("managed_save")
         dom = self._dom(uuid)
         if dom.state not in (DomainState.RUNNING, DomainState.PAUSED):
             raise StateConflictError("domain is not running")
-        dom.state = DomainState.SHUTOFF
+        if not dom.persistent:
+            raise StateConflictError("cannot do managed save for transient domain")
         dom.has_managed_save = True
-        self._notify(uuid)
+        self._stop(dom, SHUTOFF_SAVED)
 
     def discard_saved_state(self, uuid: str) -> None:
         self._enter("discard_saved_state")
@@ -170,23 +235,33 @@ class FakeHypervisor:
         dom = self._dom(uuid)
         if dom.state is not DomainState.PAUSED:
             raise StateConflictError("domain is not paused")
-        dom.state = DomainState.RUNNING
+        dom.state, dom.reason = DomainState.RUNNING, RUNNING_UNPAUSED
         self._notify(uuid)
 
     def undefine(self, uuid: str) -> None:
         self._enter("undefine")
-        self._dom(uuid)
-        del self.domains[uuid]
+        dom = self._dom(uuid)
+        dom.has_managed_save = False
+        if dom.state is DomainState.SHUTOFF:
+            del self.domains[uuid]
+        else:
+            # libvirt keeps a running domain, transient, until it stops.
+            dom.persistent = False
         self._notify(uuid)
 
     def status(self, uuid: str) -> DomainStatus:
         self._enter("status")
         dom = self._dom(uuid)
-        return DomainStatus(state=dom.state, reason=0, has_managed_save=dom.has_managed_save)
+        return DomainStatus(
+            state=dom.state, reason=dom.reason, has_managed_save=dom.has_managed_save
+        )
 
     def domain_xml(self, uuid: str, *, inactive: bool = False) -> str:
         self._enter("domain_xml")
-        return self._dom(uuid).xml
+        dom = self._dom(uuid)
+        # A transient domain has no other definition than the one it runs with.
+        live = (not inactive or not dom.persistent) and dom.state is not DomainState.SHUTOFF
+        return dom.live_xml if live and dom.live_xml is not None else dom.xml
 
     def disk_sources(self, uuid: str) -> list[str]:
         self._enter("disk_sources")
@@ -194,38 +269,58 @@ class FakeHypervisor:
         found = []
         for src in root.iterfind("devices/disk/source"):
             path = src.get("file") or src.get("dev")
-            if path is None and src.get("pool") and src.get("volume"):
-                path = f"/fake/{src.get('pool')}/{src.get('volume')}"
+            pool, volume = src.get("pool"), src.get("volume")
+            if path is None and pool and volume:
+                # Resolved through the pool, as libvirt does: a missing volume is not found.
+                path = self._volume(pool, volume).path
             if path:
                 found.append(str(path))
         return found
 
     def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]:
         self._enter("addresses")
-        return [replace(a, source=source) for a in self._dom(uuid).addresses]
+        dom = self._dom(uuid)
+        if dom.state is DomainState.SHUTOFF:
+            raise StateConflictError("domain is not running")
+        return [replace(a, source=source) for a in dom.addresses]
 
     def guest_info(self, uuid: str) -> GuestInfo | None:
         self._enter("guest_info")
         return self._dom(uuid).guest
 
+    def _volume(self, pool: str, name: str) -> VolumeInfo:
+        self._pool(pool)
+        vol = self.volumes.get((pool, name))
+        if vol is None:
+            raise NotFoundError(f"volume {name!r} not found in pool {pool!r}")
+        return vol
+
     def find_volume(self, pool: str, name: str) -> VolumeInfo | None:
         self._enter("find_volume")
+        self._pool(pool)
         return self.volumes.get((pool, name))
 
     def list_volumes(self, pool: str) -> list[VolumeInfo]:
         self._enter("list_volumes")
+        self._pool(pool)
         return [v for (p, _), v in self.volumes.items() if p == pool]
 
     def pool_available(self, pool: str) -> int | None:
         self._enter("pool_available")
-        return self.pool_free.get(pool)
+        self._pool(pool)
+        if pool not in self.pool_free:
+            return None
+        allocated = sum(v.allocation_bytes for (p, _), v in self.volumes.items() if p == pool)
+        return max(0, self.pool_free[pool] - allocated)
 
     def volume_names(self, pool: str) -> list[str]:
         self._enter("volume_names")
+        self._pool(pool)
         return [n for (p, n) in self.volumes if p == pool]
 
     def add_volume(self, pool: str, name: str, *, capacity_bytes: int = 1 << 30) -> VolumeInfo:
         """Test set-up: a volume that already exists (e.g. a cached base image)."""
+        self._pool(pool)
         vol = VolumeInfo(
             pool=pool,
             name=name,
@@ -238,23 +333,10 @@ class FakeHypervisor:
         self.volumes[(pool, name)] = vol
         return vol
 
-    def create_overlay(self, spec: OverlaySpec) -> VolumeInfo:
-        self._enter("create_overlay")
-        if (spec.pool, spec.name) in self.volumes:
-            raise StateConflictError(f"volume {spec.name!r} already exists in pool {spec.pool!r}")
-        vol = VolumeInfo(
-            pool=spec.pool,
-            name=spec.name,
-            path=f"/fake/{spec.pool}/{spec.name}",
-            capacity_bytes=spec.capacity_bytes,
-            allocation_bytes=0,
-            format="qcow2",
-            backing_path=spec.backing_path,
-        )
-        self.volumes[(spec.pool, spec.name)] = vol
-        return vol
-
-    def _new_volume(self, pool: str, name: str, capacity: int, fmt: str) -> VolumeInfo:
+    def _new_volume(
+        self, pool: str, name: str, capacity: int, fmt: str, backing_path: str | None = None
+    ) -> VolumeInfo:
+        self._pool(pool)
         if (pool, name) in self.volumes:
             raise StateConflictError(f"volume {name!r} already exists in pool {pool!r}")
         vol = VolumeInfo(
@@ -264,10 +346,16 @@ class FakeHypervisor:
             capacity_bytes=capacity,
             allocation_bytes=0,
             format=fmt,
-            backing_path=None,
+            backing_path=backing_path,
         )
         self.volumes[(pool, name)] = vol
         return vol
+
+    def create_overlay(self, spec: OverlaySpec) -> VolumeInfo:
+        self._enter("create_overlay")
+        return self._new_volume(
+            spec.pool, spec.name, spec.capacity_bytes, "qcow2", backing_path=spec.backing_path
+        )
 
     def create_blank(self, *, pool: str, name: str, capacity_bytes: int, format: str) -> VolumeInfo:
         self._enter("create_blank")
@@ -275,8 +363,9 @@ class FakeHypervisor:
 
     def upload_volume(self, *, pool: str, name: str, data: bytes) -> VolumeInfo:
         self._enter("upload_volume")
+        vol = self._new_volume(pool, name, len(data), "raw")
         self.uploads[(pool, name)] = data
-        return self._new_volume(pool, name, len(data), "raw")
+        return vol
 
     def upload_stream(
         self, *, pool: str, name: str, size: int, chunks: Iterable[bytes]
@@ -306,9 +395,7 @@ class FakeHypervisor:
 
     def grow_volume(self, *, pool: str, name: str, capacity_bytes: int) -> VolumeInfo:
         self._enter("grow_volume")
-        vol = self.volumes.get((pool, name))
-        if vol is None:
-            raise NotFoundError(f"volume {name!r} not found in pool {pool!r}")
+        vol = self._volume(pool, name)
         if capacity_bytes < vol.capacity_bytes:
             raise PermanentError("shrinking is refused")
         grown = replace(vol, capacity_bytes=capacity_bytes)
@@ -317,19 +404,29 @@ class FakeHypervisor:
 
     def delete_volume(self, pool: str, name: str) -> None:
         self._enter("delete_volume")
-        if self.volumes.pop((pool, name), None) is None:
-            raise NotFoundError(f"volume {name!r} not found in pool {pool!r}")
+        self._volume(pool, name)
+        del self.volumes[(pool, name)]
 
-    # The fake keeps one definition, so live changes edit it like libvirt edits both.
+    # Live changes edit the running definition and the persistent one alike, as libvirt does with
+    # VIR_DOMAIN_AFFECT_LIVE | VIR_DOMAIN_AFFECT_CONFIG.
 
     def _edit(self, op: str, uuid: str, edit: Callable[[etree._Element], None]) -> None:
         self._enter(op)
         dom = self._dom(uuid)
         if dom.state is DomainState.SHUTOFF:
             raise StateConflictError(f"{op}: domain is not running")
-        root = etree.fromstring(dom.xml.encode())
-        edit(root)
-        dom.xml = etree.tostring(root, encoding="unicode")
+        if not dom.persistent:
+            raise StateConflictError(f"{op}: transient domains do not have any persistent config")
+
+        def edited(xml: str) -> str:
+            root = etree.fromstring(xml.encode())
+            edit(root)
+            return etree.tostring(root, encoding="unicode")
+
+        # Both edited before either is kept: a refused change leaves the domain as it was.
+        persistent = edited(dom.xml)
+        live = edited(dom.live_xml) if dom.live_xml is not None else None
+        dom.xml, dom.live_xml = persistent, live
 
     def set_vcpus(self, uuid: str, count: int) -> None:
         def edit(root: etree._Element) -> None:
@@ -370,13 +467,20 @@ class FakeHypervisor:
         self._edit("detach_device", uuid, edit)
 
     def set_metadata(self, uuid: str, xml: str) -> None:
+        element = etree.fromstring(xml.encode())
+        # libvirt puts the element into this provider's namespace and replaces only the element
+        # of that namespace: other tools' metadata stays.
+        element.tag = f"{{{NAMESPACE}}}{etree.QName(element).localname}"
+
         def edit(root: etree._Element) -> None:
             metadata = root.find("metadata")
             if metadata is None:
                 metadata = etree.SubElement(root, "metadata")
             for child in list(metadata):
-                metadata.remove(child)
-            metadata.append(etree.fromstring(xml.encode()))
+                ours = isinstance(child.tag, str) and etree.QName(child).namespace == NAMESPACE
+                if ours:
+                    metadata.remove(child)
+            metadata.append(copy.deepcopy(element))
 
         self._edit("set_metadata", uuid, edit)
 
@@ -387,6 +491,14 @@ class FakeHypervisor:
 
     def fail_next(self, op: str, error: ProviderError) -> None:
         self.failures[op] = error
+
+    def pause(self, uuid: str) -> None:
+        """Something outside the controller paused the domain (`virsh suspend`, a full disk)."""
+        dom = self._dom(uuid)
+        if dom.state is not DomainState.RUNNING:
+            raise StateConflictError("domain is not running")
+        dom.state, dom.reason = DomainState.PAUSED, PAUSED_USER
+        self._notify(uuid)
 
     def give_lease(self, uuid: str, mac: str, address: str) -> None:
         self._dom(uuid).addresses.append(

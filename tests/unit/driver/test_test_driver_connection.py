@@ -7,20 +7,12 @@ tests: connecting must not fail on the missing keepalive, and the host offers on
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import pytest
 
-from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
+from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 
 TEST_DRIVER = "test:///default"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _event_loop_stopped() -> Iterator[None]:
-    yield
-    # libvirt's event thread must not meet the interpreter's finalization.
-    assert stop_event_loop()
 
 
 def test_the_test_driver_connects_without_keepalive_and_says_so_once(
