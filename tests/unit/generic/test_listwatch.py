@@ -114,6 +114,7 @@ def run(
     monkeypatch: pytest.MonkeyPatch,
     *,
     name: str,
+    target: Callable[[], tuple[str, str, str]] = lambda: TARGET,
     on_list: Callable[[list[Obj]], None] = lambda _objs: None,
     on_event: Callable[[str, Obj], None] = lambda _kind, _obj: None,
 ) -> Run:
@@ -130,7 +131,7 @@ def run(
     loop = ListWatch(
         client.ApiClient(),
         name=name,
-        target=lambda: TARGET,
+        target=target,
         on_list=on_list,
         on_event=handed,
         on_failure=failed,
@@ -295,3 +296,31 @@ def test_a_410_in_the_stream_lists_again_without_a_failure(
     ]
     assert seen.failures == 0
     assert seen.events == [("ADDED", "a")]
+
+
+def test_a_target_that_raises_is_counted_and_asked_again_after_a_backoff(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Without a target nothing can be listed: the bug is logged and counted, and the target
+    # asked again after the backoff (its answer can change), never in a tight loop.
+    answers: deque[tuple[str, str, str] | Exception] = deque([KeyError("versions"), TARGET])
+
+    def target() -> tuple[str, str, str]:
+        answer = answers.popleft() if answers else TARGET
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    server = ScriptedServer(lists=[listing("70")], watches=[])
+    name = "test-target-bug"
+    with caplog.at_level(logging.INFO, logger=listwatch.__name__):
+        seen = run(server, monkeypatch, name=name, target=target)
+
+    assert server.calls == [("list", None), ("watch", "70")]
+    assert callback_errors(name, "target") == 1
+    assert seen.failures == 1
+    assert len(seen.pauses) == 1
+    assert 0.4 <= seen.pauses[0] <= 0.6
+    [record] = loop_records(caplog)
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], KeyError)
