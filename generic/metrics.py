@@ -10,7 +10,13 @@ from typing import Final
 
 from prometheus_client import Counter, Gauge, Histogram
 
-__all__ = ["QUEUE_DEPTH", "RECONCILES", "RECONCILE_SECONDS", "WATCHED_PROVIDER_KINDS"]
+__all__ = [
+    "QUEUE_DEPTH",
+    "RECONCILES",
+    "RECONCILE_SECONDS",
+    "WATCHED_PROVIDER_KINDS",
+    "WATCH_CALLBACK_ERRORS",
+]
 
 RECONCILES: Final = Counter(
     "vmapi_generic_reconciles_total",
@@ -34,3 +40,12 @@ WATCHED_PROVIDER_KINDS: Final = Gauge(
     "vmapi_generic_watched_provider_kinds",
     "Provider kinds (labelled CRDs) whose objects are currently watched.",
 )
+
+WATCH_CALLBACK_ERRORS: Final = Counter(
+    "vmapi_generic_watch_callback_errors_total",
+    "Exceptions raised by the code a list-then-watch loop hands its lists and events to: bugs, "
+    "not API failures.",
+    ["watch", "callback"],
+)
+"""watch: the loop's name, which names its kind (`informer-<plural>`,
+`generic-watch-<Kind>.<group>`); callback: target, list, event or failure."""

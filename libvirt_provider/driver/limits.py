@@ -46,7 +46,12 @@ class LimiterStats:
 
 
 class CallLimiter:
-    """A token bucket and a concurrency cap; `limits` may change at any time."""
+    """A token bucket and a concurrency cap; `limits` may change at any time.
+
+    Time is `clock` and a wait is `wait(condition, seconds)`, the limiter's lock held as with
+    `Condition.wait`: tests pass a fake clock that their `wait` moves on, and see exactly how long
+    each call waited without waiting.
+    """
 
     def __init__(
         self,
@@ -54,10 +59,12 @@ class CallLimiter:
         *,
         wait_deadline: float = c.CALL_WAIT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        wait: Callable[[threading.Condition, float], object] = threading.Condition.wait,
     ) -> None:
         self._limits = limits or Limits()
         self._deadline = wait_deadline
         self._clock = clock
+        self._wait = wait
         self._cond = threading.Condition()
         self._tokens = float(self._limits.burst)
         self._refilled = clock()
@@ -108,9 +115,9 @@ class CallLimiter:
                         f"{self._limits.max_concurrent} at once)"
                     )
                 if self._in_flight >= self._limits.max_concurrent:
-                    self._cond.wait(left)
+                    self._wait(self._cond, left)
                 else:
-                    self._cond.wait(min(left, (1.0 - self._tokens) / self._limits.qps))
+                    self._wait(self._cond, min(left, (1.0 - self._tokens) / self._limits.qps))
             self._tokens -= 1.0
             self._in_flight += 1
             self._calls += 1

@@ -35,9 +35,9 @@ def test_sigint_and_sigterm_together_stop_it_at_once(restored: None) -> None:
     stop = StopSignals()
     os.kill(os.getpid(), signal.SIGINT)
     os.kill(os.getpid(), signal.SIGTERM)
-    started = time.monotonic()
-    assert stop.wait(5.0)
-    assert time.monotonic() - started < 1.0
+    # os.kill runs the handlers of a signal sent to this process before it returns (Python 3.11,
+    # gh-90623): the stop is seen by a wait that does not wait at all.
+    assert stop.wait(0.0)
     assert sorted(stop.received) == sorted([signal.SIGINT, signal.SIGTERM])
 
 

@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from libvirt_provider.driver.limits import CallLimiter, Limits
 from libvirt_provider.errors import RetryableError
 from tests.eventually import eventually
+
+
+class FakeTime:
+    """The limiter's clock and its waits: a wait returns at once, the clock moved on by what it
+    asked for, so a test sees how long each call waited without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.waits: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def wait(self, _condition: threading.Condition, seconds: float) -> bool:
+        # A wait that cannot move the clock on would be asked for again and again.
+        assert self.now + seconds > self.now, f"a wait of {seconds} s moves no clock on"
+        self.waits.append(seconds)
+        self.now += seconds
+        return False
 
 
 def test_never_more_calls_in_flight_than_the_cap() -> None:
@@ -45,30 +63,46 @@ def test_never_more_calls_in_flight_than_the_cap() -> None:
 
 
 def test_a_call_that_finds_no_slot_in_time_fails_as_retryable() -> None:
-    limiter = CallLimiter(Limits(qps=100, burst=100, max_concurrent=1), wait_deadline=0.2)
+    fake = FakeTime()
+    limiter = CallLimiter(
+        Limits(qps=100, burst=100, max_concurrent=1),
+        wait_deadline=0.2,
+        clock=fake.clock,
+        wait=fake.wait,
+    )
     with limiter.call():
-        started = time.monotonic()
         with pytest.raises(RetryableError, match="busy"), limiter.call("libvirtd of host h1"):
             pass
-        assert 0.15 <= time.monotonic() - started < 2
+        # It waited for the slot until the deadline, and no longer.
+        assert fake.waits == [0.2]
+        assert fake.now == 0.2
     assert limiter.stats().refused == 1
 
 
 def test_the_bucket_allows_a_burst_then_the_rate() -> None:
-    limiter = CallLimiter(Limits(qps=20, burst=5, max_concurrent=100), wait_deadline=10)
-    started = time.monotonic()
+    # 8 calls/s: a token every 0.125 s, which binary floating point holds exactly.
+    fake = FakeTime()
+    limiter = CallLimiter(
+        Limits(qps=8, burst=5, max_concurrent=100),
+        wait_deadline=10,
+        clock=fake.clock,
+        wait=fake.wait,
+    )
+    started: list[float] = []
     for _ in range(5):
         with limiter.call():
-            pass
-    burst_took = time.monotonic() - started
+            started.append(fake.now)
+    assert fake.waits == []  # the burst waits for nothing
     for _ in range(10):
         with limiter.call():
-            pass
-    total = time.monotonic() - started
-    # Ten calls beyond the burst at 20/s take about half a second.
-    assert burst_took < 0.2
-    assert 0.4 <= total < 3
-    assert limiter.stats().peak_per_second <= 5 + 20 + 1
+            started.append(fake.now)
+    # Each call beyond the burst waited for its token: one eighth of a second, once.
+    assert fake.waits == [0.125] * 10
+    assert started == [0.0] * 5 + [0.125 * n for n in range(1, 11)]
+    stats = limiter.stats()
+    assert stats.longest_wait == 0.125
+    # The busiest second, [0, 1): the burst and the seven calls at the rate after it.
+    assert stats.peak_per_second == 5 + 7
 
 
 def test_new_limits_apply_to_waiting_calls() -> None:
