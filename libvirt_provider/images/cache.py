@@ -26,6 +26,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from prometheus_client import Counter, Gauge
 
+from generic.background import BackgroundLoop
 from libvirt_provider import constants as c
 from libvirt_provider.driver.base import PoolAccess
 from libvirt_provider.driver.types import VolumeInfo
@@ -96,28 +97,23 @@ class ImageCache:
         self._collect = collect
         self._grace = grace
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._full = True  # the first pass repairs what a previous daemon left
         self._progressed: dict[str, BaseImage] = {}
-        self._thread = threading.Thread(target=self._run, name="image-cache", daemon=True)
+        self._loop = BackgroundLoop("image-cache", self._run)
 
     # -- requests (any thread) ---------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self._loop.stop(timeout)
 
     def request_pass(self) -> None:
         """Look at every image and every cached base soon."""
         with self._lock:
             self._full = True
-        self._wake.set()
+        self._loop.wake()
 
     def import_changed(self, base: BaseImage) -> None:
         """The importer's callback: progress is written for the image; an ended import asks for a
@@ -127,16 +123,14 @@ class ImageCache:
             return
         with self._lock:
             self._progressed[base.image] = base
-        self._wake.set()
+        self._loop.wake()
 
     # -- the thread --------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, loop: BackgroundLoop) -> None:
         next_full = time.monotonic()
-        while not self._stop.is_set():
-            self._wake.wait(max(0.0, next_full - time.monotonic()))
-            self._wake.clear()
-            if self._stop.is_set():
+        while not loop.stopping:
+            if loop.wait(next_full - time.monotonic()):
                 return
             with self._lock:
                 full = self._full or time.monotonic() >= next_full

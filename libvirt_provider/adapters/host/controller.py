@@ -35,6 +35,7 @@ from catalog.constants import GROUP, VERSION
 from generic import constants as vmapi
 from generic.adapters.controller import vm_fingerprint
 from generic.adapters.operator import configure_settings as configure_generic_settings
+from generic.background import BackgroundLoop
 from generic.workqueue import WorkerPool, WorkQueue
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
@@ -82,15 +83,14 @@ class MachineController:
         self._known: dict[MachineKey, str] = {}
         self._by_uid: dict[str, MachineKey] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._resync = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
+        self._resync = BackgroundLoop("resync", self._resync_loop)
 
     def start(self) -> None:
         self._pool.start()
         self._resync.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._resync.stop(timeout=0)
         self.queue.shutdown()
         self._pool.stop()
 
@@ -140,8 +140,8 @@ class MachineController:
         for key in keys:
             self.queue.add(key)
 
-    def _resync_loop(self) -> None:
-        while not self._stop.wait(self._resync_seconds):
+    def _resync_loop(self, loop: BackgroundLoop) -> None:
+        while not loop.pause(self._resync_seconds):
             self.wake_all()
 
     def _process(self, key: MachineKey) -> None:

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from generic.adapters.informer import ClusterInformer
 from generic.adapters.lease import LeaseElector
+from generic.background import BackgroundLoop
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.host.agent import heartbeat_lease_name
 from libvirt_provider.adapters.host.catalog_feed import CatalogFeed
@@ -76,25 +77,23 @@ class RemoteHosts:
         self._interval = interval
         self._claims: dict[str, _Claim] = {}
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stopped = threading.Event()
         self.hosts = ClusterInformer(
             api,
             group=c.GROUP,
             version=c.VERSION,
             plural=c.HOST_PLURAL,
-            on_change=lambda _type, _obj: self._wake.set(),
+            on_change=lambda _type, _obj: self._loop.wake(),
         )
-        self._thread = threading.Thread(target=self._run, name="remote-hosts", daemon=True)
+        self._loop = BackgroundLoop("remote-hosts", self._run)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
         self.hosts.start()
-        self._thread.start()
+        self._loop.start()
 
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._loop.alive()
 
     def problem(self) -> str | None:
         """For the liveness probe: a served host whose controller died."""
@@ -113,10 +112,7 @@ class RemoteHosts:
     def stop(self) -> None:
         """Stop serving every host and hand each claim back, so another replica takes over
         at its next try rather than after the Lease runs out."""
-        self._stopped.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(self._interval + 5)
+        self._loop.stop(self._interval + 5)
         with self._lock:
             claims = list(self._claims.values())
             self._claims.clear()
@@ -132,16 +128,15 @@ class RemoteHosts:
 
     # -- the supervisor's passes -------------------------------------------------------------
 
-    def _run(self) -> None:
-        while not self._stopped.is_set() and not self.hosts.wait_synced(1.0):
+    def _run(self, loop: BackgroundLoop) -> None:
+        while not loop.stopping and not self.hosts.wait_synced(1.0):
             pass
-        while not self._stopped.is_set():
-            self._wake.clear()
+        while not loop.stopping:
             try:
                 self._pass()
             except Exception:  # a bug must not end remote hosts for good
                 log.exception("remote hosts: pass failed")
-            self._wake.wait(self._interval)
+            loop.wait(self._interval)
 
     def _pass(self) -> None:
         wanted: dict[str, LibvirtHostSpec] = {}
