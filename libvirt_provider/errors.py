@@ -11,6 +11,7 @@ never by inspecting libvirt error codes::
     ├── RetryableError            transient: connection lost, busy, timed out; try again later
     │   └── HostUnreachableError  a remote host's libvirtd cannot be reached (with the reason)
     └── PermanentError            retrying the same request cannot help; report it
+        ├── AccessDeniedError     the daemon's credentials may not do it (RBAC, a 403)
         └── UnsupportedError      the platform cannot do what was asked
 """
 
