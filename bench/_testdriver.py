@@ -43,7 +43,7 @@ from lxml.builder import E
 from libvirt_provider.constants import HOST_LABEL
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import GROUP, V, answers, health_base, pair, start_daemon
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 POOL_PREFIX = "scale-bench-"
 # The test driver's pools hold 100 GiB whatever the node file says; a boot disk counts its

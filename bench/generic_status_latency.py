@@ -45,7 +45,7 @@ from generic import constants as c  # noqa: E402
 from generic.adapters.operator import configure_settings, register, register_login  # noqa: E402
 from generic.crd import CRD_PATH  # noqa: E402
 from tests.e2e.generic.conftest import install_crd, stub_crd  # noqa: E402
-from tests.eventually import eventually  # noqa: E402
+from tests.support.waiting import eventually  # noqa: E402
 
 
 def lab_kubeconfig() -> str:

@@ -26,7 +26,7 @@ from tests.e2e.conftest import (
     guest_domain_xml,
     overlay_volume_xml,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 

@@ -35,7 +35,7 @@ from tests.e2e.conftest import (
     remote_sshd_start,
     remote_sshd_stop,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 
 @pytest.fixture

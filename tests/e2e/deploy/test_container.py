@@ -40,7 +40,7 @@ from tests.e2e.provider.conftest import (
     pair,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 HOST = "container-host"
 LEASE = "vm-api-generic-controller"

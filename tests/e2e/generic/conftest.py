@@ -25,7 +25,7 @@ from kubernetes import client
 from generic import constants as c
 from generic.crd import CRD_PATH
 from tests.e2e.conftest import REPO, LabInfo
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 SESSION = uuid.uuid4().hex[:6]
 NAMESPACE_PREFIX = f"gen-e2e-{SESSION}-"

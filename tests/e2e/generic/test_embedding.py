@@ -20,7 +20,7 @@ from generic.adapters.operator import (
 )
 from tests.e2e.conftest import LabInfo
 from tests.e2e.generic.conftest import SESSION, Cluster, StubKind, remove_vms
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 
 @pytest.fixture

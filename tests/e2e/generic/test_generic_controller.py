@@ -18,7 +18,7 @@ from tests.e2e.generic.conftest import (
     remove_vms,
     stub_crd,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 TIMEOUT = 30
 READY: dict[str, Any] = {

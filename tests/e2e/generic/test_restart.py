@@ -19,7 +19,7 @@ from tests.e2e.generic.conftest import (
     start_controller,
     stop_controller,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 READY: dict[str, Any] = {
     "powerState": "PoweredOn",

@@ -19,7 +19,7 @@ from kubernetes import client
 
 from tests.e2e.conftest import LAB_SCRIPT, REPO, LabInfo
 from tests.e2e.provider.conftest import GROUP, VM_GROUP, V, delete_quietly
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 NAMESPACE = "vm-api-system"
 SELECTOR = "app.kubernetes.io/name=libvirt-provider"

@@ -17,7 +17,7 @@ from kubernetes import client
 from tests.e2e.conftest import LabInfo
 from tests.e2e.node.conftest import NAMESPACE, kubectl, one_ready_pod
 from tests.e2e.provider.conftest import create, domain_of, machine_volumes, pair, wait_ready
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 ROLLED_IMAGE = "docker.io/vm-api/libvirt-provider:0.1.0-rollout"
 

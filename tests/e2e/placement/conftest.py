@@ -33,7 +33,7 @@ from tests.e2e.provider.conftest import (
     pair,
     start_daemon,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 HOSTS_PLURAL = "libvirthosts"
 LEASE_NAMESPACE = "kube-system"

@@ -37,7 +37,7 @@ from tests.e2e.provider.conftest import (
     pair,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 ZONE = "topology.kubernetes.io/zone"
 

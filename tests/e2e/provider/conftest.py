@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from generic.conditions import find_condition
 from libvirt_provider import naming
 from tests.e2e.conftest import REPO, LabInfo
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 HOST = "e2e-host"
 NS_PREFIX = "lm-"

@@ -39,7 +39,7 @@ from tests.e2e.provider.conftest import (
     patch_vm,
     vm_status,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.apiserver_restart
 

@@ -24,7 +24,7 @@ from tests.e2e.provider.conftest import (
     vm_status,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 USER_DATA = b"#cloud-config\n# vmapi-marker: hello-from-user-data\n# vmapi-ignore-acpi\n"
 

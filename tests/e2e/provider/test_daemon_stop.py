@@ -35,7 +35,7 @@ from tests.e2e.provider.conftest import (
     start_daemon,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 STOP_HOST = "stop-host"
 STARTS = 30

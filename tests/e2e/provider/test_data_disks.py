@@ -19,7 +19,7 @@ from tests.e2e.provider.conftest import (
     patch_vm,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 GIB = 1024**3
 

@@ -50,7 +50,7 @@ from tests.e2e.provider.conftest import (
     vm_status,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 IMAGE = "e2e-debian-guest"
 STATIC_NETWORK = "e2e-lab-static"

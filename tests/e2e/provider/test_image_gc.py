@@ -40,7 +40,7 @@ from tests.e2e.provider.test_image_import import (
     host_entry,
     serve_guest,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 LAST_PASS = "vmapi_libvirt_image_cache_last_pass_timestamp_seconds"
 # A machine that got its base moments before stays protected for the importer's grace (60 s).

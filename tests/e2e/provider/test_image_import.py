@@ -35,7 +35,7 @@ from tests.e2e.provider.conftest import (
     machine_volumes,
     pair,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 
 class Server:

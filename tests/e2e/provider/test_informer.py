@@ -11,7 +11,7 @@ from kubernetes import client
 from generic.adapters.informer import ClusterInformer
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import GROUP, V, install_api
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 
 def _image(name: str, volume: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from kubernetes import client
 
 from tests.e2e.conftest import LabInfo
 from tests.e2e.provider.conftest import start_daemon
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 LEASE = "vm-api-generic-controller"
 

@@ -17,7 +17,7 @@ from libvirt_provider.errors import (
     StateConflictError,
 )
 from tests.e2e.conftest import LabInfo, guest_domain_xml
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 MIB = 1024 * 1024
 

@@ -35,7 +35,7 @@ from tests.e2e.provider.conftest import (
     patch_vm,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 
 def test_a_linked_pair_boots_powers_and_deletes_cleanly(

@@ -38,7 +38,7 @@ from tests.e2e.provider.conftest import (
     pair,
     start_daemon,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 HOST = "rbac-host"
 

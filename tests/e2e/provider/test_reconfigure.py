@@ -31,7 +31,7 @@ from tests.e2e.provider.conftest import (
     vm_status,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 
 def _up_to_date(api_client: client.ApiClient, ns: str, name: str) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from tests.e2e.provider.conftest import (
     patch_vm,
     start_daemon,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 HOST = "restart-host"
 

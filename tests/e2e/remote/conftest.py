@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from libvirt_provider import constants as c
 from tests.e2e.conftest import LabInfo, LabRemote
 from tests.e2e.provider.conftest import GROUP, V, condition, install_api, pair
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[3]
 # The daemons' namespace: their Leases, and the remote hosts' Secrets.

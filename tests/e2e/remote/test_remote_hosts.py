@@ -56,7 +56,7 @@ from tests.e2e.remote.conftest import (
     tls_data,
     wait_connected,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 SECRET = "e2e-remote-credentials"
 

@@ -28,7 +28,7 @@ from tests.e2e.remote.conftest import (
     start_remote_daemon,
     wait_connected,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 DEPLOY_NAMESPACE = "vm-api-system"
 SECRET = "e2e-remote-rbac"

@@ -25,7 +25,7 @@ from tests.e2e.remote.conftest import (
     start_remote_daemon,
     wait_connected,
 )
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 SECRET = "e2e-remote-takeover"
 

@@ -9,7 +9,7 @@ import pytest
 
 from libvirt_provider.driver.limits import CallLimiter, Limits
 from libvirt_provider.errors import RetryableError
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 
 def test_never_more_calls_in_flight_than_the_cap() -> None:
