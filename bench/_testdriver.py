@@ -41,8 +41,10 @@ from lxml import etree
 from lxml.builder import E
 
 from libvirt_provider.constants import HOST_LABEL
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import GROUP, V, answers, health_base, pair, start_daemon
+from tests.support.daemons import answers, health_base, start_daemon
+from tests.support.factories import pair
+from tests.support.kube import GROUP, V
+from tests.support.lab_access import LabInfo
 from tests.support.waiting import eventually
 
 POOL_PREFIX = "scale-bench-"

@@ -48,9 +48,11 @@ from libvirt_provider.hosts.placement import (  # noqa: E402
     Request,
     decide,
 )
-from tests.e2e.conftest import read_lab  # noqa: E402
-from tests.e2e.placement.conftest import Fleet, patch_host, reset_host, unplaced  # noqa: E402
-from tests.e2e.provider.conftest import create, install_api  # noqa: E402
+from tests.support.daemons import Fleet  # noqa: E402
+from tests.support.factories import unplaced  # noqa: E402
+from tests.support.hosts import patch_host, reset_host  # noqa: E402
+from tests.support.kube import create, install_api  # noqa: E402
+from tests.support.lab_access import read_lab  # noqa: E402
 
 GIB = 2**30
 G, VG, V = "infrastructure.vm-api.io", "vm-api.io", "v1alpha1"

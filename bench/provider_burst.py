@@ -42,8 +42,8 @@ from libvirt_provider.domainxml import render_domain_xml  # noqa: E402
 from libvirt_provider.driver.base import OverlaySpec  # noqa: E402
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor  # noqa: E402
 from libvirt_provider.resolve import resolve_machine  # noqa: E402
-from tests.e2e.conftest import read_lab  # noqa: E402
-from tests.e2e.provider.conftest import answers, health_base  # noqa: E402
+from tests.support.daemons import answers, health_base  # noqa: E402
+from tests.support.lab_access import read_lab  # noqa: E402
 
 HOST = "bench-host"
 G, VG, V = "infrastructure.vm-api.io", "vm-api.io", "v1alpha1"

@@ -35,20 +35,23 @@ sys.path.insert(0, str(REPO))
 
 from bench._figures import figures, leads, p95, wait  # noqa: E402
 from libvirt_provider import constants as c  # noqa: E402
-from tests.e2e.conftest import read_lab  # noqa: E402
-from tests.e2e.placement.conftest import Fleet, reset_host  # noqa: E402
-from tests.e2e.provider.conftest import create, install_api  # noqa: E402
-from tests.e2e.remote.conftest import (  # noqa: E402
-    delete_secret,
-    forget_host,
+from tests.support.daemons import (  # noqa: E402
+    Fleet,
     metric,
     metrics,
-    put_secret,
-    remote_pair,
-    set_host,
-    ssh_data,
     start_remote_daemon,
 )
+from tests.support.factories import remote_pair  # noqa: E402
+from tests.support.hosts import (  # noqa: E402
+    delete_secret,
+    forget_host,
+    put_secret,
+    reset_host,
+    set_host,
+    ssh_data,
+)
+from tests.support.kube import create, install_api  # noqa: E402
+from tests.support.lab_access import read_lab  # noqa: E402
 
 G, VG, V = "infrastructure.vm-api.io", "vm-api.io", "v1alpha1"
 SECRET = "bench-remote-ssh"

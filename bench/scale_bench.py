@@ -78,14 +78,8 @@ from bench._testdriver import (  # noqa: E402
     storage_classes,
     write_node_xml,
 )
-from tests.e2e.conftest import LabInfo, read_lab  # noqa: E402
-from tests.e2e.provider.conftest import (  # noqa: E402
-    GROUP,
-    VM_GROUP,
-    V,
-    delete_quietly,
-    install_api,
-)
+from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
+from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
 
 HOST_PREFIX = "scale-host-"
 NS_PREFIX = "scale-"

@@ -70,8 +70,8 @@ from bench._testdriver import (  # noqa: E402
     storage_classes,
 )
 from libvirt_provider import naming  # noqa: E402
-from tests.e2e.conftest import LAB_SCRIPT, LabInfo, read_lab  # noqa: E402
-from tests.e2e.provider.conftest import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
+from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
+from tests.support.lab_access import LAB_SCRIPT, LabInfo, read_lab  # noqa: E402
 
 HOST_PREFIX = "soak-host-"
 NS_PREFIX = "soak-"

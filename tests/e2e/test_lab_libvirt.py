@@ -7,7 +7,8 @@ import uuid
 
 import libvirt
 
-from tests.e2e.conftest import LabInfo, dhcp_lease, guest_domain_xml, overlay_volume_xml
+from tests.support.lab_access import LabInfo
+from tests.support.virt import dhcp_lease, guest_domain_xml, overlay_volume_xml
 from tests.support.waiting import eventually
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO
+from tests.support.lab_access import REPO
 
 RUN_DEADLINE = 420.0  # a cold lab start (no control-plane build) plus one guest boot
 STOP_DEADLINE = 60.0

@@ -1,6 +1,20 @@
-"""What tests, fixtures and benchmarks share, as a library.
+"""What tests, fixtures and benchmarks share, as a library: lab access, waiting, factories.
 
-Why a package: conftest modules are for pytest's fixtures and a test module is for its tests;
-helpers that several of them need live here instead, each module saying what it holds and why.
-`waiting` is the one deadline-bounded wait. Importing the package itself imports nothing.
+Why a package: conftest modules are for pytest's fixtures, and a test module is for its tests;
+imported as libraries they tangled every directory with every other (and bench/ with tests/).
+Helpers live here instead, each module saying what it holds and why:
+
+- `waiting`: the one deadline-bounded wait (standard library only);
+- `lab_access`: the running lab's settings and commands (`LabInfo`, `read_lab`, `lab_command`);
+- `kube`: the API server: kubectl, CRDs, the objects tests create, read and wait for;
+- `virt`: libvirt: test guests' XML, volumes and domains on the lab's hosts;
+- `factories`: the bodies tests create (linked pairs, stub CRDs);
+- `daemons`: the processes under test (the provider daemon, a fleet of them, the remote daemon,
+  the generic controller) and what they announce;
+- `hosts`: LibvirtHost objects, placement outcomes and the remote host's Secrets;
+- `images`: images served over HTTP to the daemon and their cached bases;
+- `stub_provider`: the generic controller's e2e world (a stub provider kind, a namespace helper);
+- `deployment`: deploy/'s manifests run in the lab (the container image, the node's DaemonSet).
+
+Importing the package itself imports nothing, so that stdlib-only callers can use `waiting`.
 """

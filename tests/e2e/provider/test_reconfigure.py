@@ -15,22 +15,22 @@ import libvirt
 from kubernetes import client
 from lxml import etree
 
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import (
+from tests.support.daemons import console_log_dir
+from tests.support.factories import pair
+from tests.support.kube import (
     GROUP,
     VM_GROUP,
     V,
     condition,
-    console_log_dir,
     create,
     domain_of,
     get,
-    machine_volumes,
-    pair,
     patch_vm,
     vm_status,
     wait_ready,
 )
+from tests.support.lab_access import LabInfo
+from tests.support.virt import machine_volumes
 from tests.support.waiting import eventually
 
 
