@@ -68,7 +68,9 @@ from kubernetes.client.exceptions import ApiException
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._testdriver import (  # noqa: E402
+from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
+from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
+from tests.support.testdriver import (  # noqa: E402
     Daemons,
     SharedTestDriver,
     cpu_seconds,
@@ -78,8 +80,6 @@ from bench._testdriver import (  # noqa: E402
     storage_classes,
     write_node_xml,
 )
-from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
-from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
 
 HOST_PREFIX = "scale-host-"
 NS_PREFIX = "scale-"

@@ -60,7 +60,10 @@ from urllib3.exceptions import HTTPError
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._testdriver import (  # noqa: E402
+from libvirt_provider import naming  # noqa: E402
+from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
+from tests.support.lab_access import LAB_SCRIPT, LabInfo, read_lab  # noqa: E402
+from tests.support.testdriver import (  # noqa: E402
     Daemons,
     SharedTestDriver,
     disk_pools,
@@ -69,9 +72,6 @@ from bench._testdriver import (  # noqa: E402
     rss_mib,
     storage_classes,
 )
-from libvirt_provider import naming  # noqa: E402
-from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
-from tests.support.lab_access import LAB_SCRIPT, LabInfo, read_lab  # noqa: E402
 
 HOST_PREFIX = "soak-host-"
 NS_PREFIX = "soak-"

@@ -14,7 +14,11 @@ Helpers live here instead, each module saying what it holds and why:
 - `hosts`: LibvirtHost objects, placement outcomes and the remote host's Secrets;
 - `images`: images served over HTTP to the daemon and their cached bases;
 - `stub_provider`: the generic controller's e2e world (a stub provider kind, a namespace helper);
-- `deployment`: deploy/'s manifests run in the lab (the container image, the node's DaemonSet).
+- `deployment`: deploy/'s manifests run in the lab (the container image, the node's DaemonSet);
+- `testdriver`: daemons on libvirt's test driver, for benchmarks and the API-server restart test.
+
+bench/ may import this package; tests/ never imports bench/ (the bench smoke test runs the scripts
+as subprocesses).
 
 Importing the package itself imports nothing, so that stdlib-only callers can use `waiting`.
 """

@@ -24,7 +24,6 @@ import libvirt
 import pytest
 from kubernetes import client
 
-from bench._testdriver import Daemons, SharedTestDriver, forget_hosts
 from libvirt_provider.constants import HOST_LABEL
 from tests.support.factories import pair
 from tests.support.kube import (
@@ -39,6 +38,7 @@ from tests.support.kube import (
     vm_status,
 )
 from tests.support.lab_access import LAB_SCRIPT, LabInfo
+from tests.support.testdriver import Daemons, SharedTestDriver, forget_hosts
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.apiserver_restart

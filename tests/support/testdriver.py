@@ -1,10 +1,12 @@
-"""What the benchmarks on libvirt's test driver share: the node they run on, the daemons, sampling.
+"""Daemons on libvirt's test driver: the node they run on, the daemons, sampling.
 
-Why a module of its own: `scale_bench.py`, `soak.py` and the API-server-restart e2e test all run
-daemons on libvirt's test driver (domains start at once, so only the control plane is measured)
-against the lab's kube-apiserver; one copy of the node's make-up (the lab's pool holding the
-image's volume, the lab's network, pools for boot disks behind LibvirtStorageClasses), of the
-daemon start and of the RSS/CPU sampling keeps them measuring the same thing.
+Why a module of its own: `bench/scale_bench.py`, `bench/soak.py` and the API-server-restart e2e
+test all run daemons on libvirt's test driver (domains start at once, so only the control plane is
+measured) against the lab's kube-apiserver; one copy of the node's make-up (the lab's pool holding
+the image's volume, the lab's network, pools for boot disks behind LibvirtStorageClasses), of the
+daemon start and of the RSS/CPU sampling keeps them measuring the same thing. It lives in
+tests/support so that the e2e test does not import bench/ (bench/ imports tests/support, never the
+other way round).
 
 Two ways to run the test driver:
 
@@ -16,8 +18,6 @@ Two ways to run the test driver:
   volumes through its own connection (leak checks, states), and the daemon's connection can be
   dropped by libvirtd (`drop_client`) while the driver's state lives on. libvirtd frees
   `test:///default` when its last connection closes: the script's connection keeps it alive.
-
-The leading underscore keeps it out of the list of bench scripts that must have a smoke mode.
 """
 
 from __future__ import annotations
