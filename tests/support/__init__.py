@@ -15,7 +15,13 @@ Helpers live here instead, each module saying what it holds and why:
 - `images`: images served over HTTP to the daemon and their cached bases;
 - `stub_provider`: the generic controller's e2e world (a stub provider kind, a namespace helper);
 - `deployment`: deploy/'s manifests run in the lab (the container image, the node's DaemonSet);
-- `testdriver`: daemons on libvirt's test driver, for benchmarks and the API-server restart test.
+- `testdriver`: daemons on libvirt's test driver, for benchmarks and the API-server restart test;
+- `builders`: unit tests' valid linked pair, catalog and host, each overridable, and the resolver
+  run on them;
+- `reconciling`: the machine reconciler over the in-memory doubles (`tests/doubles/`).
+
+Helpers that only one directory's tests share stay beside them as plain modules (never a conftest
+or a test module): tests/unit/domainxml/cases.py and fields.py, tests/unit/images/qcow2_bytes.py.
 
 bench/ may import this package; tests/ never imports bench/ (the bench smoke test runs the scripts
 as subprocesses).
