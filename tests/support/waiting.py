@@ -2,8 +2,10 @@
 
 Why a module of its own: a wait written out by hand drifts (one checks the deadline before the
 probe, another after; one forgets the last error, another sleeps past the deadline), and a fixed
-sleep is either too short on a busy machine or wastes time on an idle one. Waits go through
-`eventually`. Standard library only, so that any script can use it.
+sleep is either too short on a busy machine or wastes time on an idle one. Every wait in the tests,
+the benchmarks and `tests/lab/lab.py` goes through `eventually`.
+
+Standard library only: `tests/lab/lab.py` runs before the virtualenv exists and imports this.
 """
 
 from __future__ import annotations
