@@ -23,8 +23,10 @@ Helpers live here instead, each module saying what it holds and why:
 Helpers that only one directory's tests share stay beside them as plain modules (never a conftest
 or a test module): tests/unit/domainxml/cases.py and fields.py, tests/unit/images/qcow2_bytes.py.
 
-bench/ may import this package; tests/ never imports bench/ (the bench smoke test runs the scripts
-as subprocesses).
+Rules, checked by tests/unit/test_test_support.py: nothing imports a conftest or a test module;
+conftests hold fixtures and hooks only; this package imports from no other part of tests/ but the
+doubles; bench/ may import it, tests/ never imports bench/ (the bench smoke test runs the scripts
+as subprocesses); the deadline wait is `waiting.eventually`, written once.
 
 Importing the package itself imports nothing, so that stdlib-only callers can use `waiting`.
 """

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-SCHEMA = Path("/usr/share/libvirt/schemas/domain.rng")
+_SCHEMA = Path("/usr/share/libvirt/schemas/domain.rng")
 
 
 @pytest.fixture(scope="session")
 def domain_schema() -> etree.RelaxNG:
-    if not SCHEMA.exists():
+    if not _SCHEMA.exists():
         # A required check, never skipped: `make test` installs the package that ships it.
-        pytest.fail(f"{SCHEMA} is missing (install libvirt's schemas: libvirt-daemon)")
-    return etree.RelaxNG(etree.parse(str(SCHEMA)))
+        pytest.fail(f"{_SCHEMA} is missing (install libvirt's schemas: libvirt-daemon)")
+    return etree.RelaxNG(etree.parse(str(_SCHEMA)))
