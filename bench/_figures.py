@@ -1,5 +1,6 @@
 """What the lab benchmarks share for reporting and waiting: percentiles, a figures line, a
-deadline-bounded wait, and whether a fleet's generic controller has a leader.
+deadline-bounded wait that ends the script (tests/support/waiting.py's, with a bench's message),
+and whether a fleet's generic controller has a leader.
 
 The leading underscore keeps it out of the list of bench scripts that must have a smoke mode.
 """
@@ -7,8 +8,12 @@ The leading underscore keeps it out of the list of bench scripts that must have 
 from __future__ import annotations
 
 import statistics
-import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tests.support.waiting import TimedOutError, eventually
+
+T = TypeVar("T")
 
 __all__ = ["figures", "leads", "p95", "wait"]
 
@@ -25,14 +30,13 @@ def figures(values: list[float]) -> str:
     )
 
 
-def wait(probe: Any, timeout: float, what: str) -> None:
-    """Until `probe()` is true; the script ends with a message after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if probe():
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"bench: {what} not reached within {timeout:.0f} s")
+def wait(probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
+    """Until `probe()` is true (its value returned); the script ends with a message after
+    `timeout` seconds. An exception from the probe ends it at once."""
+    try:
+        return eventually(probe, timeout=timeout, interval=interval, what=what, not_yet=())
+    except TimedOutError:
+        raise SystemExit(f"bench: {what} not reached within {timeout:.0f} s") from None
 
 
 def leads(fleet: Any) -> bool:

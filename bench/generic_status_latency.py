@@ -44,8 +44,9 @@ sys.path.insert(0, str(REPO))
 from generic import constants as c  # noqa: E402
 from generic.adapters.operator import configure_settings, register, register_login  # noqa: E402
 from generic.crd import CRD_PATH  # noqa: E402
-from tests.e2e.generic.conftest import install_crd, stub_crd  # noqa: E402
-from tests.eventually import eventually  # noqa: E402
+from tests.support.factories import stub_crd  # noqa: E402
+from tests.support.kube import install_crd  # noqa: E402
+from tests.support.waiting import eventually  # noqa: E402
 
 
 def lab_kubeconfig() -> str:

@@ -58,6 +58,7 @@ from libvirt_provider.images import importer as images  # noqa: E402
 from libvirt_provider.images.importer import ImageImporter  # noqa: E402
 from libvirt_provider.images.names import marker_name  # noqa: E402
 from libvirt_provider.resolved import BaseImage  # noqa: E402
+from tests.support.waiting import TimedOutError, eventually  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "vm-api-lab" / "bench"
 BASE_VERSION = "v1"  # bump when the generated content changes
@@ -253,19 +254,33 @@ def imported(hv: LibvirtHypervisor, base: BaseImage) -> float:
     """Seconds from the first ensure() to the base being ready (marker volume written)."""
     changed = threading.Event()
     importer = ImageImporter(hv, on_change=lambda _base: changed.set())
-    deadline = time.monotonic() + IMPORT_DEADLINE
     t0 = time.perf_counter()
-    while True:
+    took = 0.0
+
+    def ready() -> bool:
+        nonlocal took
         changed.clear()
         state = importer.ensure(base)
         if state.ready:
-            return time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            return True
         if state.failed:
             raise SystemExit(f"bench: import failed: {state.message}")
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise SystemExit(f"bench: import not done within {IMPORT_DEADLINE:.0f} s")
-        changed.wait(min(remaining, 1.0))
+        return False
+
+    try:
+        # A change to the import wakes the wait at once; a second at most between looks.
+        eventually(
+            ready,
+            timeout=IMPORT_DEADLINE,
+            interval=1.0,
+            pause=changed.wait,
+            what="import",
+            not_yet=(),
+        )
+    except TimedOutError:
+        raise SystemExit(f"bench: import not done within {IMPORT_DEADLINE:.0f} s") from None
+    return took
 
 
 def delete_import(hv: LibvirtHypervisor, pool: str, volume: str) -> None:
@@ -276,19 +291,26 @@ def delete_import(hv: LibvirtHypervisor, pool: str, volume: str) -> None:
 
 def clean_up(hv: LibvirtHypervisor, pool: str, run: str) -> None:
     """Delete every volume of this run, waiting out a libvirtd restart (up to 60 s)."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            for volume in hv.list_volumes(pool):
-                if volume.name.startswith(f"bench-{run}-"):
-                    with contextlib.suppress(NotFoundError):
-                        hv.delete_volume(pool, volume.name)
-            return
-        except RetryableError as err:
-            if time.monotonic() > deadline:
-                print(f"bench: could not clean up volumes bench-{run}-*: {err}", file=sys.stderr)
-                return
-            time.sleep(1)  # libvirtd is restarting: the next attempt reconnects
+
+    def deleted() -> bool:
+        for volume in hv.list_volumes(pool):
+            if volume.name.startswith(f"bench-{run}-"):
+                with contextlib.suppress(NotFoundError):
+                    hv.delete_volume(pool, volume.name)
+        return True
+
+    try:
+        # A RetryableError means libvirtd is restarting: the next attempt reconnects.
+        eventually(
+            deleted,
+            timeout=60,
+            interval=1,
+            what=f"volumes bench-{run}-* deleted",
+            not_yet=(RetryableError,),
+        )
+    except TimedOutError as timed_out:
+        err = timed_out.last_error
+        print(f"bench: could not clean up volumes bench-{run}-*: {err}", file=sys.stderr)
 
 
 def mb_s(seconds: float, size: int) -> float:

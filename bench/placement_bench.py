@@ -19,6 +19,7 @@ usage: python bench/placement_bench.py [--hosts 100] [--placed 10000] [--decisio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import threading
@@ -48,9 +49,12 @@ from libvirt_provider.hosts.placement import (  # noqa: E402
     Request,
     decide,
 )
-from tests.e2e.conftest import read_lab  # noqa: E402
-from tests.e2e.placement.conftest import Fleet, patch_host, reset_host, unplaced  # noqa: E402
-from tests.e2e.provider.conftest import create, install_api  # noqa: E402
+from tests.support.daemons import Fleet  # noqa: E402
+from tests.support.factories import unplaced  # noqa: E402
+from tests.support.hosts import patch_host, reset_host  # noqa: E402
+from tests.support.kube import create, install_api  # noqa: E402
+from tests.support.lab_access import read_lab  # noqa: E402
+from tests.support.waiting import TimedOutError, eventually  # noqa: E402
 
 GIB = 2**30
 G, VG, V = "infrastructure.vm-api.io", "vm-api.io", "v1alpha1"
@@ -281,8 +285,8 @@ def _observe(
 ) -> None:
     """Record when each machine of `ns` was first seen placed and built, until all `total` are
     built or `timeout` passes."""
-    deadline = time.monotonic() + timeout
-    while len(built) < total and time.monotonic() < deadline:
+
+    def look() -> bool:
         now = time.monotonic()
         for obj in custom.list_namespaced_custom_object(G, V, ns, "libvirtmachines")["items"]:
             name = obj["metadata"]["name"]
@@ -292,7 +296,11 @@ def _observe(
             ready = [x for x in conditions if x.get("type") == "InfrastructureReady"]
             if name not in built and ready and ready[0].get("status") == "True":
                 built[name] = now
-        time.sleep(0.02)
+        return len(built) >= total
+
+    # The caller reports the machines never built.
+    with contextlib.suppress(TimedOutError):
+        eventually(look, timeout=timeout, interval=0.02, what="every machine built", not_yet=())
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ usage: python bench/provider_burst.py [--machines 10] [--idle-seconds 30] [--smo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from kubernetes import client, config
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._figures import wait  # noqa: E402
 from catalog.image import LibvirtImage  # noqa: E402
 from catalog.lookup import Catalog  # noqa: E402
 from catalog.machineclass import LibvirtMachineClass  # noqa: E402
@@ -42,21 +44,12 @@ from libvirt_provider.domainxml import render_domain_xml  # noqa: E402
 from libvirt_provider.driver.base import OverlaySpec  # noqa: E402
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor  # noqa: E402
 from libvirt_provider.resolve import resolve_machine  # noqa: E402
-from tests.e2e.conftest import read_lab  # noqa: E402
-from tests.e2e.provider.conftest import answers, health_base  # noqa: E402
+from tests.support.daemons import answers, health_base  # noqa: E402
+from tests.support.lab_access import read_lab  # noqa: E402
+from tests.support.waiting import TimedOutError, eventually  # noqa: E402
 
 HOST = "bench-host"
 G, VG, V = "infrastructure.vm-api.io", "vm-api.io", "v1alpha1"
-
-
-def wait(probe: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = probe()
-        if result:
-            return result
-        time.sleep(interval)
-    raise SystemExit(f"bench: {what} not reached within {timeout:.0f} s")
 
 
 def sample_docs(ns: str, name: str) -> list[dict[str, Any]]:
@@ -164,8 +157,9 @@ def burst(
     running: dict[str, float] = {}
     leased: dict[str, float] = {}
     ready: dict[str, float] = {}
-    deadline = time.monotonic() + 600
-    while len(ready) < len(names) and time.monotonic() < deadline:
+
+    def look() -> bool:
+        """Note what each machine reached by now; whether every one is Ready."""
         now = time.monotonic() - t0
         for name in names:
             dname = domains[name]
@@ -183,7 +177,11 @@ def burst(
             name = vm["metadata"]["name"]
             if name not in ready and (vm.get("status") or {}).get("ready"):
                 ready[name] = time.monotonic() - t0
-        time.sleep(0.05)
+        return len(ready) >= len(names)
+
+    # The caller reports machines that were never Ready.
+    with contextlib.suppress(TimedOutError):
+        eventually(look, timeout=600, interval=0.05, what="every machine Ready", not_yet=())
     return running, leased, ready
 
 

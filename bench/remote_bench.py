@@ -20,6 +20,7 @@ usage: python bench/remote_bench.py [--machines 50] [--qps 100] [--burst 200] [-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import threading
@@ -35,20 +36,24 @@ sys.path.insert(0, str(REPO))
 
 from bench._figures import figures, leads, p95, wait  # noqa: E402
 from libvirt_provider import constants as c  # noqa: E402
-from tests.e2e.conftest import read_lab  # noqa: E402
-from tests.e2e.placement.conftest import Fleet, reset_host  # noqa: E402
-from tests.e2e.provider.conftest import create, install_api  # noqa: E402
-from tests.e2e.remote.conftest import (  # noqa: E402
-    delete_secret,
-    forget_host,
+from tests.support.daemons import (  # noqa: E402
+    Fleet,
     metric,
     metrics,
-    put_secret,
-    remote_pair,
-    set_host,
-    ssh_data,
     start_remote_daemon,
 )
+from tests.support.factories import remote_pair  # noqa: E402
+from tests.support.hosts import (  # noqa: E402
+    delete_secret,
+    forget_host,
+    put_secret,
+    reset_host,
+    set_host,
+    ssh_data,
+)
+from tests.support.kube import create, install_api  # noqa: E402
+from tests.support.lab_access import read_lab  # noqa: E402
+from tests.support.waiting import TimedOutError, eventually  # noqa: E402
 
 G, VG, V = "infrastructure.vm-api.io", "vm-api.io", "v1alpha1"
 SECRET = "bench-remote-ssh"
@@ -170,8 +175,7 @@ def _measure(
 def _observe(
     custom: client.CustomObjectsApi, ns: str, built: dict[str, float], total: int, timeout: float
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while len(built) < total and time.monotonic() < deadline:
+    def look() -> bool:
         now = time.monotonic()
         for obj in custom.list_namespaced_custom_object(G, V, ns, "libvirtmachines")["items"]:
             name = obj["metadata"]["name"]
@@ -179,7 +183,11 @@ def _observe(
             ready = [x for x in conditions if x.get("type") == "InfrastructureReady"]
             if name not in built and ready and ready[0].get("status") == "True":
                 built[name] = now
-        time.sleep(0.05)
+        return len(built) >= total
+
+    # The caller reports the machines never built.
+    with contextlib.suppress(TimedOutError):
+        eventually(look, timeout=timeout, interval=0.05, what="every machine built", not_yet=())
 
 
 def _delete_all(custom: client.CustomObjectsApi, ns: str, machines: int) -> dict[str, float]:
@@ -188,8 +196,8 @@ def _delete_all(custom: client.CustomObjectsApi, ns: str, machines: int) -> dict
     for vm in custom.list_namespaced_custom_object(VG, V, ns, "virtualmachines")["items"]:
         custom.delete_namespaced_custom_object(VG, V, ns, "virtualmachines", vm["metadata"]["name"])
     gone: dict[str, float] = {}
-    deadline = start + 120 + machines * 4
-    while len(gone) < 2 and time.monotonic() < deadline:
+
+    def look() -> bool:
         names = {
             o["metadata"]["name"]
             for o in custom.list_namespaced_custom_object(G, V, ns, "libvirtmachines")["items"]
@@ -197,7 +205,12 @@ def _delete_all(custom: client.CustomObjectsApi, ns: str, machines: int) -> dict
         for kind in ("remote", "local"):
             if kind not in gone and not any(n.startswith(kind) for n in names):
                 gone[kind] = time.monotonic() - start
-        time.sleep(0.05)
+        return len(gone) >= 2
+
+    # The deadline counts from the first delete, as the figures do.
+    left = start + 120 + machines * 4 - time.monotonic()
+    with contextlib.suppress(TimedOutError):
+        eventually(look, timeout=left, interval=0.05, what="every machine gone", not_yet=())
     if len(gone) < 2:
         raise SystemExit("bench: machines were not all deleted in time")
     return gone

@@ -68,7 +68,9 @@ from kubernetes.client.exceptions import ApiException
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._testdriver import (  # noqa: E402
+from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
+from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
+from tests.support.testdriver import (  # noqa: E402
     Daemons,
     SharedTestDriver,
     cpu_seconds,
@@ -78,14 +80,7 @@ from bench._testdriver import (  # noqa: E402
     storage_classes,
     write_node_xml,
 )
-from tests.e2e.conftest import LabInfo, read_lab  # noqa: E402
-from tests.e2e.provider.conftest import (  # noqa: E402
-    GROUP,
-    VM_GROUP,
-    V,
-    delete_quietly,
-    install_api,
-)
+from tests.support.waiting import GiveUp, TimedOutError, eventually  # noqa: E402
 
 HOST_PREFIX = "scale-host-"
 NS_PREFIX = "scale-"
@@ -389,18 +384,27 @@ def wait_until(
 ) -> bool:
     """Whether `progress` reached `goal` within `timeout`; gives up early when `check` (the
     daemons are alive) fails or `progress` stays the same for `stall` seconds."""
-    deadline = time.monotonic() + timeout
     last, moved = -1, time.monotonic()
-    while time.monotonic() < deadline:
+
+    def reached() -> bool:
+        nonlocal last, moved
         now, done = time.monotonic(), progress()
         if done >= goal:
             return True
         if done != last:
             last, moved = done, now
         if not check() or now - moved > stall:
-            return False
-        time.sleep(0.05)  # polling the watchers' in-memory tallies
-    return progress() >= goal
+            raise GiveUp
+        return False
+
+    try:
+        # Polling the watchers' in-memory tallies.
+        eventually(reached, timeout=timeout, interval=0.05, what="the goal", not_yet=())
+    except GiveUp:
+        return False
+    except TimedOutError:
+        return progress() >= goal
+    return True
 
 
 def warnings_in(core: client.CoreV1Api, own: Requests, ns: str) -> Counter[str]:

@@ -60,7 +60,10 @@ from urllib3.exceptions import HTTPError
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._testdriver import (  # noqa: E402
+from libvirt_provider import naming  # noqa: E402
+from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
+from tests.support.lab_access import LAB_SCRIPT, LabInfo, read_lab  # noqa: E402
+from tests.support.testdriver import (  # noqa: E402
     Daemons,
     SharedTestDriver,
     disk_pools,
@@ -69,9 +72,7 @@ from bench._testdriver import (  # noqa: E402
     rss_mib,
     storage_classes,
 )
-from libvirt_provider import naming  # noqa: E402
-from tests.e2e.conftest import LAB_SCRIPT, LabInfo, read_lab  # noqa: E402
-from tests.e2e.provider.conftest import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
+from tests.support.waiting import GiveUp, TimedOutError, eventually  # noqa: E402
 
 HOST_PREFIX = "soak-host-"
 NS_PREFIX = "soak-"
@@ -221,14 +222,22 @@ class Soak:
         exits; prints the outcome."""
         started = time.monotonic()
         done = -1
-        while time.monotonic() - started < timeout and self.daemons.alive():
+
+        def reached() -> bool:
+            nonlocal done
+            if not self.daemons.alive():
+                raise GiveUp
             done = self._quietly(progress)
-            if done >= goal:
-                print(f"{what}: {goal} of {goal} in {time.monotonic() - started:.1f} s")
-                return True
-            time.sleep(1.0)  # polling the API for progress, not waiting for an effect blindly
-        print(f"{what}: NOT reached, {max(done, 0)} of {goal} after {timeout:.0f} s")
-        return False
+            return done >= goal
+
+        try:
+            # Polling the API for progress, not waiting for an effect blindly.
+            eventually(reached, timeout=timeout, interval=1.0, what=what, not_yet=())
+        except (GiveUp, TimedOutError):
+            print(f"{what}: NOT reached, {max(done, 0)} of {goal} after {timeout:.0f} s")
+            return False
+        print(f"{what}: {goal} of {goal} in {time.monotonic() - started:.1f} s")
+        return True
 
     def create(self) -> bool:
         t0 = time.monotonic()
@@ -355,12 +364,23 @@ class Soak:
     def settle(self) -> list[str]:
         started = time.monotonic()
         left = list(self.names)
-        while time.monotonic() - started < self.s.settle_timeout and self.daemons.alive():
-            with contextlib.suppress(ApiException, HTTPError, OSError):
-                left = self.converged()
-                if not left:
-                    break
-            time.sleep(1.0)  # polling the API and libvirt for convergence
+
+        def settled() -> bool:
+            nonlocal left
+            if not self.daemons.alive():
+                raise GiveUp
+            left = self.converged()
+            return not left
+
+        # Polling the API and libvirt for convergence; `left` says how far it got.
+        with contextlib.suppress(GiveUp, TimedOutError):
+            eventually(
+                settled,
+                timeout=self.s.settle_timeout,
+                interval=1.0,
+                what="converged",
+                not_yet=(ApiException, HTTPError, OSError),
+            )
         took = time.monotonic() - started
         if left:
             print(f"converged: NOT all, {len(left)} machines not as asked after {took:.0f} s")

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.e2e.conftest import REPO, LabInfo
+from tests.support.lab_access import REPO, LabInfo
 
 BENCH = REPO / "bench"
 # Seconds each smoke run may take at most (they take a few; the lab's guest boot dominates the

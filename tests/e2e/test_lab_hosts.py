@@ -19,14 +19,9 @@ import libvirt
 import pytest
 from lxml import etree
 
-from tests.e2e.conftest import (
-    LabHost,
-    LabInfo,
-    dhcp_lease,
-    guest_domain_xml,
-    overlay_volume_xml,
-)
-from tests.eventually import eventually
+from tests.support.lab_access import LabHost, LabInfo
+from tests.support.virt import dhcp_lease, guest_domain_xml, overlay_volume_xml
+from tests.support.waiting import eventually
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 

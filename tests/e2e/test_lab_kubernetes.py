@@ -11,7 +11,7 @@ from typing import Any
 from kubernetes import client, watch
 from urllib3.exceptions import ProtocolError
 
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 GROUP = "smoke.lab.vm-api.io"
 

@@ -7,8 +7,9 @@ import uuid
 
 import libvirt
 
-from tests.e2e.conftest import LabInfo, dhcp_lease, guest_domain_xml, overlay_volume_xml
-from tests.eventually import eventually
+from tests.support.lab_access import LabInfo
+from tests.support.virt import dhcp_lease, guest_domain_xml, overlay_volume_xml
+from tests.support.waiting import eventually
 
 
 def test_guest_boots_and_takes_a_lease(lab: LabInfo, virt: libvirt.virConnect) -> None:

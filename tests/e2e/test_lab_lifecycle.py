@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import LAB_SCRIPT, REPO, LabInfo
+from tests.support.lab_access import LAB_SCRIPT, REPO, LabInfo
 
 
 def _alive(pid: int) -> bool:

@@ -24,18 +24,16 @@ import libvirt
 import pytest
 from lxml import etree
 
-from tests.e2e.conftest import (
+from tests.support.lab_access import (
     LabInfo,
     LabRemote,
-    dhcp_lease,
-    guest_domain_xml,
-    overlay_volume_xml,
     remote_link,
     remote_rotate_host_key,
     remote_sshd_start,
     remote_sshd_stop,
 )
-from tests.eventually import eventually
+from tests.support.virt import dhcp_lease, guest_domain_xml, overlay_volume_xml
+from tests.support.waiting import eventually
 
 
 @pytest.fixture

@@ -17,16 +17,17 @@ import re
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO
+from tests.support.lab_access import REPO
+from tests.support.waiting import GiveUp, TimedOutError, eventually
 
 RUN_DEADLINE = 420.0  # a cold lab start (no control-plane build) plus one guest boot
 STOP_DEADLINE = 60.0
 TOUR_DEADLINE = 30.0  # two kubectl calls after the sample is Ready
+LINE_WAIT = 0.5  # how long one look at `make run`'s output blocks for its next line
 
 
 def _code_blocks(markdown: str) -> list[str]:
@@ -48,23 +49,29 @@ def _read_until(
     """Everything printed until a line matching `pattern`, or until the output ends when
     `pattern` is None; fails at the deadline, showing the output."""
     seen: list[str] = []
-    end = time.monotonic() + deadline
-    while (left := end - time.monotonic()) > 0:
+
+    def found() -> bool:
         try:
-            line = lines.get(timeout=left)
+            line = lines.get(timeout=LINE_WAIT)
         except queue.Empty:
-            break
+            return False
         if line is None:
             if pattern is None:
-                return "".join(seen)
-            break
+                return True
+            raise GiveUp  # the output ended without the line
         seen.append(line)
-        if pattern is not None and pattern.search(line):
-            return "".join(seen)
-    wanted = "end" if pattern is None else f"print a line matching {pattern.pattern!r}"
-    raise AssertionError(
-        f"`make run` did not {wanted} within {deadline:.0f} s; its output:\n" + "".join(seen[-200:])
-    )
+        return pattern is not None and bool(pattern.search(line))
+
+    try:
+        # Each look blocks on the queue for the next line, so the wait needs no pause of its own.
+        eventually(found, timeout=deadline, interval=0, what="the output", not_yet=())
+    except (GiveUp, TimedOutError):
+        wanted = "end" if pattern is None else f"print a line matching {pattern.pattern!r}"
+        raise AssertionError(
+            f"`make run` did not {wanted} within {deadline:.0f} s; its output:\n"
+            + "".join(seen[-200:])
+        ) from None
+    return "".join(seen)
 
 
 def _stacks(group: int, lines: queue.Queue[str | None]) -> str:

@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "tests" / "lab" / "lab.py"

@@ -67,6 +67,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+# The one deadline wait of the tests, benchmarks and lab (standard library only, like this script).
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from tests.support.waiting import TimedOutError, eventually  # noqa: E402
 
 
 class LabError(Exception):
@@ -502,13 +506,13 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def wait_for(predicate: object, *, timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(interval)
-    return bool(predicate())  # type: ignore[operator]
+def wait_for(predicate: Callable[[], object], *, timeout: float, interval: float = 0.2) -> bool:
+    """Whether `predicate` came true within `timeout` (with one last look after it)."""
+    try:
+        eventually(predicate, timeout=timeout, interval=interval, not_yet=())
+    except TimedOutError:
+        return bool(predicate())
+    return True
 
 
 def stop_pids(pids: list[int], *, grace: float = 10.0) -> None:

@@ -23,24 +23,18 @@ import yaml
 from kubernetes import client
 from testcontainers.core.container import DockerContainer
 
-from tests.e2e.conftest import LabInfo
-from tests.e2e.deploy.conftest import (
+from tests.support.deployment import (
     CONTAINER_LABEL,
     NAMESPACE,
     SA_MOUNT,
     daemonset_container,
     service_account_dir,
 )
-from tests.e2e.provider.conftest import (
-    create,
-    delete_vm_and_wait,
-    domain_names,
-    domain_of,
-    machine_volumes,
-    pair,
-    wait_ready,
-)
-from tests.eventually import eventually
+from tests.support.factories import pair
+from tests.support.kube import create, delete_vm_and_wait, domain_of, wait_ready
+from tests.support.lab_access import LabInfo
+from tests.support.virt import domain_names, machine_volumes
+from tests.support.waiting import eventually
 
 HOST = "container-host"
 LEASE = "vm-api-generic-controller"

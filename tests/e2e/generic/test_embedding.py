@@ -18,9 +18,9 @@ from generic.adapters.operator import (
     register,
     register_login,
 )
-from tests.e2e.conftest import LabInfo
-from tests.e2e.generic.conftest import SESSION, Cluster, StubKind, remove_vms
-from tests.eventually import eventually
+from tests.support.lab_access import LabInfo
+from tests.support.stub_provider import SESSION, Cluster, StubKind, remove_vms
+from tests.support.waiting import eventually
 
 
 @pytest.fixture

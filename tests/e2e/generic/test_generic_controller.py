@@ -10,15 +10,11 @@ import pytest
 from kubernetes import client
 
 from generic import constants as c
-from tests.e2e.generic.conftest import (
-    Cluster,
-    RunningController,
-    StubKind,
-    install_crd,
-    remove_vms,
-    stub_crd,
-)
-from tests.eventually import eventually
+from tests.support.daemons import RunningController
+from tests.support.factories import stub_crd
+from tests.support.kube import install_crd
+from tests.support.stub_provider import Cluster, StubKind, remove_vms
+from tests.support.waiting import eventually
 
 TIMEOUT = 30
 READY: dict[str, Any] = {

@@ -10,16 +10,10 @@ from typing import Any
 from kubernetes import client
 
 from generic import constants as c
-from tests.e2e.conftest import LabInfo
-from tests.e2e.generic.conftest import (
-    SESSION,
-    Cluster,
-    StubKind,
-    remove_vms,
-    start_controller,
-    stop_controller,
-)
-from tests.eventually import eventually
+from tests.support.daemons import start_controller, stop_controller
+from tests.support.lab_access import LabInfo
+from tests.support.stub_provider import SESSION, Cluster, StubKind, remove_vms
+from tests.support.waiting import eventually
 
 READY: dict[str, Any] = {
     "powerState": "PoweredOn",

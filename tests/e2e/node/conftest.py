@@ -2,7 +2,8 @@
 
 The node starts on first use (`lab.py node`; `make lab-up NODE=1` starts it up front) and stays
 until `make lab-down`. The DaemonSet is applied with the lab's overlay (tests/lab/overlay) and
-deleted again after the module, leaving the CRDs, RBAC and namespace for other tests.
+deleted again after the module, leaving the CRDs, RBAC and namespace for other tests. Finding the
+DaemonSet's pod is in tests/support/deployment.py.
 """
 
 from __future__ import annotations
@@ -11,40 +12,22 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import LAB_SCRIPT, REPO, LabInfo
-from tests.e2e.provider.conftest import GROUP, VM_GROUP, V, delete_quietly
-from tests.eventually import eventually
-
-NAMESPACE = "vm-api-system"
-SELECTOR = "app.kubernetes.io/name=libvirt-provider"
-NODE_LABEL = "infrastructure.vm-api.io/libvirt"
-OVERLAY = REPO / "tests" / "lab" / "overlay"
-
-
-def kubectl(lab: LabInfo, *args: str) -> str:
-    binary = Path(lab.env["PATH"].split(":")[1]) / "kubectl"
-    out = subprocess.run(
-        [str(binary), "--kubeconfig", lab.kubeconfig, *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr.strip()}"
-    return out.stdout
-
-
-def _applies(lab: LabInfo, path: Path) -> bool:
-    try:
-        kubectl(lab, "apply", "-f", str(path))
-    except AssertionError:
-        return False
-    return True
+from tests.support.deployment import (
+    NAMESPACE,
+    NODE_LABEL,
+    OVERLAY,
+    SELECTOR,
+    applies,
+    one_ready_pod,
+)
+from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, kubectl
+from tests.support.lab_access import LAB_SCRIPT, REPO, LabInfo
+from tests.support.waiting import eventually
 
 
 @pytest.fixture(scope="session")
@@ -58,36 +41,13 @@ def node(lab: LabInfo) -> str:
     return lab.netns
 
 
-def ready_pods(api_client: client.ApiClient) -> list[client.V1Pod]:
-    pods = client.CoreV1Api(api_client).list_namespaced_pod(NAMESPACE, label_selector=SELECTOR)
-    return [
-        p
-        for p in pods.items
-        if p.metadata.deletion_timestamp is None
-        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-    ]
-
-
-def one_ready_pod(api_client: client.ApiClient, *, other_than: str = "") -> client.V1Pod:
-    """The DaemonSet's one pod once it is Ready (and, with other_than, is a new pod)."""
-
-    def found() -> client.V1Pod | None:
-        pods = ready_pods(api_client)
-        return pods[0] if len(pods) == 1 and pods[0].metadata.uid != other_than else None
-
-    pod: client.V1Pod = eventually(
-        found, timeout=180, interval=0.5, what="the DaemonSet's pod Ready"
-    )
-    return pod
-
-
 @pytest.fixture(scope="module")
 def daemonset(lab: LabInfo, api_client: client.ApiClient, node: str) -> Iterator[client.V1Pod]:
     """deploy/ applied through the lab's overlay and the node labelled; yields the Ready pod."""
     kubectl(lab, "apply", "-k", str(OVERLAY))
     catalog = REPO / "deploy" / "samples" / "catalog.yaml"
     eventually(
-        lambda: _applies(lab, catalog), timeout=30, what="the sample catalog applied (CRDs ready)"
+        lambda: applies(lab, catalog), timeout=30, what="the sample catalog applied (CRDs ready)"
     )
     kubectl(lab, "label", "node", node, f"{NODE_LABEL}=true", "--overwrite")
     try:

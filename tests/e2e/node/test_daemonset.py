@@ -14,10 +14,12 @@ import subprocess
 import libvirt
 from kubernetes import client
 
-from tests.e2e.conftest import LabInfo
-from tests.e2e.node.conftest import NAMESPACE, kubectl, one_ready_pod
-from tests.e2e.provider.conftest import create, domain_of, machine_volumes, pair, wait_ready
-from tests.eventually import eventually
+from tests.support.deployment import NAMESPACE, one_ready_pod
+from tests.support.factories import pair
+from tests.support.kube import create, domain_of, kubectl, wait_ready
+from tests.support.lab_access import LabInfo
+from tests.support.virt import machine_volumes
+from tests.support.waiting import eventually
 
 ROLLED_IMAGE = "docker.io/vm-api/libvirt-provider:0.1.0-rollout"
 

@@ -16,28 +16,13 @@ from kubernetes.client.exceptions import ApiException
 from libvirt_provider import constants as c
 from libvirt_provider.hosts.inventory import format_size, parse_size
 from libvirt_provider.naming import domain_name
-from tests.e2e.conftest import LabInfo
-from tests.e2e.placement.conftest import (
-    Fleet,
-    connections,
-    create_all,
-    host_object,
-    hosts_defining,
-    patch_host,
-    placed_on,
-    unplaced,
-    wait_reason,
-)
-from tests.e2e.provider.conftest import (
-    GROUP,
-    V,
-    condition,
-    create,
-    get,
-    pair,
-    wait_ready,
-)
-from tests.eventually import eventually
+from tests.support.daemons import Fleet
+from tests.support.factories import pair, unplaced
+from tests.support.hosts import host_object, patch_host, placed_on
+from tests.support.kube import GROUP, V, condition, create, create_all, get, wait_ready, wait_reason
+from tests.support.lab_access import LabInfo
+from tests.support.virt import connections, hosts_defining
+from tests.support.waiting import eventually
 
 ZONE = "topology.kubernetes.io/zone"
 

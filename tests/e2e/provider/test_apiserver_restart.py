@@ -24,10 +24,9 @@ import libvirt
 import pytest
 from kubernetes import client
 
-from bench._testdriver import Daemons, SharedTestDriver, forget_hosts
 from libvirt_provider.constants import HOST_LABEL
-from tests.e2e.conftest import LAB_SCRIPT, LabInfo
-from tests.e2e.provider.conftest import (
+from tests.support.factories import pair
+from tests.support.kube import (
     GROUP,
     V,
     create,
@@ -35,11 +34,12 @@ from tests.e2e.provider.conftest import (
     get,
     install_api,
     namespace,
-    pair,
     patch_vm,
     vm_status,
 )
-from tests.eventually import eventually
+from tests.support.lab_access import LAB_SCRIPT, LabInfo
+from tests.support.testdriver import Daemons, SharedTestDriver, forget_hosts
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.apiserver_restart
 

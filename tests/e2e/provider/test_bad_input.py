@@ -19,23 +19,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import (
-    GROUP,
-    HOST,
-    VM_GROUP,
-    V,
-    condition,
-    create,
-    domain_of,
-    get,
-    health_base,
-    machine_volumes,
-    pair,
-    start_daemon,
-    wait_ready,
-)
-from tests.eventually import eventually
+from tests.support.daemons import health_base, start_daemon
+from tests.support.factories import HOST, pair
+from tests.support.kube import GROUP, VM_GROUP, V, condition, create, domain_of, get, wait_ready
+from tests.support.lab_access import LabInfo
+from tests.support.virt import machine_volumes
+from tests.support.waiting import eventually
 
 OTHER_HOST = "e2e-other-host"
 

@@ -13,18 +13,10 @@ from typing import Any
 import libvirt
 from kubernetes import client
 
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import (
-    condition,
-    create,
-    domain_of,
-    get,
-    pair,
-    patch_vm,
-    vm_status,
-    wait_ready,
-)
-from tests.eventually import eventually
+from tests.support.factories import pair
+from tests.support.kube import condition, create, domain_of, get, patch_vm, vm_status, wait_ready
+from tests.support.lab_access import LabInfo
+from tests.support.waiting import eventually
 
 USER_DATA = b"#cloud-config\n# vmapi-marker: hello-from-user-data\n# vmapi-ignore-acpi\n"
 

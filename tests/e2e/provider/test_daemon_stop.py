@@ -21,21 +21,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import (
-    GROUP,
-    VM_GROUP,
-    answers,
-    create,
-    delete_quietly,
-    get,
-    health_base,
-    install_api,
-    pair,
-    start_daemon,
-    wait_ready,
-)
-from tests.eventually import eventually
+from tests.support.daemons import answers, health_base, start_daemon
+from tests.support.factories import pair
+from tests.support.kube import GROUP, VM_GROUP, create, delete_quietly, get, install_api, wait_ready
+from tests.support.lab_access import LabInfo
+from tests.support.waiting import eventually
 
 STOP_HOST = "stop-host"
 STARTS = 30

@@ -6,20 +6,11 @@ import libvirt
 from kubernetes import client
 from lxml import etree
 
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import (
-    GROUP,
-    VM_GROUP,
-    V,
-    create,
-    domain_of,
-    get,
-    machine_volumes,
-    pair,
-    patch_vm,
-    wait_ready,
-)
-from tests.eventually import eventually
+from tests.support.factories import pair
+from tests.support.kube import GROUP, VM_GROUP, V, create, domain_of, get, patch_vm, wait_ready
+from tests.support.lab_access import LabInfo
+from tests.support.virt import machine_volumes
+from tests.support.waiting import eventually
 
 GIB = 1024**3
 

@@ -35,22 +35,22 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import naming
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import (
+from tests.support.daemons import console_log_dir
+from tests.support.factories import pair
+from tests.support.kube import (
     GROUP,
     V,
     condition,
-    console_log_dir,
     create,
     domain_of,
     get,
     namespace,
-    pair,
     patch_vm,
     vm_status,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.lab_access import LabInfo
+from tests.support.waiting import eventually
 
 IMAGE = "e2e-debian-guest"
 STATIC_NETWORK = "e2e-lab-static"

@@ -19,19 +19,8 @@ import libvirt
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import (
-    GROUP,
-    VM_GROUP,
-    V,
-    create,
-    domain_names,
-    domain_of,
-    get,
-    pair,
-    wait_ready,
-)
-from tests.e2e.provider.test_image_import import (
+from tests.support.factories import pair
+from tests.support.images import (
     Server,
     base_volumes,
     create_image,
@@ -40,7 +29,10 @@ from tests.e2e.provider.test_image_import import (
     host_entry,
     serve_guest,
 )
-from tests.eventually import eventually
+from tests.support.kube import GROUP, VM_GROUP, V, create, domain_of, get, wait_ready
+from tests.support.lab_access import LabInfo
+from tests.support.virt import domain_names
+from tests.support.waiting import eventually
 
 LAST_PASS = "vmapi_libvirt_image_cache_last_pass_timestamp_seconds"
 # A machine that got its base moments before stays protected for the importer's grace (60 s).

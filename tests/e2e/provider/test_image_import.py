@@ -18,52 +18,22 @@ from typing import Any
 import libvirt
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.images.status import merge_hosts
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import (
-    GROUP,
-    HOST,
-    V,
-    condition,
-    create,
-    domain_names,
-    domain_of,
-    get,
-    machine_volumes,
-    pair,
+from tests.support.factories import HOST, pair
+from tests.support.images import (
+    Server,
+    create_image,
+    delete_image,
+    drop_base,
+    host_entry,
+    serve_guest,
 )
-from tests.eventually import eventually
-
-
-class Server:
-    def __init__(self, root: Path) -> None:
-        self.requests: list[str] = []
-        server = self
-
-        class Handler(SimpleHTTPRequestHandler):
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, directory=str(root), **kwargs)
-
-            def do_GET(self) -> None:
-                server.requests.append(self.path)
-                super().do_GET()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-
-def serve_guest(lab: LabInfo, root: Path) -> tuple[Server, str]:
-    """The lab's guest image over HTTP, and its sha256."""
-    image = root / "guest.qcow2"
-    image.write_bytes((lab.dir / "pool" / lab.guest_volume).read_bytes())
-    return Server(root), hashlib.sha256(image.read_bytes()).hexdigest()
+from tests.support.kube import GROUP, V, condition, create, domain_of, get
+from tests.support.lab_access import LabInfo
+from tests.support.virt import domain_names, machine_volumes
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -71,52 +41,6 @@ def served_guest(lab: LabInfo, tmp_path: Path) -> Iterator[tuple[Server, str]]:
     server, sha256 = serve_guest(lab, tmp_path)
     yield server, sha256
     server.httpd.shutdown()
-
-
-def create_image(api_client: client.ApiClient, name: str, url: str, sha256: str) -> None:
-    client.CustomObjectsApi(api_client).create_cluster_custom_object(
-        GROUP,
-        "v1alpha1",
-        "libvirtimages",
-        {
-            "apiVersion": f"{GROUP}/v1alpha1",
-            "kind": "LibvirtImage",
-            "metadata": {"name": name},
-            "spec": {"source": {"http": {"url": url, "sha256": sha256}}, "format": "qcow2"},
-        },
-    )
-
-
-def delete_image(api_client: client.ApiClient, name: str) -> None:
-    try:
-        client.CustomObjectsApi(api_client).delete_cluster_custom_object(
-            GROUP, V, "libvirtimages", name
-        )
-    except ApiException as err:
-        if err.status != 404:
-            raise
-
-
-def drop_base(virt: libvirt.virConnect, lab: LabInfo, sha256: str) -> None:
-    pool = virt.storagePoolLookupByName(lab.pool)
-    for vol in pool.listAllVolumes(0):
-        if vol.name().startswith(f"image-{sha256[:32]}"):
-            vol.delete(0)
-
-
-def base_volumes(virt: libvirt.virConnect, lab: LabInfo, sha256: str) -> list[str]:
-    return sorted(machine_volumes(virt, lab, f"image-{sha256[:32]}"))
-
-
-def host_entry(api_client: client.ApiClient, image: str, host: str = HOST) -> dict[str, Any]:
-    """This host's entry in the image's status.hosts ({} while there is none)."""
-    obj = client.CustomObjectsApi(api_client).get_cluster_custom_object(
-        GROUP, V, "libvirtimages", image
-    )
-    for entry in (obj.get("status") or {}).get("hosts") or []:
-        if entry.get("host") == host:
-            return dict(entry)
-    return {}
 
 
 def test_two_machines_share_one_verified_download(

@@ -9,9 +9,9 @@ from typing import Any
 from kubernetes import client
 
 from generic.adapters.informer import ClusterInformer
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import GROUP, V, install_api
-from tests.eventually import eventually
+from tests.support.kube import GROUP, V, install_api
+from tests.support.lab_access import LabInfo
+from tests.support.waiting import eventually
 
 
 def _image(name: str, volume: str) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import start_daemon
-from tests.eventually import eventually
+from tests.support.daemons import start_daemon
+from tests.support.lab_access import LabInfo
+from tests.support.waiting import eventually
 
 LEASE = "vm-api-generic-controller"
 

@@ -16,8 +16,9 @@ from libvirt_provider.errors import (
     PermanentError,
     StateConflictError,
 )
-from tests.e2e.conftest import LabInfo, guest_domain_xml
-from tests.eventually import eventually
+from tests.support.lab_access import LabInfo
+from tests.support.virt import guest_domain_xml
+from tests.support.waiting import eventually
 
 MIB = 1024 * 1024
 

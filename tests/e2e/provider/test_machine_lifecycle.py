@@ -18,24 +18,22 @@ from lxml import etree
 from lxml.builder import E
 
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import (
+from tests.support.factories import HOST, pair
+from tests.support.kube import (
     GROUP,
-    HOST,
     VM_GROUP,
     condition,
     create,
     delete_quietly,
     delete_vm_and_wait,
-    domain_names,
     domain_of,
     get,
-    machine_volumes,
-    pair,
     patch_vm,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.lab_access import LabInfo
+from tests.support.virt import domain_names, machine_volumes
+from tests.support.waiting import eventually
 
 
 def test_a_linked_pair_boots_powers_and_deletes_cleanly(

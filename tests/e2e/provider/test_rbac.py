@@ -19,26 +19,24 @@ from typing import Any
 
 import libvirt
 import pytest
-import yaml
 from kubernetes import client
 
 from libvirt_provider.constants import SECRETS_CLUSTER_ROLE
-from tests.e2e.conftest import REPO, LabInfo
-from tests.e2e.provider.conftest import (
+from tests.support.daemons import health_base, start_daemon
+from tests.support.factories import pair
+from tests.support.kube import (
     GROUP,
     apply,
     condition,
     create,
     delete_vm_and_wait,
-    domain_names,
     domain_of,
     get,
-    health_base,
-    machine_volumes,
-    pair,
-    start_daemon,
+    service_account_kubeconfig,
 )
-from tests.eventually import eventually
+from tests.support.lab_access import REPO, LabInfo
+from tests.support.virt import domain_names, machine_volumes
+from tests.support.waiting import eventually
 
 HOST = "rbac-host"
 
@@ -59,44 +57,12 @@ def _reason(api_client: client.ApiClient, ns: str, name: str, reason: str) -> di
     return found if found.get("reason") == reason else None
 
 
-def _service_account_kubeconfig(
-    lab: LabInfo,
-    api_client: client.ApiClient,
-    path: Path,
-    *,
-    account: str = "libvirt-provider",
-    namespace: str = "vm-api-system",
-) -> None:
-    token = client.CoreV1Api(api_client).create_namespaced_service_account_token(
-        account, namespace, {"spec": {"expirationSeconds": 3600}}
-    )
-    admin = yaml.safe_load(Path(lab.kubeconfig).read_text())
-    cluster = admin["clusters"][0]
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster],
-                "users": [{"name": "provider", "user": {"token": token.status.token}}],
-                "contexts": [
-                    {
-                        "name": "provider",
-                        "context": {"cluster": cluster["name"], "user": "provider"},
-                    }
-                ],
-                "current-context": "provider",
-            }
-        )
-    )
-
-
 def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
     lab: LabInfo, api_client: client.ApiClient, virt: libvirt.virConnect, ns: str, tmp_path: Path
 ) -> None:
     apply(lab, REPO / "deploy" / "namespace.yaml", REPO / "deploy" / "rbac.yaml")
     kubeconfig = tmp_path / "provider.kubeconfig"
-    _service_account_kubeconfig(lab, api_client, kubeconfig)
+    service_account_kubeconfig(lab, api_client, kubeconfig)
     daemon, log = start_daemon(
         lab,
         host=HOST,
@@ -175,7 +141,7 @@ def test_a_service_account_without_rights_is_not_ready_and_says_why(
     core = client.CoreV1Api(api_client)
     core.create_namespaced_service_account(ns, {"metadata": {"name": "nobody"}})
     kubeconfig = tmp_path / "nobody.kubeconfig"
-    _service_account_kubeconfig(lab, api_client, kubeconfig, account="nobody", namespace=ns)
+    service_account_kubeconfig(lab, api_client, kubeconfig, account="nobody", namespace=ns)
     daemon, log = start_daemon(
         lab, host=HOST, log_name="e2e-rbac-nobody.log", kubeconfig=str(kubeconfig), generic=False
     )

@@ -15,23 +15,23 @@ import libvirt
 from kubernetes import client
 from lxml import etree
 
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import (
+from tests.support.daemons import console_log_dir
+from tests.support.factories import pair
+from tests.support.kube import (
     GROUP,
     VM_GROUP,
     V,
     condition,
-    console_log_dir,
     create,
     domain_of,
     get,
-    machine_volumes,
-    pair,
     patch_vm,
     vm_status,
     wait_ready,
 )
-from tests.eventually import eventually
+from tests.support.lab_access import LabInfo
+from tests.support.virt import machine_volumes
+from tests.support.waiting import eventually
 
 
 def _up_to_date(api_client: client.ApiClient, ns: str, name: str) -> dict[str, Any]:

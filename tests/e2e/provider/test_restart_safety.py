@@ -18,22 +18,12 @@ import libvirt
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import LAB_SCRIPT, REPO, LabInfo
-from tests.e2e.provider.conftest import (
-    GROUP,
-    V,
-    apply,
-    condition,
-    create,
-    domain_names,
-    domain_of,
-    get,
-    machine_volumes,
-    pair,
-    patch_vm,
-    start_daemon,
-)
-from tests.eventually import eventually
+from tests.support.daemons import start_daemon
+from tests.support.factories import pair
+from tests.support.kube import GROUP, V, apply, condition, create, domain_of, get, patch_vm
+from tests.support.lab_access import LAB_SCRIPT, REPO, LabInfo
+from tests.support.virt import domain_names, machine_volumes
+from tests.support.waiting import eventually
 
 HOST = "restart-host"
 

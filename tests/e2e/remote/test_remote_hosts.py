@@ -21,14 +21,21 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
-from tests.e2e.conftest import (
-    LabInfo,
-    LabRemote,
-    remote_rotate_host_key,
-    remote_sshd_start,
-    remote_sshd_stop,
+from tests.support.daemons import RemoteDaemon, start_remote_daemon
+from tests.support.factories import remote_pair
+from tests.support.hosts import (
+    delete_secret,
+    forget_host,
+    host,
+    host_events,
+    lease_holder,
+    put_secret,
+    set_host,
+    ssh_data,
+    tls_data,
+    wait_connected,
 )
-from tests.e2e.provider.conftest import (
+from tests.support.kube import (
     GROUP,
     V,
     condition,
@@ -39,24 +46,15 @@ from tests.e2e.provider.conftest import (
     namespace,
     wait_ready,
 )
-from tests.e2e.remote.conftest import (
-    RemoteDaemon,
-    delete_secret,
-    forget_host,
-    host,
-    host_domains,
-    host_events,
-    host_volumes,
-    lease_holder,
-    put_secret,
-    remote_pair,
-    set_host,
-    ssh_data,
-    start_remote_daemon,
-    tls_data,
-    wait_connected,
+from tests.support.lab_access import (
+    LabInfo,
+    LabRemote,
+    remote_rotate_host_key,
+    remote_sshd_start,
+    remote_sshd_stop,
 )
-from tests.eventually import eventually
+from tests.support.virt import host_domains, host_volumes
+from tests.support.waiting import eventually
 
 SECRET = "e2e-remote-credentials"
 

@@ -8,22 +8,19 @@ import pytest
 from kubernetes import client
 
 from libvirt_provider import constants as c
-from tests.e2e.conftest import LabInfo, LabRemote
-from tests.e2e.provider.conftest import GROUP, V, create, namespace
-from tests.e2e.remote.conftest import (
-    RemoteDaemon,
+from tests.support.daemons import RemoteDaemon, metric, metrics, start_remote_daemon
+from tests.support.factories import remote_pair
+from tests.support.hosts import (
     delete_secret,
     forget_host,
-    metric,
-    metrics,
     put_secret,
-    remote_pair,
     set_host,
     ssh_data,
-    start_remote_daemon,
     wait_connected,
 )
-from tests.eventually import eventually
+from tests.support.kube import GROUP, V, create, namespace
+from tests.support.lab_access import LabInfo, LabRemote
+from tests.support.waiting import eventually
 
 SECRET = "e2e-remote-limits"
 MACHINES = 20

@@ -13,22 +13,30 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
-from tests.e2e.conftest import REPO, LabInfo, LabRemote
-from tests.e2e.provider.conftest import GROUP, V, apply, condition, create, get, namespace
-from tests.e2e.provider.test_rbac import _service_account_kubeconfig
-from tests.e2e.remote.conftest import (
-    SYSTEM_NAMESPACE,
+from tests.support.daemons import start_remote_daemon
+from tests.support.factories import remote_pair
+from tests.support.hosts import (
     delete_secret,
     forget_host,
-    host_domains,
     put_secret,
-    remote_pair,
     set_host,
     ssh_data,
-    start_remote_daemon,
     wait_connected,
 )
-from tests.eventually import eventually
+from tests.support.kube import (
+    GROUP,
+    SYSTEM_NAMESPACE,
+    V,
+    apply,
+    condition,
+    create,
+    get,
+    namespace,
+    service_account_kubeconfig,
+)
+from tests.support.lab_access import REPO, LabInfo, LabRemote
+from tests.support.virt import host_domains
+from tests.support.waiting import eventually
 
 DEPLOY_NAMESPACE = "vm-api-system"
 SECRET = "e2e-remote-rbac"
@@ -40,7 +48,7 @@ def test_the_remote_daemon_runs_on_its_service_accounts_rbac_alone(
     apply(lab, REPO / "deploy" / "namespace.yaml", REPO / "deploy" / "rbac.yaml")
     apply(lab, REPO / "deploy" / "remote" / "rbac.yaml")
     kubeconfig = tmp_path / "remote.kubeconfig"
-    _service_account_kubeconfig(
+    service_account_kubeconfig(
         lab, remote_api, kubeconfig, account="libvirt-provider-remote", namespace=DEPLOY_NAMESPACE
     )
     # What the account may not do: read a Secret outside its own namespace.

@@ -11,21 +11,20 @@ from kubernetes import client
 
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.host.remote import TAKEOVER_SECONDS
-from tests.e2e.conftest import LabInfo, LabRemote
-from tests.e2e.provider.conftest import create, namespace, patch_vm, wait_ready
-from tests.e2e.remote.conftest import (
-    RemoteDaemon,
+from tests.support.daemons import RemoteDaemon, start_remote_daemon
+from tests.support.factories import remote_pair
+from tests.support.hosts import (
     delete_secret,
     forget_host,
     lease_holder,
     put_secret,
-    remote_pair,
     set_host,
     ssh_data,
-    start_remote_daemon,
     wait_connected,
 )
-from tests.eventually import eventually
+from tests.support.kube import create, namespace, patch_vm, wait_ready
+from tests.support.lab_access import LabInfo, LabRemote
+from tests.support.waiting import eventually
 
 SECRET = "e2e-remote-takeover"
 

@@ -19,7 +19,7 @@ from libvirt_provider.domainxml import (
 )
 from libvirt_provider.resolved import Cpu, DomainDisk, DomainSpec, InterfaceKind, Memory, Owner
 from tests.unit.domainxml.cases import CASES, machine, nic
-from tests.unit.domainxml.test_field_coverage import leaf_paths, variants
+from tests.unit.domainxml.fields import leaf_paths, variants
 
 BASE = CASES["uefi-qemu-cloudinit"]
 

@@ -14,8 +14,8 @@ from lxml import etree
 
 from libvirt_provider.domainxml import render_domain_xml
 from tests.unit.domainxml.cases import CASES
-from tests.unit.domainxml.conftest import GOLDEN
 
+GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 

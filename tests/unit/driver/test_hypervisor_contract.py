@@ -41,7 +41,7 @@ from libvirt_provider.errors import (
     UnsupportedError,
 )
 from tests.doubles import hypervisor as double
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 from tests.unit.driver.hypervisor_subjects import (
     NETWORK,
     OTHER_POOL,

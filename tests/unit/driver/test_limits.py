@@ -8,7 +8,7 @@ import pytest
 
 from libvirt_provider.driver.limits import CallLimiter, Limits
 from libvirt_provider.errors import RetryableError
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 
 class FakeTime:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from generic.workqueue import Outcome, WorkerPool, WorkQueue
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 
 
 class Clock:

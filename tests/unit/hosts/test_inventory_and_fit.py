@@ -20,7 +20,7 @@ from libvirt_provider.hosts.inventory import (
     host_status,
 )
 from libvirt_provider.hosts.placement import HostView, Misfit
-from tests.unit.provider import builders as b
+from tests.support import builders as b
 
 GIB = 2**30
 INVENTORY = HostInventory(

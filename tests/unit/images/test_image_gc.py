@@ -15,7 +15,7 @@ from libvirt_provider.images.gc import (
 )
 from libvirt_provider.images.names import base_volume_name, marker_name, parse_cached_name
 from libvirt_provider.resolve import resolve_machine
-from tests.unit.provider import builders as b
+from tests.support import builders as b
 
 SHA = "c0ffee" + "0" * 58
 OTHER = "beef" + "1" * 60

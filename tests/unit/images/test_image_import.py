@@ -17,7 +17,7 @@ from libvirt_provider.images.importer import ImageImporter, _HttpOnlyRedirects
 from libvirt_provider.images.names import marker_name, shown_url
 from libvirt_provider.resolved import BaseImage
 from tests.doubles.hypervisor import FakeHypervisor
-from tests.eventually import eventually
+from tests.support.waiting import eventually
 from tests.unit.images.qcow2_bytes import qcow2_image
 
 DATA = qcow2_image(size=11000)

@@ -18,8 +18,8 @@ from libvirt_provider.errors import RetryableError
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 from tests.doubles.hypervisor import FakeHypervisor
 from tests.doubles.store import MemoryStore
-from tests.unit.machine.test_machine_reconciler import KEY, _hypervisor, _store
-from tests.unit.provider.builders import HOST
+from tests.support.builders import HOST
+from tests.support.reconciling import KEY, make_hypervisor, make_store
 
 HOUR = 3600.0
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -61,7 +61,7 @@ class CountingStore(MemoryStore):
 
 def _simulate_an_hour(hv: FakeHypervisor) -> tuple[int, CountingStore]:
     clock = Clock()
-    store = CountingStore(_store(), clock)
+    store = CountingStore(make_store(), clock)
     reconciler = MachineReconciler(
         store=store,
         hypervisor=hv,
@@ -114,7 +114,7 @@ def test_a_start_that_always_fails_is_retried_with_backoff_and_reported_once() -
 
 
 def test_a_healthy_machine_is_not_held_back_by_the_backoff() -> None:
-    hv = _hypervisor()
+    hv = make_hypervisor()
     passes, store = _simulate_an_hour(hv)
     assert hv.calls.count("define") == 1
     assert hv.calls.count("start") == 1

@@ -15,105 +15,40 @@ import pytest
 from lxml import etree
 
 from generic.workqueue import Outcome
-from libvirt_provider import naming
 from libvirt_provider.driver.types import DomainState, GuestInfo
 from libvirt_provider.errors import PermanentError, RetryableError, StateConflictError
 from libvirt_provider.machine.powering import NIC_ADDRESS_POLL_DELAY
-from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
+from libvirt_provider.machine.reconciler import MachineReconciler
 from tests.doubles.hypervisor import FakeHypervisor
 from tests.doubles.store import MemoryStore
-from tests.unit.provider.builders import HOST, UID, ref
-
-Obj = dict[str, Any]
-NS = "default"
-HOST_LABEL = "infrastructure.vm-api.io/host"
-FINALIZER = "infrastructure.vm-api.io/libvirt-machine"
-DOMAIN = naming.domain_name(NS, "web", UID)
-
-
-def _store(**vm_spec: Any) -> MemoryStore:
-    store = MemoryStore()
-    store.machines["web"] = {
-        "apiVersion": "infrastructure.vm-api.io/v1alpha1",
-        "kind": "LibvirtMachine",
-        "metadata": {
-            "name": "web",
-            "namespace": NS,
-            "uid": UID,
-            "resourceVersion": "1",
-            "generation": 1,
-            "labels": {HOST_LABEL: HOST.hostname},
-            "annotations": {"vm-api.io/virtual-machine": "web"},
-            "finalizers": [FINALIZER],
-        },
-        "spec": {},
-    }
-    spec: Obj = {
-        "infrastructureRef": ref("LibvirtMachine", "web"),
-        "instanceType": {"name": "small"},
-        "bootDisk": {"source": {"image": ref("LibvirtImage", "tiny")}, "sizeGiB": 1},
-    }
-    spec.update(vm_spec)
-    store.vms["web"] = {
-        "apiVersion": "vm-api.io/v1alpha1",
-        "kind": "VirtualMachine",
-        "metadata": {"name": "web", "namespace": NS, "uid": "vm-uid"},
-        "spec": spec,
-    }
-    store.catalog = {
-        "libvirtimages": [
-            {
-                "metadata": {"name": "tiny"},
-                "spec": {"source": {"volume": {"pool": "vmapi-lab", "volume": "guest.qcow2"}}},
-            }
-        ],
-        "libvirtmachineclasses": [
-            {"metadata": {"name": "small"}, "spec": {"cpus": 1, "memory": "256Mi"}}
-        ],
-        "libvirtnetworks": [
-            {
-                "metadata": {"name": "lab"},
-                "spec": {"source": {"network": "vmapi-lab"}, "default": True},
-            }
-        ],
-        "libvirtstorageclasses": [
-            {"metadata": {"name": "lab"}, "spec": {"pool": "vmapi-lab", "default": True}}
-        ],
-    }
-    return store
-
-
-def _hypervisor() -> FakeHypervisor:
-    hv = FakeHypervisor(facts=HOST)
-    hv.add_volume("vmapi-lab", "guest.qcow2", capacity_bytes=1 << 28)
-    return hv
-
-
-def _reconciler(store: MemoryStore, hv: FakeHypervisor) -> MachineReconciler:
-    return MachineReconciler(store=store, hypervisor=hv, host=HOST.hostname)
-
-
-KEY = MachineKey(NS, "web")
-
-
-def _owned_volumes(hv: FakeHypervisor) -> list[str]:
-    return sorted(name for (_, name) in hv.volumes if name.startswith(f"{DOMAIN}--"))
+from tests.support.builders import HOST, UID
+from tests.support.reconciling import (
+    DOMAIN,
+    FINALIZER,
+    HOST_LABEL,
+    KEY,
+    Obj,
+    make_hypervisor,
+    make_reconciler,
+    make_store,
+    owned_volumes,
+)
 
 
 def test_a_linked_pair_gets_a_volume_and_a_started_domain() -> None:
-    store, hv = _store(), _hypervisor()
-    outcome = _reconciler(store, hv).reconcile(KEY)
+    store, hv = make_store(), make_hypervisor()
+    outcome = make_reconciler(store, hv).reconcile(KEY)
     assert outcome.requeue_after is not None
     assert hv.domains[UID].state is DomainState.RUNNING
-    assert _owned_volumes(hv) == [f"{DOMAIN}--boot.qcow2"]
+    assert owned_volumes(hv) == [f"{DOMAIN}--boot.qcow2"]
     assert hv.calls.index("create_overlay") < hv.calls.index("define") < hv.calls.index("start")
     reasons = [r for kind, r, _ in store.events if kind == "LibvirtMachine"]
     assert reasons[:2] == ["Defined", "Started"]
 
 
 def test_the_machine_is_ready_once_its_nic_has_an_address() -> None:
-    store, hv = _store(), _hypervisor()
-    reconciler = _reconciler(store, hv)
+    store, hv = make_store(), make_hypervisor()
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     reconciler.reconcile(KEY)
     status = store.machines["web"]["status"]
@@ -132,8 +67,11 @@ def test_the_machine_is_ready_once_its_nic_has_an_address() -> None:
 
 
 def test_a_nic_still_without_an_address_keeps_the_machine_polled() -> None:
-    store, hv = _store(network={"interfaces": [{"name": "eth0"}, {"name": "eth1"}]}), _hypervisor()
-    reconciler = _reconciler(store, hv)
+    store, hv = (
+        make_store(network={"interfaces": [{"name": "eth0"}, {"name": "eth1"}]}),
+        make_hypervisor(),
+    )
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     macs = [
         m.get("address")
@@ -146,7 +84,10 @@ def test_a_nic_still_without_an_address_keeps_the_machine_polled() -> None:
 
 
 def test_a_nic_that_never_gets_an_address_is_looked_at_less_and_less_often() -> None:
-    store, hv = _store(network={"interfaces": [{"name": "eth0"}, {"name": "eth1"}]}), _hypervisor()
+    store, hv = (
+        make_store(network={"interfaces": [{"name": "eth0"}, {"name": "eth1"}]}),
+        make_hypervisor(),
+    )
     now = [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)]
     reconciler = MachineReconciler(
         store=store, hypervisor=hv, host=HOST.hostname, clock=lambda: now[0]
@@ -162,8 +103,8 @@ def test_a_nic_that_never_gets_an_address_is_looked_at_less_and_less_often() -> 
 
 
 def test_guest_facts_from_the_agent_appear_while_running_and_go_when_off() -> None:
-    store, hv = _store(), _hypervisor()
-    reconciler = _reconciler(store, hv)
+    store, hv = make_store(), make_hypervisor()
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     assert not any(
         k.startswith("guest") for k in store.machines["web"]["status"]["providerMetadata"]
@@ -185,11 +126,11 @@ def test_guest_facts_from_the_agent_appear_while_running_and_go_when_off() -> No
 
 
 def test_a_failed_start_undoes_what_the_pass_made() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     hv.fail_next("start", RetryableError("libvirtd went away"))
-    _reconciler(store, hv).reconcile(KEY)
+    make_reconciler(store, hv).reconcile(KEY)
     assert hv.domains == {}
-    assert _owned_volumes(hv) == []
+    assert owned_volumes(hv) == []
     ready = {c["type"]: c for c in store.machines["web"]["status"]["conditions"]}
     assert ready["InfrastructureReady"]["status"] == "False"
     assert "libvirtd went away" in ready["InfrastructureReady"]["message"]
@@ -198,17 +139,17 @@ def test_a_failed_start_undoes_what_the_pass_made() -> None:
 
 
 def test_a_permanent_failure_is_the_terminal_provider_error() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     hv.fail_next("start", PermanentError("unsupported configuration: no such machine type"))
-    _reconciler(store, hv).reconcile(KEY)
+    make_reconciler(store, hv).reconcile(KEY)
     ready = {c["type"]: c for c in store.machines["web"]["status"]["conditions"]}
     assert ready["InfrastructureReady"]["reason"] == "ProviderError"
 
 
 def test_an_unlinked_machine_touches_nothing() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     store.vms["web"]["spec"]["infrastructureRef"]["name"] = "other"
-    _reconciler(store, hv).reconcile(KEY)
+    make_reconciler(store, hv).reconcile(KEY)
     assert not {"define", "create_overlay", "create_blank"} & set(hv.calls)
     conditions = {c["type"]: c for c in store.machines["web"]["status"]["conditions"]}
     assert conditions["InfrastructureReady"]["reason"] == "LinkMismatch"
@@ -217,10 +158,10 @@ def test_an_unlinked_machine_touches_nothing() -> None:
 
 
 def test_unsupported_configuration_builds_nothing_and_warns_both_objects() -> None:
-    store, hv = _store(scheduling={"spot": True}), _hypervisor()
-    _reconciler(store, hv).reconcile(KEY)
+    store, hv = make_store(scheduling={"spot": True}), make_hypervisor()
+    make_reconciler(store, hv).reconcile(KEY)
     assert hv.domains == {}
-    assert _owned_volumes(hv) == []
+    assert owned_volumes(hv) == []
     assert {(kind, reason) for kind, reason, _ in store.events} == {
         ("LibvirtMachine", "UnsupportedByProvider"),
         ("VirtualMachine", "UnsupportedByProvider"),
@@ -228,49 +169,49 @@ def test_unsupported_configuration_builds_nothing_and_warns_both_objects() -> No
 
 
 def test_the_same_problem_is_not_announced_twice() -> None:
-    store, hv = _store(scheduling={"spot": True}), _hypervisor()
-    reconciler = _reconciler(store, hv)
+    store, hv = make_store(scheduling={"spot": True}), make_hypervisor()
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     reconciler.reconcile(KEY)
     assert len(store.events) == 2
 
 
 def test_another_hosts_machine_is_left_to_its_daemon() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     store.machines["web"]["metadata"]["labels"][HOST_LABEL] = "elsewhere"
-    assert _reconciler(store, hv).reconcile(KEY) == Outcome()
+    assert make_reconciler(store, hv).reconcile(KEY) == Outcome()
     assert hv.calls == []
 
 
 def test_the_finalizer_is_added_before_anything_is_built() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     store.machines["web"]["metadata"]["finalizers"] = []
-    assert _reconciler(store, hv).reconcile(KEY) == Outcome(immediately=True)
+    assert make_reconciler(store, hv).reconcile(KEY) == Outcome(immediately=True)
     assert store.machines["web"]["metadata"]["finalizers"] == [FINALIZER]
     assert hv.calls == []
 
 
 def test_deletion_removes_domain_and_volumes_then_the_finalizer() -> None:
-    store, hv = _store(), _hypervisor()
-    reconciler = _reconciler(store, hv)
+    store, hv = make_store(), make_hypervisor()
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert reconciler.reconcile(KEY) == Outcome()
     assert hv.domains == {}
-    assert _owned_volumes(hv) == []
+    assert owned_volumes(hv) == []
     assert ("vmapi-lab", "guest.qcow2") in hv.volumes  # the shared base image stays
     assert "web" not in store.machines
 
 
 def test_a_machine_pinned_by_its_label_gets_spec_host_with_its_finalizer() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     store.machines["web"]["metadata"]["finalizers"] = []
-    _reconciler(store, hv).reconcile(KEY)
+    make_reconciler(store, hv).reconcile(KEY)
     assert store.machines["web"]["spec"]["host"] == HOST.hostname
 
 
 def test_what_the_hosts_machines_take_follows_creation_and_deletion() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     changes: list[int] = []
     reconciler = MachineReconciler(
         store=store,
@@ -290,8 +231,8 @@ def test_what_the_hosts_machines_take_follows_creation_and_deletion() -> None:
 
 
 def test_a_failed_cleanup_keeps_the_finalizer_and_says_why() -> None:
-    store, hv = _store(), _hypervisor()
-    reconciler = _reconciler(store, hv)
+    store, hv = make_store(), make_hypervisor()
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     hv.fail_next("undefine", PermanentError("nvram is locked"))
@@ -304,16 +245,16 @@ def test_a_failed_cleanup_keeps_the_finalizer_and_says_why() -> None:
 
 @pytest.mark.parametrize("desired", ["PoweredOff", "Suspended"])
 def test_a_machine_created_off_or_suspended_is_defined_but_not_started(desired: str) -> None:
-    store, hv = _store(powerState=desired), _hypervisor()
-    _reconciler(store, hv).reconcile(KEY)
+    store, hv = make_store(powerState=desired), make_hypervisor()
+    make_reconciler(store, hv).reconcile(KEY)
     assert hv.domains[UID].state is DomainState.SHUTOFF
     assert "start" not in hv.calls
 
 
 def test_autostart_follows_the_machine_spec() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     store.machines["web"]["spec"]["autostart"] = True
-    reconciler = _reconciler(store, hv)
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     assert hv.domains[UID].autostart
     store.machines["web"]["spec"]["autostart"] = False
@@ -322,8 +263,8 @@ def test_autostart_follows_the_machine_spec() -> None:
 
 
 def test_a_grown_disk_is_resized_online_while_running_and_offline_when_off() -> None:
-    store, hv = _store(), _hypervisor()
-    reconciler = _reconciler(store, hv)
+    store, hv = make_store(), make_hypervisor()
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     store.vms["web"]["spec"]["bootDisk"]["sizeGiB"] = 2
     reconciler.reconcile(KEY)
@@ -340,10 +281,10 @@ def test_a_grown_disk_is_resized_online_while_running_and_offline_when_off() -> 
 
 
 def _running(hotplug: Obj | None = None, **vm_spec: Any) -> tuple[MemoryStore, FakeHypervisor]:
-    store, hv = _store(**vm_spec), _hypervisor()
+    store, hv = make_store(**vm_spec), make_hypervisor()
     if hotplug is not None:
         store.machines["web"]["spec"]["hotplug"] = hotplug
-    _reconciler(store, hv).reconcile(KEY)
+    make_reconciler(store, hv).reconcile(KEY)
     assert hv.domains[UID].state is DomainState.RUNNING
     hv.calls.clear()
     return store, hv
@@ -361,7 +302,7 @@ def _resize(store: MemoryStore, cpus: int, memory: str) -> None:
 def test_more_vcpus_and_memory_within_the_headroom_apply_while_running() -> None:
     store, hv = _running(hotplug={"maxCPUs": 4, "maxMemory": "1Gi"})
     _resize(store, 3, "512Mi")
-    _reconciler(store, hv).reconcile(KEY)
+    make_reconciler(store, hv).reconcile(KEY)
     assert "define" not in hv.calls
     assert {"set_vcpus", "set_memory"} <= set(hv.calls)
     root = etree.fromstring(hv.domains[UID].xml.encode())
@@ -373,7 +314,7 @@ def test_more_vcpus_and_memory_within_the_headroom_apply_while_running() -> None
 def test_a_size_beyond_the_headroom_waits_for_the_next_power_off() -> None:
     store, hv = _running()
     _resize(store, 2, "256Mi")
-    reconciler = _reconciler(store, hv)
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     assert "define" not in hv.calls
     assert "set_vcpus" not in hv.calls
@@ -394,7 +335,7 @@ def test_a_size_beyond_the_headroom_waits_for_the_next_power_off() -> None:
 def test_fewer_vcpus_wait_for_a_power_cycle_as_the_guest_may_never_release_one() -> None:
     store, hv = _running(hotplug={"maxCPUs": 4})
     _resize(store, 2, "256Mi")
-    reconciler = _reconciler(store, hv)
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     _resize(store, 1, "256Mi")
     hv.calls.clear()
@@ -407,11 +348,11 @@ def test_nics_and_data_disks_are_hot_plugged_and_unplugged() -> None:
     store, hv = _running(network={"interfaces": [{"name": "eth0"}]})
     store.vms["web"]["spec"]["network"] = {"interfaces": [{"name": "eth0"}, {"name": "eth1"}]}
     store.vms["web"]["spec"]["disks"] = [{"name": "logs", "source": {"blank": True}, "sizeGiB": 1}]
-    reconciler = _reconciler(store, hv)
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     assert "detach_device" not in hv.calls
     assert hv.calls.count("attach_device") == 2
-    assert f"{DOMAIN}--data-logs.qcow2" in _owned_volumes(hv)
+    assert f"{DOMAIN}--data-logs.qcow2" in owned_volumes(hv)
     root = etree.fromstring(hv.domains[UID].xml.encode())
     assert len(root.findall("devices/interface")) == 2
     assert _up_to_date(store)["status"] == "True"
@@ -430,7 +371,7 @@ def test_nics_and_data_disks_are_hot_plugged_and_unplugged() -> None:
 def test_a_failed_live_change_is_pending_and_warned_once() -> None:
     store, hv = _running(hotplug={"maxCPUs": 4})
     _resize(store, 2, "256Mi")
-    reconciler = _reconciler(store, hv)
+    reconciler = make_reconciler(store, hv)
     for _ in range(2):
         hv.fail_next("set_vcpus", PermanentError("no hotplug here"))
         reconciler.reconcile(KEY)
@@ -443,10 +384,10 @@ def test_a_failed_live_change_is_pending_and_warned_once() -> None:
 
 def test_changed_cloud_init_data_is_written_and_given_at_the_next_power_cycle() -> None:
     boot = {"cloudInit": {"userData": {"name": "boot", "key": "user-data"}}}
-    store = _store(bootstrap=boot)
+    store = make_store(bootstrap=boot)
     store.secrets["boot"] = {"user-data": base64.b64encode(b"#cloud-config\n# v1\n").decode()}
-    hv = _hypervisor()
-    reconciler = _reconciler(store, hv)
+    hv = make_hypervisor()
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     iso = ("vmapi-lab", f"{DOMAIN}--cidata.iso")
     assert b"# v1" in hv.uploads[iso]
@@ -471,7 +412,7 @@ def test_a_disk_qemu_cannot_grow_online_grows_at_the_next_power_off() -> None:
     store, hv = _running()
     store.vms["web"]["spec"]["bootDisk"]["sizeGiB"] = 2
     hv.fail_next("grow_attached_disk", PermanentError("not on this bus"))
-    reconciler = _reconciler(store, hv)
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     up = _up_to_date(store)
     assert (up["status"], up["reason"]) == ("False", "RequiresPowerOff")
@@ -508,32 +449,32 @@ def test_a_restarted_daemon_keeps_the_graceful_timeout_an_earlier_one_began() ->
 
 
 def test_spec_host_is_compared_with_the_daemons_host_not_libvirts_hostname() -> None:
-    store = _store()
+    store = make_store()
     store.machines["web"]["spec"]["host"] = HOST.hostname
     hv = FakeHypervisor(facts=replace(HOST, hostname="whatever-libvirt-calls-itself"))
     hv.add_volume("vmapi-lab", "guest.qcow2", capacity_bytes=1 << 28)
-    _reconciler(store, hv).reconcile(KEY)
+    make_reconciler(store, hv).reconcile(KEY)
     assert hv.domains[UID].state is DomainState.RUNNING
 
 
 def test_an_inactive_pool_does_not_block_deletion() -> None:
-    store, hv = _store(), _hypervisor()
-    reconciler = _reconciler(store, hv)
+    store, hv = make_store(), make_hypervisor()
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     # The host's pools are listed in order: "fast" (inactive here), then "vmapi-lab".
     hv.fail_next("volume_names", StateConflictError("storage pool 'fast' is not active"))
     assert reconciler.reconcile(KEY) == Outcome()
     assert "web" not in store.machines
-    assert _owned_volumes(hv) == []
+    assert owned_volumes(hv) == []
     assert any(r == "PoolSkipped" and "'fast'" in m for _, r, m in store.events)
 
 
 def test_an_unreachable_api_server_is_a_retry_not_an_exception() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
 
     def unreachable(namespace: str, name: str) -> None:
         raise RetryableError("Kubernetes API: unreachable: read timed out")
 
     store.get_machine = unreachable  # type: ignore[method-assign,assignment]
-    assert _reconciler(store, hv).reconcile(KEY) == Outcome(retry=True)
+    assert make_reconciler(store, hv).reconcile(KEY) == Outcome(retry=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 from generic.adapters.copies import Copies
 from tests.doubles.store import MemoryStore
-from tests.unit.machine.test_machine_reconciler import KEY, UID, _hypervisor, _reconciler, _store
+from tests.support.reconciling import KEY, UID, make_hypervisor, make_reconciler, make_store
 
 Obj = dict[str, Any]
 
@@ -25,7 +25,7 @@ class LaggingCopies(MemoryStore):
 
 
 def _lagging(**vm_spec: Any) -> LaggingCopies:
-    base = _store(**vm_spec)
+    base = make_store(**vm_spec)
     store = LaggingCopies(machines=base.machines, vms=base.vms, catalog=base.catalog)
     store.lagging = copy.deepcopy(store.machines["web"])
     store.machines["web"]["metadata"]["resourceVersion"] = "2"
@@ -33,35 +33,35 @@ def _lagging(**vm_spec: Any) -> LaggingCopies:
 
 
 def test_no_domain_is_created_from_a_copy_that_is_behind() -> None:
-    store, hv = _lagging(), _hypervisor()
-    outcome = _reconciler(store, hv).reconcile(KEY)
+    store, hv = _lagging(), make_hypervisor()
+    outcome = make_reconciler(store, hv).reconcile(KEY)
     assert outcome.immediately
     assert UID not in hv.domains
     assert store.fresh_reads == 1
     # Once the copy has caught up, the same pass builds the machine.
     store.lagging = None
-    _reconciler(store, hv).reconcile(KEY)
+    make_reconciler(store, hv).reconcile(KEY)
     assert UID in hv.domains
 
 
 def test_nothing_is_removed_from_a_copy_that_is_behind() -> None:
-    store, hv = _store(), _hypervisor()
-    _reconciler(store, hv).reconcile(KEY)
+    store, hv = make_store(), make_hypervisor()
+    make_reconciler(store, hv).reconcile(KEY)
     assert UID in hv.domains
     store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-12-02T00:00:00Z"
     lagging = LaggingCopies(machines=store.machines, vms=store.vms, catalog=store.catalog)
     lagging.lagging = copy.deepcopy(store.machines["web"])
     store.machines["web"]["metadata"]["resourceVersion"] = "7"
-    _reconciler(lagging, hv).reconcile(KEY)
+    make_reconciler(lagging, hv).reconcile(KEY)
     assert UID in hv.domains
     lagging.lagging = None
-    _reconciler(lagging, hv).reconcile(KEY)
+    make_reconciler(lagging, hv).reconcile(KEY)
     assert UID not in hv.domains
 
 
 def test_a_pass_on_an_existing_domain_reads_nothing_fresh() -> None:
-    store, hv = _store(), _hypervisor()
-    reconciler = _reconciler(store, hv)
+    store, hv = make_store(), make_hypervisor()
+    reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     before = store.fresh_reads
     for _ in range(3):

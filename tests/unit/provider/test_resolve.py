@@ -13,43 +13,18 @@ from catalog.constants import GROUP
 from generic.constants import REASON_UNSUPPORTED_BY_PROVIDER
 from libvirt_provider import constants as c
 from libvirt_provider.domainxml import render_domain_xml
-from libvirt_provider.resolve import Resolution, SecretData, resolve_machine
+from libvirt_provider.resolve import Resolution
 from libvirt_provider.resolve.cloudinit import meta_data
 from libvirt_provider.resolved import CpuMode, DomainType, FirmwareKind, InterfaceKind
-from tests.unit.provider import builders as b
+from tests.support import builders as b
+from tests.support.builders import only_problem, resolve
 
 SECRET_TEXT = "#cloud-config\npassword: hunter2-very-secret\n"
-
-
-def resolve(
-    *,
-    vm: dict[str, Any] | None = None,
-    lm: dict[str, Any] | None = None,
-    secrets: SecretData | None = None,
-    unreadable: frozenset[str] = frozenset(),
-    **kinds: Any,
-) -> Resolution:
-    return resolve_machine(
-        vm_name="web",
-        vm_spec=vm if vm is not None else b.vm_spec(),
-        machine=lm if lm is not None else b.machine(),
-        catalog=b.catalog(**{k: v for k, v in kinds.items() if k != "host"}),
-        secrets=secrets or {},
-        host=kinds.get("host", b.HOST),
-        unreadable_secrets=unreadable,
-    )
 
 
 def reasons(resolution: Resolution) -> list[str]:
     assert resolution.machine is None
     return [p.reason for p in resolution.problems]
-
-
-def only_problem(resolution: Resolution) -> tuple[str, str, str]:
-    assert resolution.machine is None
-    assert len(resolution.problems) == 1, resolution.message()
-    problem = resolution.problems[0]
-    return problem.reason, problem.field, problem.message
 
 
 # -- a valid pair ---------------------------------------------------------------------------

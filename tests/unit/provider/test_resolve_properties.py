@@ -11,7 +11,7 @@ from lxml import etree
 from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.naming import MAX_DOMAIN_NAME
 from libvirt_provider.resolve import resolve_machine
-from tests.unit.provider import builders as b
+from tests.support import builders as b
 
 LABEL = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 SUBDOMAIN = st.from_regex(

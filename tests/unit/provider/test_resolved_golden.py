@@ -15,7 +15,7 @@ from lxml import etree
 
 from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.resolve import resolve_machine
-from tests.unit.provider import builders as b
+from tests.support import builders as b
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"

@@ -7,8 +7,8 @@ import pytest
 from libvirt_provider import naming
 from libvirt_provider.constants import REASON_INVALID_SPEC
 from libvirt_provider.images.names import base_volume_name
-from tests.unit.provider import builders as b
-from tests.unit.provider.test_resolve import only_problem, resolve
+from tests.support import builders as b
+from tests.support.builders import only_problem, resolve
 
 OTHER_TENANTS_BOOT_DISK = naming.volume_name(
     naming.domain_name("tenant-b", "db", "5c0ffee5-0000-4000-8000-00000000000b"),

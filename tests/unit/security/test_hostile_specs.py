@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from libvirt_provider.resolve import Resolution, resolve_machine
-from tests.unit.provider import builders as b
+from tests.support import builders as b
 
 BUDGET_SECONDS = 0.05
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 from libvirt_provider.constants import REASON_FOREIGN_DOMAIN
 from libvirt_provider.machine.reconciler import MachineReconciler
 from tests.doubles.hypervisor import FakeHypervisor
-from tests.unit.machine.test_machine_reconciler import DOMAIN, KEY, UID, _hypervisor, _store
+from tests.support.reconciling import DOMAIN, KEY, UID, make_hypervisor, make_store
 
 OTHER_UUID = "0b9e2f4c-1111-4c4c-8888-222233334444"
 
 
 def _occupied_by_another_tenant() -> FakeHypervisor:
     """The first tenant's machine holds the name our machine derives, with its volumes."""
-    hv = _hypervisor()
+    hv = make_hypervisor()
     hv.define(f"<domain><name>{DOMAIN}</name><uuid>{OTHER_UUID}</uuid></domain>")
     for role in ("boot.qcow2", "data-keep.qcow2", "cidata.iso"):
         hv.add_volume("vmapi-lab", f"{DOMAIN}--{role}", capacity_bytes=1 << 20)
@@ -26,7 +26,7 @@ def _occupied_by_another_tenant() -> FakeHypervisor:
 
 
 def test_the_second_machine_is_reported_and_builds_nothing() -> None:
-    store, hv = _store(), _occupied_by_another_tenant()
+    store, hv = make_store(), _occupied_by_another_tenant()
     MachineReconciler(store=store, hypervisor=hv, host="node-1").reconcile(KEY)
     assert UID not in hv.domains
     status = store.machines["web"]["status"]
@@ -35,7 +35,7 @@ def test_the_second_machine_is_reported_and_builds_nothing() -> None:
 
 
 def test_deleting_the_second_machine_leaves_the_first_ones_domain_and_volumes() -> None:
-    store, hv = _store(), _occupied_by_another_tenant()
+    store, hv = make_store(), _occupied_by_another_tenant()
     reconciler = MachineReconciler(store=store, hypervisor=hv, host="node-1")
     reconciler.reconcile(KEY)
     before = sorted(hv.volumes)

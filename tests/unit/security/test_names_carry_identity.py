@@ -17,7 +17,7 @@ from libvirt_provider.driver.types import DomainState
 from libvirt_provider.machine.reconciler import MachineReconciler
 from tests.doubles.hypervisor import FakeHypervisor
 from tests.doubles.store import MemoryStore
-from tests.unit.machine.test_machine_reconciler import DOMAIN, KEY, NS, UID, _hypervisor, _store
+from tests.support.reconciling import DOMAIN, KEY, NS, UID, make_hypervisor, make_store
 
 LEGACY = naming.legacy_domain_name(NS, "web")
 
@@ -58,7 +58,7 @@ def test_only_the_legacy_name_is_taken_from_the_status() -> None:
 
 def _legacy_machine() -> tuple[MemoryStore, FakeHypervisor, MachineReconciler]:
     """A machine built by a daemon from before names carried the uid, and its status."""
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     reconciler = MachineReconciler(store=store, hypervisor=hv, host="node-1")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(naming, "domain_name", lambda namespace, name, uid: LEGACY)
@@ -104,7 +104,7 @@ def test_a_legacy_machines_teardown_spares_a_volume_its_definition_does_not_name
 
 
 def test_a_volume_named_after_another_identity_is_never_removed() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     reconciler = MachineReconciler(store=store, hypervisor=hv, host="node-1")
     reconciler.reconcile(KEY)
     stranger = naming.domain_name(NS, "web", "99999999-9999-4999-8999-999999999999")
@@ -120,7 +120,7 @@ def test_a_volume_named_after_another_identity_is_never_removed() -> None:
 
 
 def test_a_teardown_interrupted_before_undefine_finishes_when_run_again() -> None:
-    store, hv = _store(), _hypervisor()
+    store, hv = make_store(), make_hypervisor()
     reconciler = MachineReconciler(store=store, hypervisor=hv, host="node-1")
     reconciler.reconcile(KEY)
     store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -135,7 +135,7 @@ def test_a_kept_disk_is_not_attached_to_a_new_machine_of_the_same_name() -> None
     disks = [
         {"name": "keep", "source": {"blank": True}, "sizeGiB": 1, "deleteOnTermination": False}
     ]
-    store, hv = _store(disks=disks), _hypervisor()
+    store, hv = make_store(disks=disks), make_hypervisor()
     reconciler = MachineReconciler(store=store, hypervisor=hv, host="node-1")
     reconciler.reconcile(KEY)
     kept = f"{DOMAIN}--data-keep.qcow2"

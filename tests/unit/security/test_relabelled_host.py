@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from libvirt_provider.constants import FINALIZER, REASON_HOST_CHANGED
 from tests.doubles.store import MemoryStore
-from tests.unit.machine.test_machine_reconciler import KEY, UID, _hypervisor, _reconciler, _store
+from tests.support.reconciling import KEY, UID, make_hypervisor, make_reconciler, make_store
 
 
 def _created_elsewhere() -> MemoryStore:
-    store = _store()
+    store = make_store()
     store.machines["web"]["status"] = {
         "providerID": f"libvirt://node-0/{UID}",
         "providerMetadata": {"host": "node-0", "domainName": "d", "domainUUID": UID},
@@ -18,8 +18,8 @@ def _created_elsewhere() -> MemoryStore:
 
 
 def test_a_machine_relabelled_to_this_host_is_reported_never_built() -> None:
-    store, hv = _created_elsewhere(), _hypervisor()
-    _reconciler(store, hv).reconcile(KEY)
+    store, hv = _created_elsewhere(), make_hypervisor()
+    make_reconciler(store, hv).reconcile(KEY)
     assert hv.domains == {}
     assert "define" not in hv.calls
     status = store.machines["web"]["status"]
@@ -32,8 +32,8 @@ def test_a_machine_relabelled_to_this_host_is_reported_never_built() -> None:
 
 
 def test_deleting_it_here_keeps_the_finalizer() -> None:
-    store, hv = _created_elsewhere(), _hypervisor()
+    store, hv = _created_elsewhere(), make_hypervisor()
     store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    _reconciler(store, hv).reconcile(KEY)
+    make_reconciler(store, hv).reconcile(KEY)
     assert store.machines["web"]["metadata"]["finalizers"] == [FINALIZER]
     assert "undefine" not in hv.calls

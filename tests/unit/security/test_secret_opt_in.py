@@ -6,22 +6,22 @@ import base64
 
 from generic.workqueue import Outcome
 from libvirt_provider.constants import REASON_SECRET_NOT_READABLE, SECRETS_CLUSTER_ROLE
-from tests.unit.machine.test_machine_reconciler import (
+from tests.support.reconciling import (
     KEY,
     NS,
     UID,
-    _hypervisor,
-    _reconciler,
-    _store,
+    make_hypervisor,
+    make_reconciler,
+    make_store,
 )
 
 
 def test_an_unreadable_secret_is_reported_with_the_way_to_allow_it_and_retried() -> None:
-    store = _store(bootstrap={"cloudInit": {"userData": {"name": "boot", "key": "user-data"}}})
+    store = make_store(bootstrap={"cloudInit": {"userData": {"name": "boot", "key": "user-data"}}})
     store.secrets["boot"] = {"user-data": base64.b64encode(b"#cloud-config\n").decode()}
     store.secrets_forbidden_in.add(NS)
-    hv = _hypervisor()
-    reconciler = _reconciler(store, hv)
+    hv = make_hypervisor()
+    reconciler = make_reconciler(store, hv)
     outcome = reconciler.reconcile(KEY)
     assert outcome == Outcome(retry=True)  # Secrets and RBAC are not watched: look again later
     assert UID not in hv.domains

@@ -1,10 +1,12 @@
-"""What the benchmarks on libvirt's test driver share: the node they run on, the daemons, sampling.
+"""Daemons on libvirt's test driver: the node they run on, the daemons, sampling.
 
-Why a module of its own: `scale_bench.py`, `soak.py` and the API-server-restart e2e test all run
-daemons on libvirt's test driver (domains start at once, so only the control plane is measured)
-against the lab's kube-apiserver; one copy of the node's make-up (the lab's pool holding the
-image's volume, the lab's network, pools for boot disks behind LibvirtStorageClasses), of the
-daemon start and of the RSS/CPU sampling keeps them measuring the same thing.
+Why a module of its own: `bench/scale_bench.py`, `bench/soak.py` and the API-server-restart e2e
+test all run daemons on libvirt's test driver (domains start at once, so only the control plane is
+measured) against the lab's kube-apiserver; one copy of the node's make-up (the lab's pool holding
+the image's volume, the lab's network, pools for boot disks behind LibvirtStorageClasses), of the
+daemon start and of the RSS/CPU sampling keeps them measuring the same thing. It lives in
+tests/support so that the e2e test does not import bench/ (bench/ imports tests/support, never the
+other way round).
 
 Two ways to run the test driver:
 
@@ -16,8 +18,6 @@ Two ways to run the test driver:
   volumes through its own connection (leak checks, states), and the daemon's connection can be
   dropped by libvirtd (`drop_client`) while the driver's state lives on. libvirtd frees
   `test:///default` when its last connection closes: the script's connection keeps it alive.
-
-The leading underscore keeps it out of the list of bench scripts that must have a smoke mode.
 """
 
 from __future__ import annotations
@@ -41,9 +41,11 @@ from lxml import etree
 from lxml.builder import E
 
 from libvirt_provider.constants import HOST_LABEL
-from tests.e2e.conftest import LabInfo
-from tests.e2e.provider.conftest import GROUP, V, answers, health_base, pair, start_daemon
-from tests.eventually import eventually
+from tests.support.daemons import answers, health_base, start_daemon
+from tests.support.factories import pair
+from tests.support.kube import GROUP, V
+from tests.support.lab_access import LabInfo
+from tests.support.waiting import eventually
 
 POOL_PREFIX = "scale-bench-"
 # The test driver's pools hold 100 GiB whatever the node file says; a boot disk counts its

@@ -1,4 +1,10 @@
-"""Builders for resolver tests: a valid linked pair, a catalog and a host, each overridable."""
+"""Unit tests' objects: a valid linked pair (VM spec and LibvirtMachine), a catalog and a host's
+facts, each overridable, and the resolver run on them.
+
+Why a module of its own: the resolver, placement, image, hostile-input and reconciler tests all
+start from the same valid pair and change one thing; one copy keeps "valid" the same for all of
+them, so a test's failure points at the one thing it changed.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from catalog.machineclass import LibvirtMachineClass
 from catalog.network import LibvirtNetwork
 from catalog.storage import LibvirtStorageClass
 from libvirt_provider.driver.types import HostFacts
+from libvirt_provider.resolve import Resolution, SecretData, resolve_machine
 
 UID = "6f1d3c2a-8b4e-4d7a-9c1b-2e3f4a5b6c7d"
 SHA = "ab" * 32
@@ -88,3 +95,35 @@ def catalog(**kinds: Any) -> Catalog:
     }
     defaults.update(kinds)
     return Catalog.of(**defaults)
+
+
+# -- the resolver on them -------------------------------------------------------------------------
+
+
+def resolve(
+    *,
+    vm: dict[str, Any] | None = None,
+    lm: dict[str, Any] | None = None,
+    secrets: SecretData | None = None,
+    unreadable: frozenset[str] = frozenset(),
+    **kinds: Any,
+) -> Resolution:
+    """The valid pair (or `vm`, `lm`) resolved against the catalog (its kinds overridable by
+    `images=`, `networks=`, ...) on the host (`host=`)."""
+    return resolve_machine(
+        vm_name="web",
+        vm_spec=vm if vm is not None else vm_spec(),
+        machine=lm if lm is not None else machine(),
+        catalog=catalog(**{k: v for k, v in kinds.items() if k != "host"}),
+        secrets=secrets or {},
+        host=kinds.get("host", HOST),
+        unreadable_secrets=unreadable,
+    )
+
+
+def only_problem(resolution: Resolution) -> tuple[str, str, str]:
+    """The one problem of a resolution that failed: reason, field, message."""
+    assert resolution.machine is None
+    assert len(resolution.problems) == 1, resolution.message()
+    problem = resolution.problems[0]
+    return problem.reason, problem.field, problem.message

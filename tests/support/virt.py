@@ -1,0 +1,116 @@
+"""libvirt as tests see it: the lab's test guest, volumes and domains on the lab's hosts.
+
+Why a module of its own: the lab tests, the provider tests, placement and the remote host all look
+at libvirt directly (never through the daemon under test) to check what it did; one copy of "the
+machine's volumes", "the domains a host defines" and "the guest's DHCP lease" keeps those checks
+alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import libvirt
+from lxml import etree
+from lxml.builder import E
+
+from tests.support.lab_access import LabInfo, LabRemote
+
+
+def guest_domain_xml(
+    lab: LabInfo, *, name: str, dom_uuid: str, disk: str, serial: Path | None = None
+) -> str:
+    """A minimal domain for the lab's test guest on `disk`, on the lab network."""
+    devices = [
+        E.disk(
+            E.driver(name="qemu", type="qcow2"),
+            E.source(file=disk),
+            E.target(dev="vda", bus="virtio"),
+            type="file",
+            device="disk",
+        ),
+        E.interface(E.source(network=lab.network), E.model(type="virtio"), type="network"),
+    ]
+    if serial is not None:
+        devices.append(E.serial(E.source(path=str(serial)), type="file"))
+    dom = E.domain(
+        E.name(name),
+        E.uuid(dom_uuid),
+        E.memory("256", unit="MiB"),
+        E.vcpu("1"),
+        E.os(E.type("hvm", arch="x86_64"), E.boot(dev="hd")),
+        E.features(E.acpi()),
+        E.devices(*devices),
+        type=lab.domain_type,
+    )
+    return str(etree.tostring(dom, encoding="unicode"))
+
+
+def overlay_volume_xml(name: str, base_path: str) -> str:
+    """A small qcow2 volume backed by `base_path`, so a test guest never writes to the base."""
+    vol = E.volume(
+        E.name(name),
+        E.capacity("64", unit="MiB"),
+        E.target(E.format(type="qcow2")),
+        E.backingStore(E.path(base_path), E.format(type="qcow2")),
+    )
+    return str(etree.tostring(vol, encoding="unicode"))
+
+
+def dhcp_lease(dom: libvirt.virDomain) -> str | None:
+    """The guest's IPv4 address as its network's dnsmasq leased it, or None before it has one."""
+    addrs = dom.interfaceAddresses(libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE)
+    for iface in addrs.values():
+        for addr in iface.get("addrs") or []:
+            if addr["type"] == libvirt.VIR_IP_ADDR_TYPE_IPV4:
+                return str(addr["addr"])
+    return None
+
+
+def machine_volumes(virt: libvirt.virConnect, lab: LabInfo, prefix: str) -> list[str]:
+    pool = virt.storagePoolLookupByName(lab.pool)
+    return [v.name() for v in pool.listAllVolumes(0) if v.name().startswith(prefix)]
+
+
+def domain_names(virt: libvirt.virConnect) -> list[str]:
+    return [d.name() for d in virt.listAllDomains(0)]
+
+
+@contextlib.contextmanager
+def connections(lab: LabInfo) -> Iterator[dict[str, libvirt.virConnect]]:
+    """A connection to each of the lab's extra hosts, by host name."""
+    conns = {h.name: libvirt.open(h.uri) for h in lab.hosts}
+    try:
+        yield conns
+    finally:
+        for conn in conns.values():
+            conn.close()
+
+
+def hosts_defining(conns: dict[str, libvirt.virConnect], domain: str) -> list[str]:
+    """The lab hosts whose libvirtd has `domain` defined."""
+    return sorted(
+        name for name, conn in conns.items() if domain in {d.name() for d in conn.listAllDomains(0)}
+    )
+
+
+def host_domains(remote: LabRemote) -> list[str]:
+    """The remote host's domains, read on its local socket."""
+    conn = libvirt.open(remote.uri)
+    try:
+        return [d.name() for d in conn.listAllDomains(0)]
+    finally:
+        conn.close()
+
+
+def host_volumes(remote: LabRemote, prefix: str) -> list[str]:
+    """The remote host's volumes starting with `prefix`, read on its local socket."""
+    conn = libvirt.open(remote.uri)
+    try:
+        pool = conn.storagePoolLookupByName(remote.pool)
+        pool.refresh(0)
+        return [v.name() for v in pool.listAllVolumes(0) if v.name().startswith(prefix)]
+    finally:
+        conn.close()
