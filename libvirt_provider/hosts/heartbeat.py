@@ -1,0 +1,124 @@
+"""A host's heartbeat as the placing daemon judges it (pure).
+
+Each daemon renews a Lease every `HEARTBEAT_SECONDS`. A heartbeat renewed within
+`HEARTBEAT_GRACE_SECONDS` is fresh; placement puts nothing new on a host whose heartbeat is not.
+
+Declaring a host's machines stranded (`HostNotReady`) waits longer: only once the placer has had
+the API server answer it for a heartbeat grace without a break. After a term begins, and after
+an API server outage (which also ends the term), no host could renew meanwhile, and its stale
+heartbeat is no news about the host. Without this rule every machine of every host got
+`HostNotReady` the moment an API server came back from an outage longer than the grace.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
+
+from generic.conditions import find_condition
+from generic.constants import CONDITION_INFRASTRUCTURE_READY
+from generic.formats import parse_time
+from libvirt_provider.constants import HEARTBEAT_GRACE_SECONDS, HOST_LABEL, REASON_HOST_NOT_READY
+from libvirt_provider.hosts.placement import HostView
+from libvirt_provider.hosts.report import Report
+
+__all__ = [
+    "HEARTBEATS_FRESH_SECONDS",
+    "Answered",
+    "fresh",
+    "host_not_ready",
+    "list_again",
+    "renewals",
+]
+
+HEARTBEATS_FRESH_SECONDS = 3.0
+"""How long one LIST of the heartbeat Leases serves passes (heartbeats are 10 s apart and judged
+against 40 s: a few seconds of age change nothing)."""
+
+_STAYS = "the machine's state is unknown; it stays on its host and is not recreated elsewhere"
+
+
+def fresh(renewed: dt.datetime | None, now: dt.datetime) -> bool:
+    """A heartbeat renewed at `renewed` still vouches for its host at `now`."""
+    return renewed is not None and (now - renewed).total_seconds() <= HEARTBEAT_GRACE_SECONDS
+
+
+def list_again(
+    listed_at: float | None, listed: AbstractSet[str], hosts: AbstractSet[str], now: float
+) -> bool:
+    """Whether the heartbeats listed at `listed_at` (for `listed` hosts) must be listed again for
+    `hosts`: once they are a few seconds old, or when a host has appeared since (its first
+    heartbeat is likely there now)."""
+    return listed_at is None or now - listed_at >= HEARTBEATS_FRESH_SECONDS or not hosts <= listed
+
+
+def renewals(leases: Iterable[tuple[Mapping[str, str] | None, object]]) -> dict[str, dt.datetime]:
+    """The last renewal of each host's heartbeat, from its Leases' (labels, renewTime): a Lease
+    names its host by the host label; one without it, or never renewed, says nothing."""
+    beats: dict[str, dt.datetime] = {}
+    for labels, renewed in leases:
+        host = (labels or {}).get(HOST_LABEL)
+        if host and isinstance(renewed, dt.datetime):
+            beats[host] = renewed
+    return beats
+
+
+class Answered:
+    """Since when (monotonic seconds) the API server has answered the placer without a break."""
+
+    def __init__(self, since: float) -> None:
+        self.since = since
+
+    def broken(self, at: float) -> None:
+        """A term began, or the API server failed to answer a pass: count again from `at`."""
+        self.since = at
+
+    def for_a_grace(self, now: float) -> bool:
+        """Long enough that a stale heartbeat is news about its host, not about the API server."""
+        return now - self.since >= HEARTBEAT_GRACE_SECONDS
+
+
+def host_not_ready(
+    host: str,
+    view: HostView | None,
+    *,
+    registered: bool,
+    created: object,
+    now: dt.datetime,
+    answered: bool,
+    conditions: object,
+) -> Report | None:
+    """What to report (`HostNotReady`) on a machine placed on `host`, or None.
+
+    `view` is the host as placement sees it (None while its LibvirtHost has no inventory, or
+    there is none: `registered` says which), `created` the machine's creationTimestamp, `answered`
+    whether the API server has answered for a grace (`Answered.for_a_grace`), `conditions` the
+    machine's current ones: a machine that already says `HostNotReady` is not told again.
+    """
+    if view is not None:
+        if view.ready or not view.heartbeat_lost:
+            return None
+        if not answered:
+            # The host may not have been able to renew either. Placement still avoids it (it
+            # is not ready), but its machines are not declared stranded yet.
+            return None
+        message = (
+            f"host {host} has not renewed its heartbeat for over "
+            f"{int(HEARTBEAT_GRACE_SECONDS)} s: {_STAYS}"
+        )
+    elif registered:
+        return None  # its daemon has not written a first inventory yet
+    else:
+        # A host's daemon creates its LibvirtHost as it starts: give a new machine the time.
+        since = parse_time(created)
+        if since is None or (now - since).total_seconds() <= HEARTBEAT_GRACE_SECONDS:
+            return None
+        message = (
+            f"no LibvirtHost named {host} exists (its daemon never ran, or the host was "
+            f"removed): {_STAYS}"
+        )
+    ready = find_condition(conditions, CONDITION_INFRASTRUCTURE_READY)
+    if ready is not None and ready.get("reason") == REASON_HOST_NOT_READY:
+        return None
+    return Report(REASON_HOST_NOT_READY, message)
