@@ -26,7 +26,7 @@ from libvirt_provider.hosts.machines import (
 )
 from libvirt_provider.hosts.placement import HostView
 from libvirt_provider.hosts.report import Report
-from tests.unit.provider import builders as b
+from tests.support import builders as b
 
 LABEL = "infrastructure.vm-api.io/host"
 GIB = 2**30
