@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +33,7 @@ from urllib3.exceptions import HTTPError
 from generic import constants as vmapi
 from generic.adapters.informer import RELISTED, ClusterInformer, slim, without_status
 from generic.adapters.kubeclient import REQUEST_TIMEOUT, ApiFailure, api_failure
+from generic.background import BackgroundLoop
 from generic.formats import format_time
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
@@ -83,8 +83,6 @@ class Placer:
         self._store = store
         self._namespace = lease_namespace
         self._catalog = CatalogReader(store)
-        self._wake = threading.Event()
-        self._stopped = threading.Event()
         self._waiting = False
         # Decided and being (or just) bound; written by the binding threads too.
         self._assumed = Assumed()
@@ -97,6 +95,7 @@ class Placer:
         self._answered = heartbeat.Answered(self._started)
         self._demands = Demands()
         self._reported = Reported()
+        self._loop = BackgroundLoop("placer", self._run)
 
         def informer(
             group: str, plural: str, on_change: Any, keep: Callable[[Obj], Obj] = slim
@@ -109,8 +108,7 @@ class Placer:
         # Of a VM, placement reads the spec only (what the machine asks for): its status, about
         # half of it, would be held for every VM of the cluster for nothing.
         self.vms = informer(vmapi.GROUP, vmapi.PLURAL, self._vm_changed, keep=without_status)
-        self.hosts = informer(c.GROUP, c.HOST_PLURAL, lambda _t, _o: self._wake.set())
-        self._thread = threading.Thread(target=self._run, name="placer", daemon=True)
+        self.hosts = informer(c.GROUP, c.HOST_PLURAL, lambda _t, _o: self._loop.wake())
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -119,25 +117,22 @@ class Placer:
         self._answered.broken(self._started)
         for informer in (self.machines, self.vms, self.hosts):
             informer.start()
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stopped.set()
-        self._wake.set()
         for informer in (self.machines, self.vms, self.hosts):
             informer.stop()
-        if self._thread.is_alive():
-            self._thread.join(REQUEST_TIMEOUT[1] * 2)
+        self._loop.stop(REQUEST_TIMEOUT[1] * 2)
         # Bindings under way finish (each is one bounded write); queued ones are dropped, and
         # the next leader decides them again.
         self._binder.shutdown(wait=True, cancel_futures=True)
 
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._loop.alive()
 
     def _woken(self, wake: machines.Wake) -> None:
         if wake is machines.Wake.NOW or (wake is machines.Wake.IF_WAITING and self._waiting):
-            self._wake.set()
+            self._loop.wake()
 
     def _vm_changed(self, kind: str, _obj: Obj | None) -> None:
         self._woken(machines.Wake.NOW if kind == RELISTED else machines.vm_event_wakes(kind))
@@ -146,12 +141,11 @@ class Placer:
         relisted = kind == RELISTED
         self._woken(machines.Wake.NOW if relisted else machines.machine_event_wakes(kind, obj))
 
-    def _run(self) -> None:
+    def _run(self, loop: BackgroundLoop) -> None:
         for informer in (self.machines, self.vms, self.hosts):
-            while not self._stopped.is_set() and not informer.wait_synced(1.0):
+            while not loop.stopping and not informer.wait_synced(1.0):
                 pass
-        while not self._stopped.is_set():
-            self._wake.clear()
+        while not loop.stopping:
             try:
                 self._waiting = self.place_all()
             except (ApiException, HTTPError, OSError) as err:
@@ -162,7 +156,7 @@ class Placer:
             except Exception:  # a bug must not end placement for good
                 log.exception("placement pass failed")
                 self._waiting = True
-            self._wake.wait(WAITING_PASS_SECONDS if self._waiting else IDLE_PASS_SECONDS)
+            loop.wait(WAITING_PASS_SECONDS if self._waiting else IDLE_PASS_SECONDS)
 
     # -- one pass ----------------------------------------------------------------------------
 
@@ -285,7 +279,7 @@ class Placer:
             bound = False
         if not bound:
             self._assumed.forget(machines.key_of(obj))
-            self._wake.set()
+            self._loop.wake()
 
     def _bind(self, obj: Obj, decision: Decision) -> bool:
         """True when the machine is bound (or gone)."""
