@@ -589,6 +589,11 @@ class Bench:
         self.core.create_namespace({"metadata": {"name": self.ns}})
         try:
             self.daemons.wait_started()
+            for d in self.daemons.items:
+                print(
+                    f"daemon {d.host}: start -> ready (/readyz 200) {d.ready_after:.2f} s, "
+                    f"RSS then {d.rss_at_ready:.0f} MiB"
+                )
             self.running.start()
             self.ready.start()
             creation, all_ready = self.create()
