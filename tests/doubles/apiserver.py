@@ -182,7 +182,9 @@ class StubApiServer:
         self.watch_hold = watch_hold
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._http.daemon_threads = True
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     # -- the test's side ---------------------------------------------------------------------
 
