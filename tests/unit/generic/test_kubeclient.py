@@ -50,11 +50,11 @@ def _request(api: client.ApiClient, call: Any) -> tuple[Any, ...]:
     timeout)."""
     seen: list[tuple[Any, ...]] = []
 
-    def call_api(*args: Any, _request_timeout: Any = None) -> None:
+    def call_api(*args: Any, _request_timeout: Any = None) -> Any:
         seen.append((*args, _request_timeout))
         raise _Sent
 
-    api.call_api = call_api  # type: ignore[method-assign]
+    api.call_api = call_api  # type: ignore[method-assign, assignment]
     with pytest.raises(_Sent):
         call()
     [request] = seen
@@ -181,7 +181,9 @@ def test_each_request_is_the_generated_classes_request(
     theirs = _request(api, lambda: generated(*args, **kwargs))
     our_kwargs = dict(kwargs)
     if isinstance(our_kwargs.get("body"), client.V1DeleteOptions):
-        our_kwargs["body"] = api.sanitize_for_serialization(our_kwargs["body"])
+        our_kwargs["body"] = api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+            our_kwargs["body"]
+        )
     mine = _request(api, lambda: getattr(KubeApi(api), method)(*(ours or args), **our_kwargs))
     assert mine == theirs
     assert mine[2]["authorization"] == "Bearer secret-token"
@@ -262,11 +264,13 @@ def test_a_watch_streams_dicts_and_follows_bookmarks_as_the_generated_class_did(
     api = server.api_client()
     args = (GROUP, VERSION, "libvirtmachines")
     kwargs = {"resource_version": "1", "allow_watch_bookmarks": True, "timeout_seconds": 1}
-    theirs = watch.Watch()  # what ListWatch used: the return type read off the method (object)
-    before = _events(theirs.stream(client.CustomObjectsApi(api).list_cluster_custom_object,
-                                   *args, **kwargs))  # fmt: skip
+    # What ListWatch used: the return type read off the generated method (object).
+    theirs = watch.Watch()  # type: ignore[no-untyped-call]
+    generated = client.CustomObjectsApi(api).list_cluster_custom_object
+    before = _events(theirs.stream(generated, *args, **kwargs))  # type: ignore[no-untyped-call]
     mine = new_watch()
-    after = _events(mine.stream(KubeApi(api).list_cluster_custom_object, *args, **kwargs))
+    ours = KubeApi(api).list_cluster_custom_object
+    after = _events(mine.stream(ours, *args, **kwargs))  # type: ignore[no-untyped-call]
 
     assert [kind for kind, _ in after] == ["ADDED", "BOOKMARK"]
     assert isinstance(after[0][1], dict)
@@ -291,7 +295,7 @@ def test_a_watch_refused_raises_as_the_generated_class_did(server: StubApiServer
         server.fail("GET", f"/apis/{GROUP}/{VERSION}/libvirtmachines", 410)
         with pytest.raises(ApiException) as caught:
             list(
-                new_watch().stream(
+                new_watch().stream(  # type: ignore[no-untyped-call]
                     func, GROUP, VERSION, "libvirtmachines", resource_version="5", timeout_seconds=1
                 )
             )
@@ -393,7 +397,7 @@ def test_the_stub_answers_json_as_kube_apiserver_does(server: StubApiServer) -> 
     with pytest.raises(ApiException) as caught:
         kube.create_cluster_custom_object(GROUP, VERSION, "libvirthosts", body)
     assert failure_of(caught.value) is ApiFailure.CONFLICT
-    assert json.loads(caught.value.body)["reason"] == "AlreadyExists"
+    assert json.loads(str(caught.value.body))["reason"] == "AlreadyExists"
     server.put(f"{MACHINES}/m", {"metadata": {"finalizers": ["b"]}})
     with pytest.raises(ApiException) as caught:
         kube.patch_namespaced_custom_object(
