@@ -7,9 +7,9 @@ after), then makes each shell's API calls once: the machine adapter's reads and 
 Events, the Lease elector's term, the host agent's heartbeat and LibvirtHost, a remote host's
 credentials, the generic controller's gateway (discovery included) and one list-then-watch. RSS
 is read after a garbage collection, and the generated kubernetes model and API modules loaded
-are counted (kopf imports three models, V1ObjectMeta's, itself). The calls go to a stub API server this script runs on 127.0.0.1 (it needs no lab,
-and ignores $KUBECONFIG): the figures are the client side's. The placer is left out (the elected
-daemon's, not every host's).
+are counted (kopf imports three models, V1ObjectMeta's, itself). The calls go to a stub API
+server this script runs on 127.0.0.1 (it needs no lab, and ignores $KUBECONFIG): the figures are
+the client side's. The placer is left out (the elected daemon's, not every host's).
 
 `--tree PATH` measures another checkout of the project (say, `git archive` of an older commit)
 with this script and this stub, for a before/after comparison. Medians of `--runs` runs, after

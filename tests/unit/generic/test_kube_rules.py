@@ -17,7 +17,6 @@ from pathlib import Path
 import kubernetes.client.api
 import kubernetes.client.exceptions
 import kubernetes.client.models
-import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 SCANNED = ("generic", "libvirt_provider")
@@ -95,11 +94,13 @@ def test_only_kubeclient_names_the_client_librarys_classes_or_reads_status_codes
     )
 
 
-@pytest.mark.parametrize("pending", sorted(PENDING))
-def test_each_pending_module_still_breaks_a_rule(pending: str) -> None:
-    path = REPO / pending
-    assert path.exists(), f"{pending} is gone: take it out of PENDING"
-    assert list(violations(path.read_text())), f"{pending} keeps the rules: take it out of PENDING"
+def test_each_pending_module_still_breaks_a_rule() -> None:
+    for pending in sorted(PENDING):
+        path = REPO / pending
+        assert path.exists(), f"{pending} is gone: take it out of PENDING"
+        assert list(violations(path.read_text())), (
+            f"{pending} keeps the rules: drop it from PENDING"
+        )
 
 
 def test_the_rules_see_what_they_forbid() -> None:
