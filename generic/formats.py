@@ -15,6 +15,7 @@ __all__ = [
     "TIME_FORMAT",
     "format_time",
     "merge_patch",
+    "parse_micro_time",
     "parse_time",
     "utc_now",
     "validation_details",
@@ -41,6 +42,19 @@ def parse_time(text: object) -> dt.datetime | None:
         return dt.datetime.strptime(text, TIME_FORMAT).replace(tzinfo=dt.UTC)
     except ValueError:
         return None
+
+
+def parse_micro_time(text: object) -> dt.datetime | None:
+    """A MicroTime (a Lease's renewTime: RFC 3339 with microseconds, "Z" or an offset) as an aware
+    datetime; None for anything else. A time without an offset (the API server writes none) is
+    taken as UTC."""
+    if not isinstance(text, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def merge_patch(current: object, desired: Mapping[str, Any]) -> dict[str, Any] | None:

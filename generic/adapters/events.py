@@ -7,6 +7,7 @@ the caller: a problem is logged and the reconcile goes on.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import uuid
@@ -14,10 +15,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
-from generic.adapters.kubeclient import REQUEST_TIMEOUT
+from generic.adapters.kubeclient import (
+    API_ERRORS,
+    REQUEST_TIMEOUT,
+    ApiFailure,
+    KubeApi,
+    describe_failure,
+    failure_of,
+)
 from generic.events import EventKey, EventSeries
 from generic.formats import utc_now
 from generic.gateway import EventType
@@ -39,7 +45,7 @@ class EventRecorder:
         host: str | None = None,
         series: EventSeries | None = None,
     ) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = KubeApi(api)
         self._component = component
         self._instance = instance
         self._host = host
@@ -80,8 +86,8 @@ class EventRecorder:
                 try:
                     self._count(namespace, step.name, step.count)
                     return
-                except ApiException as err:
-                    if err.status != 404:
+                except API_ERRORS as err:
+                    if failure_of(err) is not ApiFailure.NOT_FOUND:
                         raise
                     with self._lock:
                         self._series.lost(key)
@@ -96,9 +102,13 @@ class EventRecorder:
             )
             with self._lock:
                 self._series.started(key, name)
-        except (ApiException, HTTPError, OSError) as err:
-            what = f"{getattr(err, 'status', '')} {getattr(err, 'reason', err)}".strip()
-            log.warning("could not record event %s on %s: %s", reason, meta.get("name"), what)
+        except API_ERRORS as err:
+            log.warning(
+                "could not record event %s on %s: %s",
+                reason,
+                meta.get("name"),
+                describe_failure(err),
+            )
 
     def _count(self, namespace: str, name: str, count: int) -> None:
         self._core.patch_namespaced_event(
@@ -120,12 +130,13 @@ class EventRecorder:
         kind: str | None,
     ) -> str:
         meta = involved.get("metadata") or {}
-        now = utc_now()
+        # Whole seconds, sent as the client library's model sent them (+00:00).
+        now = dt.datetime.now(dt.UTC).replace(microsecond=0)
         name = f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}"
         source: dict[str, str] = {"component": self._component}
         if self._host:
             source["host"] = self._host
-        body = client.CoreV1Event.from_dict(
+        body = _without_none(
             {
                 "metadata": {"name": name, "namespace": namespace},
                 "involvedObject": {
@@ -147,6 +158,13 @@ class EventRecorder:
                 "count": 1,
             }
         )
-        assert body is not None
         self._core.create_namespaced_event(namespace, body, _request_timeout=REQUEST_TIMEOUT)
         return name
+
+
+def _without_none(value: Any) -> Any:
+    """The body without its unset fields (an object without a uid, say), as the client library's
+    model sent it."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value

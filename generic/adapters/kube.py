@@ -26,6 +26,7 @@ from generic.adapters.kubeclient import (
     REQUEST_TIMEOUT,
     ApiFailure,
     ErrorFactory,
+    KubeApi,
     failed_test_raises,
     tested_replace,
     translated_api_errors,
@@ -64,9 +65,7 @@ class _Discovery:
     """group/kind -> ProviderKind (without the watched flag), cached for `ttl` seconds."""
 
     def __init__(self, api: client.ApiClient, *, ttl: float, negative_ttl: float) -> None:
-        self._apis = client.ApisApi(api)
-        self._custom = client.CustomObjectsApi(api)
-        self._extensions = client.ApiextensionsV1Api(api)
+        self._kube = KubeApi(api)
         self._ttl = ttl
         self._negative_ttl = negative_ttl
         self._lock = threading.Lock()
@@ -98,24 +97,25 @@ class _Discovery:
 
     def _look_up(self, group: str, kind: str) -> tuple[str, str]:
         with translate_errors("discovery of API groups"):
-            groups = self._apis.get_api_versions(_request_timeout=REQUEST_TIMEOUT).groups
-        entry = next((g for g in groups if g.name == group), None)
+            groups = self._kube.get_api_versions(_request_timeout=REQUEST_TIMEOUT).get("groups")
+        entry = next((g for g in groups or [] if g.get("name") == group), None)
         if entry is None:
             raise KindNotServedError(
                 f"the API server serves no group {group!r} (is the provider's CRD installed?)"
             )
-        preferred = entry.preferred_version.version if entry.preferred_version else None
-        versions = [v.version for v in entry.versions]
+        preferred = (entry.get("preferredVersion") or {}).get("version")
+        versions = [v["version"] for v in entry.get("versions") or []]
         ordered = [preferred, *(v for v in versions if v != preferred)] if preferred else versions
         for version in ordered:
             with translate_errors(f"discovery of {group}/{version}"):
-                resources = self._custom.get_api_resources(
+                resources = self._kube.get_api_resources(
                     group, version, _request_timeout=REQUEST_TIMEOUT
-                ).resources
-            for resource in resources:
-                if resource.kind == kind and "/" not in resource.name:
-                    self._require_provider_crd(group, kind, resource.name)
-                    return version, resource.name
+                ).get("resources")
+            for resource in resources or []:
+                name = resource.get("name") or ""
+                if resource.get("kind") == kind and name and "/" not in name:
+                    self._require_provider_crd(group, kind, name)
+                    return version, name
         raise KindNotServedError(
             f"group {group!r} serves no kind {kind!r} (is the provider's CRD installed?)"
         )
@@ -127,14 +127,14 @@ class _Discovery:
         name = f"{plural}.{group}"
         try:
             with translate_errors(f"reading CustomResourceDefinition {name}"):
-                crd = self._extensions.read_custom_resource_definition(
+                crd = self._kube.read_custom_resource_definition(
                     name, _request_timeout=REQUEST_TIMEOUT
                 )
         except GoneError:
             raise KindNotServedError(
                 f"{kind}.{group} is not a custom resource, so it is no vm-api.io provider kind"
             ) from None
-        labels = (crd.metadata.labels if crd.metadata else None) or {}
+        labels = (crd.get("metadata") or {}).get("labels") or {}
         if labels.get(c.PROVIDER_CRD_LABEL) != c.PROVIDER_CRD_LABEL_VALUE:
             raise KindNotServedError(
                 f"the CustomResourceDefinition {name} lacks the label "
@@ -167,8 +167,7 @@ class KubeGateway:
     ) -> None:
         self._vms = vms if vms is not None else Copies()
         self._provider_copies: ProviderCopies = provider_copies or (lambda _group, _kind: None)
-        self._custom = client.CustomObjectsApi(api)
-        self._core = client.CoreV1Api(api)
+        self._custom = KubeApi(api)
         self._discovery = _Discovery(api, ttl=discovery_ttl, negative_ttl=negative_discovery_ttl)
         self._is_watched: Callable[[str, str], bool] = lambda _group, _kind: False
         self._events = EventRecorder(
@@ -313,11 +312,9 @@ class KubeGateway:
 
     def delete_provider(self, kind: ProviderKind, provider: Mapping[str, Any]) -> None:
         meta = provider["metadata"]
-        options = client.V1DeleteOptions(
-            preconditions=client.V1Preconditions(
-                uid=meta["uid"], resource_version=meta["resourceVersion"]
-            )
-        )
+        options = {
+            "preconditions": {"resourceVersion": meta["resourceVersion"], "uid": meta["uid"]}
+        }
         try:
             with translate_errors(f"deleting {kind.kind} {meta['namespace']}/{meta['name']}"):
                 self._custom.delete_namespaced_custom_object(

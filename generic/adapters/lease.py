@@ -19,9 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
+from generic.adapters.kubeclient import (
+    API_ERRORS,
+    ApiFailure,
+    KubeApi,
+    describe_failure,
+    failure_of,
+)
+from generic.formats import parse_micro_time
 from generic.lease import LeaseRecord, may_hold
 
 __all__ = ["LeaseElector"]
@@ -48,7 +54,7 @@ class LeaseElector:
         labels: dict[str, str] | None = None,
         thread_name: str = "leader-election",
     ) -> None:
-        self._leases = client.CoordinationV1Api(api)
+        self._leases = KubeApi(api)
         self._labels = dict(labels or {})
         self.name = name
         self.namespace = namespace
@@ -83,8 +89,8 @@ class LeaseElector:
             while not self._stopping.is_set():
                 try:
                     held, holder = self._try_hold()
-                except (ApiException, HTTPError, OSError) as err:
-                    log.debug("lease %s/%s: %s", self.namespace, self.name, _describe(err))
+                except API_ERRORS as err:
+                    log.debug("lease %s/%s: %s", self.namespace, self.name, describe_failure(err))
                     held, holder = False, None
                 if held:
                     renewed_at = clock()
@@ -131,55 +137,56 @@ class LeaseElector:
             lease = self._leases.read_namespaced_lease(
                 self.name, self.namespace, _request_timeout=self._timeout
             )
-        except ApiException as err:
-            if err.status != 404:
+        except API_ERRORS as err:
+            if failure_of(err) is not ApiFailure.NOT_FOUND:
                 raise
             return self._create(now), self.identity
-        spec = lease.spec or client.V1LeaseSpec()
+        spec = lease.get("spec") or {}
+        lease["spec"] = spec
         record = LeaseRecord(
-            holder=spec.holder_identity,
-            renewed=spec.renew_time,
-            duration_seconds=spec.lease_duration_seconds or self._lease_seconds,
+            holder=spec.get("holderIdentity"),
+            renewed=parse_micro_time(spec.get("renewTime")),
+            duration_seconds=spec.get("leaseDurationSeconds") or self._lease_seconds,
         )
         if not may_hold(record, identity=self.identity, now=now):
             return False, record.holder
         if record.holder != self.identity:
-            spec.acquire_time = now
-            spec.lease_transitions = (spec.lease_transitions or 0) + 1
-        spec.holder_identity = self.identity
-        spec.renew_time = now
-        spec.lease_duration_seconds = self._lease_seconds
-        lease.spec = spec
+            spec["acquireTime"] = now
+            spec["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
+        spec["holderIdentity"] = self.identity
+        spec["renewTime"] = now
+        spec["leaseDurationSeconds"] = self._lease_seconds
         try:
             # The read's resourceVersion makes a concurrent taker's write fail here.
             self._leases.replace_namespaced_lease(
                 self.name, self.namespace, lease, _request_timeout=self._timeout
             )
-        except ApiException as err:
-            if err.status == 409:
+        except API_ERRORS as err:
+            if failure_of(err) is ApiFailure.CONFLICT:
                 return False, None
             raise
         return True, self.identity
 
     def _create(self, now: dt.datetime) -> bool:
-        body = client.V1Lease(
-            metadata=client.V1ObjectMeta(
-                name=self.name, namespace=self.namespace, labels=self._labels or None
-            ),
-            spec=client.V1LeaseSpec(
-                holder_identity=self.identity,
-                acquire_time=now,
-                renew_time=now,
-                lease_duration_seconds=self._lease_seconds,
-                lease_transitions=0,
-            ),
-        )
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if self._labels:
+            metadata["labels"] = self._labels
+        body = {
+            "metadata": metadata,
+            "spec": {
+                "holderIdentity": self.identity,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseDurationSeconds": self._lease_seconds,
+                "leaseTransitions": 0,
+            },
+        }
         try:
             self._leases.create_namespaced_lease(
                 self.namespace, body, _request_timeout=self._timeout
             )
-        except ApiException as err:
-            if err.status == 409:
+        except API_ERRORS as err:
+            if failure_of(err) is ApiFailure.CONFLICT:
                 return False
             raise
         return True
@@ -192,20 +199,18 @@ class LeaseElector:
             lease = self._leases.read_namespaced_lease(
                 self.name, self.namespace, _request_timeout=self._timeout
             )
-            if lease.spec is None or lease.spec.holder_identity != self.identity:
+            spec = lease.get("spec")
+            if not spec or spec.get("holderIdentity") != self.identity:
                 return
-            lease.spec.holder_identity = None
+            del spec["holderIdentity"]
             self._leases.replace_namespaced_lease(
                 self.name, self.namespace, lease, _request_timeout=self._timeout
             )
             log.info("%s released the lease %s/%s", self.identity, self.namespace, self.name)
-        except (ApiException, HTTPError, OSError) as err:
+        except API_ERRORS as err:
             log.warning(
-                "could not release the lease %s/%s: %s", self.namespace, self.name, _describe(err)
+                "could not release the lease %s/%s: %s",
+                self.namespace,
+                self.name,
+                describe_failure(err),
             )
-
-
-def _describe(err: Any) -> str:
-    if isinstance(err, ApiException):
-        return f"{err.status} {err.reason}"
-    return f"{type(err).__name__}: {err}"

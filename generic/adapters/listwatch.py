@@ -33,10 +33,15 @@ from collections.abc import Callable
 from typing import Any, TypeVarTuple
 
 from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
-from generic.adapters.kubeclient import REQUEST_TIMEOUT
+from generic.adapters.kubeclient import (
+    API_ERRORS,
+    REQUEST_TIMEOUT,
+    ApiFailure,
+    KubeApi,
+    failure_of,
+    new_watch,
+)
 from generic.errors import ApiError
 from generic.metrics import WATCH_CALLBACK_ERRORS
 
@@ -50,13 +55,13 @@ Target = tuple[str, str, str]
 Args = TypeVarTuple("Args")
 
 # Failures that mean "the API server or the network", as opposed to a bug: logged briefly.
-_API_FAILURES = (ApiError, ApiException, HTTPError, OSError)
+_API_FAILURES: tuple[type[Exception], ...] = (ApiError, *API_ERRORS)
 # The same, and what the client raises for a response it cannot decode: JSONDecodeError or
 # UnicodeDecodeError for a list's body, and, in kubernetes releases whose watch does not skip an
 # undecodable line itself, JSONDecodeError from the stream. Only the client can raise a ValueError
 # where this is caught: the callbacks are called through `_hand_over`, which keeps theirs (such
 # as pydantic's ValidationError) apart.
-_CLIENT_FAILURES = (*_API_FAILURES, ValueError)
+_CLIENT_FAILURES: tuple[type[Exception], ...] = (*_API_FAILURES, ValueError)
 
 _FIRST_BACKOFF = 0.5
 _LAST_BACKOFF = 30.0
@@ -79,7 +84,7 @@ class ListWatch:
         pause: Callable[[float], object] | None = None,
     ) -> None:
         """`pause(seconds)` waits out a backoff; by default until the time passes or `stop`."""
-        self._custom = client.CustomObjectsApi(api)
+        self._custom = KubeApi(api)
         self._name = name
         self._target = target
         self._on_list = on_list
@@ -177,7 +182,7 @@ class ListWatch:
         """Hand on watch events from `resource_version` until stopped; returns on a 410."""
         group, version, plural = target
         while not self._stopped.is_set():
-            self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+            self._watch = new_watch()
             seconds = self._server_timeout * random.uniform(0.9, 1.1)
             try:
                 for event in self._watch.stream(  # type: ignore[no-untyped-call]
@@ -212,7 +217,7 @@ class ListWatch:
                     self._hand_over("event", self._on_event, str(kind), obj)
                 # The client library tracks bookmarks' resourceVersion for resumption too.
                 resource_version = self._watch.resource_version or resource_version
-            except ApiException as err:
-                if err.status == 410:
+            except API_ERRORS as err:
+                if failure_of(err) is ApiFailure.GONE:
                     return
                 raise

@@ -15,7 +15,6 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import pycdlib
 import yaml
 
 from libvirt_provider.resolved import CloudInitData
@@ -137,6 +136,10 @@ def cloud_init_digest(data: CloudInitData) -> str:
 
 def build_cidata_iso(data: CloudInitData) -> bytes:
     """The NoCloud ISO image for `data`, as bytes ready to upload into a pool volume."""
+    # Imported here: only a machine being created (or its seed rewritten) needs it, and a daemon
+    # that never builds a seed saves its import (~5 MiB).
+    import pycdlib  # noqa: PLC0415
+
     iso = pycdlib.PyCdlib()
     iso.new(interchange_level=3, joliet=3, rock_ridge="1.09", vol_ident=VOLUME_LABEL)
     try:

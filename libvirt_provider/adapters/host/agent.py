@@ -22,12 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
-from urllib3.exceptions import HTTPError
 
 from generic.adapters.informer import ClusterInformer
-from generic.adapters.kubeclient import REQUEST_TIMEOUT
+from generic.adapters.kubeclient import API_ERRORS, REQUEST_TIMEOUT, ApiFailure, KubeApi, failure_of
 from libvirt_provider import constants as c
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.types import HostInventory
@@ -83,8 +81,7 @@ class HostAgent:
         self._link = link
         self._on_spec = on_spec
         self._events = events
-        self._custom = client.CustomObjectsApi(api)
-        self._leases = client.CoordinationV1Api(api)
+        self._custom = self._leases = KubeApi(api)
         self._hv = hypervisor
         self._host = host
         self._namespace = lease_namespace
@@ -140,11 +137,11 @@ class HostAgent:
                 last_beat = time.monotonic()
                 try:
                     self._beat()
-                except (ApiException, HTTPError, OSError) as err:
+                except API_ERRORS as err:
                     log.warning("host %s: renewing the heartbeat Lease failed: %s", self._host, err)
             try:
                 self._sync()
-            except (ApiException, HTTPError, OSError) as err:
+            except API_ERRORS as err:
                 log.warning("host %s: writing the LibvirtHost failed: %s", self._host, err)
             except Exception:  # a bug must not end the heartbeat for good
                 log.exception("host %s: the LibvirtHost pass failed", self._host)
@@ -167,20 +164,17 @@ class HostAgent:
             self._leases.patch_namespaced_lease(
                 name, self._namespace, {"spec": spec}, _request_timeout=REQUEST_TIMEOUT
             )
-        except ApiException as err:
-            if err.status != 404:
+        except API_ERRORS as err:
+            if failure_of(err) is not ApiFailure.NOT_FOUND:
                 raise
-            body = client.V1Lease(
-                metadata=client.V1ObjectMeta(
-                    name=name, labels={c.HOST_LABEL: self._host}, namespace=self._namespace
-                ),
-                spec=client.V1LeaseSpec(
-                    holder_identity=self._host,
-                    lease_duration_seconds=int(c.HEARTBEAT_GRACE_SECONDS),
-                    renew_time=now,
-                    acquire_time=now,
-                ),
-            )
+            body = {
+                "metadata": {
+                    "name": name,
+                    "labels": {c.HOST_LABEL: self._host},
+                    "namespace": self._namespace,
+                },
+                "spec": {**spec, "acquireTime": now},
+            }
             self._leases.create_namespaced_lease(
                 self._namespace, body, _request_timeout=REQUEST_TIMEOUT
             )
@@ -278,7 +272,7 @@ class HostAgent:
                 c.GROUP, c.VERSION, c.HOST_PLURAL, body, _request_timeout=REQUEST_TIMEOUT
             )
             log.info("created LibvirtHost %s", self._host)
-        except ApiException as err:
-            if err.status != 409:
+        except API_ERRORS as err:
+            if failure_of(err) is not ApiFailure.CONFLICT:
                 raise
         # Its status is written when the watch brings the object back (that wakes the agent).

@@ -22,10 +22,16 @@ import threading
 from pathlib import Path
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from generic.adapters.kubeclient import REQUEST_TIMEOUT
+from generic.adapters.kubeclient import (
+    API_ERRORS,
+    REQUEST_TIMEOUT,
+    ApiFailure,
+    KubeApi,
+    describe_failure,
+    failure_of,
+)
 from libvirt_provider import constants as c
 from libvirt_provider.driver.endpoint import (
     SSH_WRAPPER,
@@ -70,7 +76,7 @@ class HostCredentials:
         root: Path,
         connect_timeout: float = c.CONNECT_TIMEOUT_SECONDS,
     ) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = KubeApi(api)
         self._host = host
         self._namespace = namespace
         self._dir = root / host
@@ -142,29 +148,36 @@ class HostCredentials:
             secret = self._core.read_namespaced_secret(
                 name, self._namespace, _request_timeout=REQUEST_TIMEOUT
             )
-        except ApiException as err:
-            if err.status in (403, 404):
-                self._forget_files()
-                what = "does not exist" if err.status == 404 else "may not be read by the daemon"
-                raise ConnectionProblemError(
-                    c.REASON_SECRET_NOT_FOUND, f"Secret {self._namespace}/{name} {what}"
-                ) from None
-            raise ConnectionProblemError(
-                c.REASON_UNREACHABLE, f"reading Secret {self._namespace}/{name}: {err.status}"
-            ) from None
         except (HTTPError, OSError) as err:
+            # The type alone: the message names connection objects, different on every try.
             raise ConnectionProblemError(
                 c.REASON_UNREACHABLE,
                 f"reading Secret {self._namespace}/{name}: {type(err).__name__}",
             ) from None
+        except API_ERRORS as err:  # an error answer
+            failure = failure_of(err)
+            if failure in (ApiFailure.NOT_FOUND, ApiFailure.FORBIDDEN):
+                self._forget_files()
+                what = (
+                    "does not exist"
+                    if failure is ApiFailure.NOT_FOUND
+                    else "may not be read by the daemon"
+                )
+                raise ConnectionProblemError(
+                    c.REASON_SECRET_NOT_FOUND, f"Secret {self._namespace}/{name} {what}"
+                ) from None
+            raise ConnectionProblemError(
+                c.REASON_UNREACHABLE,
+                f"reading Secret {self._namespace}/{name}: {describe_failure(err)}",
+            ) from None
         data: dict[str, bytes] = {}
-        for key, value in (secret.data or {}).items():
+        for key, value in (secret.get("data") or {}).items():
             try:
                 data[key] = base64.b64decode(value or "")
             except ValueError:
                 data[key] = b""
-        meta = secret.metadata
-        return str(meta.resource_version if meta is not None else ""), data
+        meta = secret.get("metadata") or {}
+        return str(meta.get("resourceVersion") or ""), data
 
     def _forget_files(self) -> None:
         self._written = None

@@ -17,7 +17,6 @@ from contextlib import AbstractContextManager
 from typing import Any, cast
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from generic import constants as vmapi
 from generic.adapters.copies import Copies
@@ -28,6 +27,7 @@ from generic.adapters.kubeclient import (
     REQUEST_TIMEOUT,
     ApiFailure,
     ErrorFactory,
+    KubeApi,
     failed_test_raises,
     tested_replace,
     translated_api_errors,
@@ -73,8 +73,7 @@ class KubeAdapter:
     right before it creates a domain or removes anything)."""
 
     def __init__(self, api: client.ApiClient, *, host: str) -> None:
-        self._custom = client.CustomObjectsApi(api)
-        self._core = client.CoreV1Api(api)
+        self._custom = self._core = KubeApi(api)
         self._host = host
         self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
         self._informers: dict[str, ClusterInformer] = {}
@@ -191,21 +190,19 @@ class KubeAdapter:
 
         Raises AccessDeniedError when the daemon may not read Secrets in `namespace` (it reads
         them only where a RoleBinding opts the namespace in; see docs/security.md)."""
+        forbidden = f"reading Secret {name!r} in namespace {namespace!r} is forbidden"
+        errors: dict[ApiFailure, ErrorFactory] = {
+            **_ERRORS,
+            ApiFailure.FORBIDDEN: lambda _message, _status: AccessDeniedError(forbidden),
+        }
         try:
-            with _translated():
-                try:
-                    secret = self._core.read_namespaced_secret(
-                        name, namespace, _request_timeout=REQUEST_TIMEOUT
-                    )
-                except ApiException as err:
-                    if err.status == 403:
-                        raise AccessDeniedError(
-                            f"reading Secret {name!r} in namespace {namespace!r} is forbidden"
-                        ) from err
-                    raise
+            with translated_api_errors("Kubernetes API", errors):
+                secret = self._core.read_namespaced_secret(
+                    name, namespace, _request_timeout=REQUEST_TIMEOUT
+                )
         except NotFoundError:
             return None
-        return {k: str(v) for k, v in (secret.data or {}).items()}
+        return {k: str(v) for k, v in (secret.get("data") or {}).items()}
 
     # -- writes ------------------------------------------------------------------------------
 

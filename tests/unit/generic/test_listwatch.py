@@ -5,12 +5,9 @@ decode) starts over from a fresh list after a backoff. A callback that raises is
 its traceback, counted in /metrics, and the loop goes on without listing again, since a new list
 would fail the same way.
 
-The loop runs against a scripted API server behind the client library's own `Watch`, so the
-stream is parsed as in production; backoffs are recorded instead of waited.
+The loop runs against a scripted API server (in place of its `KubeApi`) behind the client library's
+own `Watch`, so the stream is parsed as in production; backoffs are recorded instead of waited.
 """
-
-# No `from __future__ import annotations`: the client reads `-> object` off the scripted
-# server's list method at run time, as it does off the real one, to parse events the same way.
 
 import json
 import logging
@@ -127,7 +124,7 @@ def run(
         seen.events.append((kind, obj["metadata"]["name"]))
         on_event(kind, obj)
 
-    monkeypatch.setattr(client, "CustomObjectsApi", lambda _api: server)
+    monkeypatch.setattr(listwatch, "KubeApi", lambda _api: server)
     loop = ListWatch(
         client.ApiClient(),
         name=name,

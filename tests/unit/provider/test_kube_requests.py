@@ -1,0 +1,214 @@
+"""What the provider's shells send and what their failures mean, against a stub API server.
+
+The Secret reads (a machine's bootstrap data, a remote host's credentials), the host's heartbeat
+Lease and its LibvirtHost: requests spelled out, and each error answer mapped onto the provider's
+own errors as before the client underneath changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from libvirt_provider import constants as c
+from libvirt_provider.adapters.host.agent import HostAgent
+from libvirt_provider.adapters.host.credentials import HostCredentials
+from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.driver.endpoint import ConnectionProblemError
+from libvirt_provider.errors import AccessDeniedError, PermanentError, RetryableError
+from libvirt_provider.host_api import HostConnection, SecretReference
+from tests.doubles.apiserver import StubApiServer
+
+TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)$")
+SECRETS = "/api/v1/namespaces/ns/secrets"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/sys/leases"
+HOSTS = f"/apis/{c.GROUP}/{c.VERSION}/{c.HOST_PLURAL}"
+
+
+def shape(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items()}
+    if isinstance(value, str) and TIME.match(value):
+        return "<time>"
+    return value
+
+
+def sent(server: StubApiServer) -> list[tuple[str, str, str | None, Any]]:
+    return [(r.method, r.path, r.content_type, shape(r.body)) for r in server.requests]
+
+
+@pytest.fixture
+def server() -> Iterator[StubApiServer]:
+    with StubApiServer(watch_hold=0.2) as stub:
+        yield stub
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+# -- a machine's Secrets -------------------------------------------------------------------------
+
+
+def test_secret_data_is_read_encoded_and_refusals_have_their_meaning(
+    server: StubApiServer,
+) -> None:
+    server.put(f"{SECRETS}/boot", {"data": {"userdata": b64("#cloud-config\n")}})
+    adapter = KubeAdapter(server.api_client(), host="h1")
+
+    assert adapter.get_secret_data("ns", "boot") == {"userdata": b64("#cloud-config\n")}
+    assert adapter.get_secret_data("ns", "absent") is None
+    server.fail("GET", f"{SECRETS}/boot", 403)
+    with pytest.raises(AccessDeniedError, match="reading Secret 'boot' in namespace 'ns' is"):
+        adapter.get_secret_data("ns", "boot")
+    server.fail("GET", f"{SECRETS}/boot", 422)
+    with pytest.raises(PermanentError) as refused:
+        adapter.get_secret_data("ns", "boot")
+    assert type(refused.value) is PermanentError
+    server.fail("GET", f"{SECRETS}/boot", 503)
+    with pytest.raises(RetryableError, match="HTTP 503"):
+        adapter.get_secret_data("ns", "boot")
+    assert {(r.method, r.path, r.accept) for r in server.requests} == {
+        ("GET", f"{SECRETS}/boot", "application/json"),
+        ("GET", f"{SECRETS}/absent", "application/json"),
+    }
+
+
+def test_an_empty_secret_has_no_data(server: StubApiServer) -> None:
+    server.put(f"{SECRETS}/empty", {"type": "Opaque"})
+    assert KubeAdapter(server.api_client(), host="h1").get_secret_data("ns", "empty") == {}
+
+
+# -- a remote host's credentials -----------------------------------------------------------------
+
+
+def credentials(server: StubApiServer, tmp_path: Path) -> HostCredentials:
+    found = HostCredentials(server.api_client(), host="r1", namespace="ns", root=tmp_path)
+    found.set_connection(
+        HostConnection(
+            uri="qemu+tls://r1.example/system", secret_ref=SecretReference(name="r1-creds")
+        )
+    )
+    return found
+
+
+def test_credentials_read_the_secrets_version_and_decoded_data(
+    server: StubApiServer, tmp_path: Path
+) -> None:
+    stored = server.put(
+        f"{SECRETS}/r1-creds", {"data": {"ca.crt": b64("CA"), "broken": "%%%", "empty": ""}}
+    )
+    creds = credentials(server, tmp_path)
+    assert creds.secret_version() == stored["metadata"]["resourceVersion"]
+    version, data = creds._read_secret("r1-creds")
+    assert version == stored["metadata"]["resourceVersion"]
+    assert data == {"ca.crt": b"CA", "broken": b"", "empty": b""}
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "detail"),
+    [
+        (404, c.REASON_SECRET_NOT_FOUND, "Secret ns/r1-creds does not exist"),
+        (403, c.REASON_SECRET_NOT_FOUND, "Secret ns/r1-creds may not be read by the daemon"),
+        (500, c.REASON_UNREACHABLE, "reading Secret ns/r1-creds: 500"),
+    ],
+)
+def test_credentials_refused_or_missing_say_why(
+    server: StubApiServer, tmp_path: Path, status: int, reason: str, detail: str
+) -> None:
+    server.put(f"{SECRETS}/r1-creds", {"data": {}})
+    creds = credentials(server, tmp_path)
+    server.fail("GET", f"{SECRETS}/r1-creds", status)
+    with pytest.raises(ConnectionProblemError) as problem:
+        creds._read_secret("r1-creds")
+    assert problem.value.reason == reason
+    assert detail in str(problem.value)
+
+
+def test_credentials_unreachable_name_only_the_error_type(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a port nothing listens on: the connection is refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
+    configuration.retries = 0
+    api = client.ApiClient(configuration)
+    creds = HostCredentials(api, host="r1", namespace="ns", root=tmp_path)
+    with pytest.raises(ConnectionProblemError) as problem:
+        creds._read_secret("r1-creds")
+    assert problem.value.reason == c.REASON_UNREACHABLE
+    assert re.fullmatch(r"reading Secret ns/r1-creds: [A-Za-z]+Error", problem.value.message)
+
+
+# -- the host agent: heartbeat Lease and LibvirtHost ---------------------------------------------
+
+
+def agent(server: StubApiServer) -> HostAgent:
+    return HostAgent(
+        server.api_client(),
+        hypervisor=None,  # type: ignore[arg-type]  # not asked here
+        host="h1",
+        lease_namespace="sys",
+        allocations=lambda: (None, 0),  # type: ignore[arg-type, return-value]
+    )
+
+
+def test_the_heartbeat_creates_its_lease_once_then_patches_it(server: StubApiServer) -> None:
+    beating = agent(server)
+    beating._beat()
+    beating._beat()
+    lease = f"{LEASES}/{c.HEARTBEAT_LEASE_PREFIX}h1"
+    spec = {
+        "holderIdentity": "h1",
+        "leaseDurationSeconds": int(c.HEARTBEAT_GRACE_SECONDS),
+        "renewTime": "<time>",
+    }
+    strategic = "application/strategic-merge-patch+json"
+    assert sent(server) == [
+        ("PATCH", lease, strategic, {"spec": spec}),
+        (
+            "POST",
+            LEASES,
+            None,
+            {
+                "metadata": {
+                    "name": f"{c.HEARTBEAT_LEASE_PREFIX}h1",
+                    "labels": {c.HOST_LABEL: "h1"},
+                    "namespace": "sys",
+                },
+                "spec": {**spec, "acquireTime": "<time>"},
+            },
+        ),
+        ("PATCH", lease, strategic, {"spec": spec}),
+    ]
+    # MicroTime: microseconds, as the client library writes a datetime.
+    assert re.search(r"\.\d{6}", server.requests[0].body["spec"]["renewTime"])
+
+
+def test_a_heartbeat_refused_is_raised_to_the_loop(server: StubApiServer) -> None:
+    server.fail("PATCH", f"{LEASES}/{c.HEARTBEAT_LEASE_PREFIX}h1", 403)
+    with pytest.raises(Exception) as refused:  # noqa: PT011 (the client's own, logged by _run)
+        agent(server)._beat()
+    assert getattr(refused.value, "status", None) == 403
+    assert len(server.requests) == 1
+
+
+def test_the_libvirthost_is_created_and_one_created_meanwhile_is_no_error(
+    server: StubApiServer,
+) -> None:
+    creating = agent(server)
+    creating._create()
+    creating._create()  # 409: there already
+    body = {"apiVersion": f"{c.GROUP}/{c.VERSION}", "kind": c.HOST_KIND,
+            "metadata": {"name": "h1"}, "spec": {}}  # fmt: skip
+    assert sent(server) == [("POST", HOSTS, None, body)] * 2
+    server.fail("POST", HOSTS, 500)
+    with pytest.raises(Exception) as failed:  # noqa: PT011 (the client's own, logged by _run)
+        creating._create()
+    assert getattr(failed.value, "status", None) == 500
