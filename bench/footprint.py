@@ -31,7 +31,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.doubles.apiserver import StubApiServer  # noqa: E402
+from tests.support.apiserver import StubApiServer  # noqa: E402
 
 MACHINE_GROUP, MACHINE_VERSION = "infrastructure.vm-api.io", "v1alpha1"
 VM_GROUP, VM_VERSION = "vm-api.io", "v1alpha1"

@@ -27,14 +27,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
 from generic import constants as vmapi
 from generic.adapters.informer import RELISTED, ClusterInformer, slim, without_status
-from generic.adapters.kubeclient import REQUEST_TIMEOUT, ApiFailure, api_failure
+from generic.adapters.kubeclient import (
+    API_ERRORS,
+    REQUEST_TIMEOUT,
+    ApiFailure,
+    KubeApi,
+    failure_of,
+)
 from generic.background import BackgroundLoop
-from generic.formats import format_time
+from generic.formats import format_time, parse_micro_time
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.faults import crash_point
@@ -78,8 +82,7 @@ class Placer:
     """Places unplaced LibvirtMachines on LibvirtHosts, on a thread of its own."""
 
     def __init__(self, api: client.ApiClient, *, store: KubeAdapter, lease_namespace: str) -> None:
-        self._custom = client.CustomObjectsApi(api)
-        self._leases = client.CoordinationV1Api(api)
+        self._custom = self._leases = KubeApi(api)
         self._store = store
         self._namespace = lease_namespace
         self._catalog = CatalogReader(store)
@@ -148,7 +151,7 @@ class Placer:
         while not loop.stopping:
             try:
                 self._waiting = self.place_all()
-            except (ApiException, HTTPError, OSError) as err:
+            except API_ERRORS as err:
                 log.warning("placement pass failed: %s; trying again", err)
                 # No host could renew its heartbeat meanwhile either (`hosts/heartbeat.py`).
                 self._answered.broken(time.monotonic())
@@ -213,10 +216,10 @@ class Placer:
             )
             beats = heartbeat.renewals(
                 (
-                    lease.metadata.labels if lease.metadata is not None else None,
-                    lease.spec.renew_time if lease.spec is not None else None,
+                    (lease.get("metadata") or {}).get("labels"),
+                    parse_micro_time((lease.get("spec") or {}).get("renewTime")),
                 )
-                for lease in leases.items
+                for lease in leases.get("items") or []
             )
             self._beats = (time.monotonic(), beats)
         return host_views(hosts, beats, dt.datetime.now(dt.UTC))
@@ -291,8 +294,8 @@ class Placer:
             try:
                 self._patch_machine(meta, machines.binding(decision.host, version))
                 break
-            except ApiException as err:
-                failure = api_failure(err.status)
+            except API_ERRORS as err:
+                failure = failure_of(err)
                 if failure is ApiFailure.NOT_FOUND:
                     return True
                 if failure is not ApiFailure.CONFLICT:
@@ -326,8 +329,8 @@ class Placer:
             found = self._custom.get_namespaced_custom_object(
                 *_where(meta), _request_timeout=REQUEST_TIMEOUT
             )
-        except ApiException as err:
-            if api_failure(err.status) is ApiFailure.NOT_FOUND:
+        except API_ERRORS as err:
+            if failure_of(err) is ApiFailure.NOT_FOUND:
                 return None
             raise
         return found if isinstance(found, dict) else None
@@ -354,5 +357,5 @@ class Placer:
         """The host label follows spec.host (a user may pin with spec.host alone)."""
         try:
             self._patch_machine(obj["metadata"], {"metadata": {"labels": {c.HOST_LABEL: host}}})
-        except ApiException as err:
+        except API_ERRORS as err:
             log.info("labelling %s with its host failed: %s", machines.key_of(obj), err)

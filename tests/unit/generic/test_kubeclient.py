@@ -33,7 +33,7 @@ from generic.adapters.kubeclient import (
     new_watch,
     translated_api_errors,
 )
-from tests.doubles.apiserver import StubApiServer
+from tests.support.apiserver import StubApiServer
 
 REPO = Path(__file__).resolve().parents[3]
 T = (5.0, 30.0)
@@ -310,7 +310,7 @@ def test_the_client_loads_no_generated_model_or_api_module() -> None:
     """What the host daemon saves: no generated module is imported by any call it makes."""
     script = """
 import sys
-from tests.doubles.apiserver import StubApiServer
+from tests.support.apiserver import StubApiServer
 from generic.adapters.kubeclient import KubeApi, new_watch
 with StubApiServer(watch_hold=0.1) as server:
     kube = KubeApi(server.api_client())

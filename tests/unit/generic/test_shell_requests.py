@@ -22,7 +22,7 @@ from generic.adapters.lease import LeaseElector
 from generic.adapters.listwatch import ListWatch
 from generic.errors import ConflictError, KindNotServedError
 from generic.gateway import ProviderKind
-from tests.doubles.apiserver import StubApiServer
+from tests.support.apiserver import StubApiServer
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/ns/leases"
 EVENTS = "/api/v1/namespaces/ns/events"

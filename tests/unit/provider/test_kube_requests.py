@@ -24,7 +24,7 @@ from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.driver.endpoint import ConnectionProblemError
 from libvirt_provider.errors import AccessDeniedError, PermanentError, RetryableError
 from libvirt_provider.host_api import HostConnection, SecretReference
-from tests.doubles.apiserver import StubApiServer
+from tests.support.apiserver import StubApiServer
 
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)$")
 SECRETS = "/api/v1/namespaces/ns/secrets"
