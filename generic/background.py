@@ -52,6 +52,12 @@ class BackgroundLoop:
         """End the body's current `wait` now (or make its next one return at once)."""
         self._woken.set()
 
+    def begin_pass(self) -> None:
+        """Wake-ups that came before a pass begins are served by it: forget them. For a body
+        that pauses between its wait and its pass (a rate limit), where news arriving during
+        the pause would otherwise wake it once more right after."""
+        self._woken.clear()
+
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`, until woken or stopped; True when the loop must end. A wake-up
         that came while the body was busy is not lost: this wait then returns at once."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +26,7 @@ from generic.adapters.kubeclient import (
     describe_failure,
     failure_of,
 )
+from generic.background import BackgroundLoop
 from generic.formats import parse_micro_time
 from generic.lease import LeaseRecord, may_hold
 
@@ -65,28 +65,25 @@ class LeaseElector:
         self._renew_deadline = renew_deadline
         self._retry = retry_period
         self._timeout = request_timeout
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._campaign, name=thread_name, daemon=True)
+        self._loop = BackgroundLoop(thread_name, self._campaign)
         self.leading = False
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def stop(self, timeout: float = 15.0) -> None:
         """End the campaign; a running term ends (`on_stop`) and the Lease is handed back."""
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self._loop.stop(timeout)
 
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._loop.alive()
 
-    def _campaign(self) -> None:
+    def _campaign(self, loop: BackgroundLoop) -> None:
         renewed_at: float | None = None
         waiting_for: str | None = None
         clock = time.monotonic
         try:
-            while not self._stopping.is_set():
+            while not loop.stopping:
                 try:
                     held, holder = self._try_hold()
                 except API_ERRORS as err:
@@ -117,7 +114,7 @@ class LeaseElector:
                         self.name,
                         holder,
                     )
-                self._stopping.wait(self._retry)
+                loop.pause(self._retry)
         finally:
             if self.leading:
                 self._end_term()

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVarTuple
 
@@ -42,6 +41,7 @@ from generic.adapters.kubeclient import (
     failure_of,
     new_watch,
 )
+from generic.background import BackgroundLoop
 from generic.errors import ApiError
 from generic.metrics import WATCH_CALLBACK_ERRORS
 
@@ -94,26 +94,25 @@ class ListWatch:
             {"field_selector": field_selector} if field_selector else {}
         )
         self._server_timeout = server_timeout
-        self._stopped = threading.Event()
-        self._pause: Callable[[float], object] = pause or self._stopped.wait
+        self._loop = BackgroundLoop(name, self._run)
+        self._pause: Callable[[float], object] = pause or self._loop.pause
         self._watch: watch.Watch | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def stop(self, timeout: float | None = None) -> None:
         """End the loop; wait up to `timeout` seconds for the thread when given."""
-        self._stopped.set()
+        self._loop.stop(timeout=0)  # asks; the watch is ended below, then waited for
         current = self._watch
         if current is not None:
             current.stop()  # type: ignore[no-untyped-call]
-        if timeout is not None and self._thread.is_alive():
-            self._thread.join(timeout)
+        if timeout is not None:
+            self._loop.stop(timeout)
 
-    def _run(self) -> None:
+    def _run(self, _loop: BackgroundLoop) -> None:
         backoff = _FIRST_BACKOFF
-        while not self._stopped.is_set():
+        while not self._loop.stopping:
             try:
                 target = self._target()
             except _API_FAILURES as exc:
@@ -135,7 +134,7 @@ class ListWatch:
                 except Exception:  # a bug here must not leave a cache stale for good
                     self._failed()
                     log.exception("%s failed; listing again", self._name)
-            if self._stopped.is_set():
+            if self._loop.stopping:
                 return
             self._pause(backoff * random.uniform(0.8, 1.2))
             backoff = min(backoff * 2, _LAST_BACKOFF)
@@ -181,7 +180,7 @@ class ListWatch:
     def _follow(self, target: Target, resource_version: str) -> None:
         """Hand on watch events from `resource_version` until stopped; returns on a 410."""
         group, version, plural = target
-        while not self._stopped.is_set():
+        while not self._loop.stopping:
             self._watch = new_watch()
             seconds = self._server_timeout * random.uniform(0.9, 1.1)
             try:
@@ -196,7 +195,7 @@ class ListWatch:
                     timeout_seconds=int(seconds),
                     _request_timeout=(REQUEST_TIMEOUT[0], seconds + 30),
                 ):
-                    if self._stopped.is_set():
+                    if self._loop.stopping:
                         return
                     if not isinstance(event, dict):
                         # The client's answer for a line it could not decode: an event was lost,

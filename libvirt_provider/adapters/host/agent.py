@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +25,7 @@ from pydantic import ValidationError
 
 from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import API_ERRORS, REQUEST_TIMEOUT, ApiFailure, KubeApi, failure_of
+from generic.background import BackgroundLoop
 from libvirt_provider import constants as c
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.types import HostInventory
@@ -87,32 +87,28 @@ class HostAgent:
         self._namespace = lease_namespace
         self._allocations = allocations
         self._interval = interval
-        self._wake = threading.Event()
         self._last_inventory: tuple[float, HostInventory] | None = None
-        self._stopped = threading.Event()
+        self._loop = BackgroundLoop(f"host-agent-{host}", self._run)
         self.informer = ClusterInformer(
             api,
             group=c.GROUP,
             version=c.VERSION,
             plural=c.HOST_PLURAL,
             field_selector=f"metadata.name={host}",
-            on_change=lambda _type, _obj: self._wake.set(),
+            on_change=lambda _type, _obj: self._loop.wake(),
         )
-        self._thread = threading.Thread(target=self._run, name=f"host-agent-{host}", daemon=True)
 
     def start(self) -> None:
         self.informer.start()
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stopped.set()
-        self._wake.set()
+        self._loop.stop(timeout=0)
         self.informer.stop()
-        if self._thread.is_alive():
-            self._thread.join(REQUEST_TIMEOUT[1] * 2)
+        self._loop.stop(REQUEST_TIMEOUT[1] * 2)
 
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._loop.alive()
 
     def zone(self) -> str | None:
         """The zone label the user put on this host's LibvirtHost, if any."""
@@ -124,15 +120,15 @@ class HostAgent:
     def allocations_changed(self) -> None:
         """A machine of this host was resolved anew or went away: the allocated figures are
         written at once (at most once a second), not at the next heartbeat."""
-        self._wake.set()
+        self._loop.wake()
 
-    def _run(self) -> None:
+    def _run(self, loop: BackgroundLoop) -> None:
         # The object's copy first (a moment): a new host's LibvirtHost is then created at once,
         # not a heartbeat later, and placement can use the host from its first seconds.
         self.informer.wait_synced(FIRST_SYNC_SECONDS)
         last_beat = last_sync = -math.inf
-        while not self._stopped.is_set():
-            self._wake.clear()
+        while not loop.stopping:
+            loop.begin_pass()
             if self._beats and time.monotonic() - last_beat >= self._interval:
                 last_beat = time.monotonic()
                 try:
@@ -148,9 +144,9 @@ class HostAgent:
             last_sync = time.monotonic()
             # Until the next heartbeat, unless woken: a change of the object (a user's edit) or
             # of what the host's machines take.
-            self._wake.wait(max(0.0, self._interval - (time.monotonic() - last_beat)))
+            loop.wait(self._interval - (time.monotonic() - last_beat))
             # A burst of changes (machines being created) is written once a second at most.
-            self._stopped.wait(max(0.0, MIN_SYNC_SECONDS - (time.monotonic() - last_sync)))
+            loop.pause(MIN_SYNC_SECONDS - (time.monotonic() - last_sync))
 
     def _beat(self) -> None:
         now = dt.datetime.now(dt.UTC)
