@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from libvirt_provider.adapters.process.daemon import DaemonConfig, _metrics_server
 from libvirt_provider.adapters.process.health import EndpointLimits, HealthServer, bounded
 from tests.support.waiting import eventually
 
@@ -287,3 +288,28 @@ def test_a_check_that_raises_is_a_failing_check() -> None:
         raise RuntimeError("boom")
 
     assert bounded(raises, seconds=5, what="x")() == "RuntimeError: boom"
+
+
+def test_the_daemon_serves_metrics_on_loopback_apart_unless_asked_beside_the_probes() -> None:
+    def config(health: str, metrics: str) -> DaemonConfig:
+        return DaemonConfig(
+            kubeconfig=None,
+            libvirt_uri="test:///default",
+            host="h",
+            domain_types=None,
+            health_address=health,
+            health_port=0,
+            generic=False,
+            lease_namespace="ns",
+            workers=1,
+            metrics_address=metrics,
+            metrics_port=0,
+        )
+
+    assert DaemonConfig.metrics_address == "127.0.0.1"
+    apart = _metrics_server(config("0.0.0.0", "127.0.0.1"))
+    assert apart is not None
+    with _serving(apart):
+        assert _get(apart.port, "/metrics")[0] == 200
+        assert _get(apart.port, "/readyz")[0] == 404
+    assert _metrics_server(config("127.0.0.1", "127.0.0.1")) is None
