@@ -156,6 +156,8 @@ def test_a_readiness_loop_stuck_in_a_check_makes_the_daemon_unready() -> None:
         with _serving(server):
             body = _readyz_when(server.port, "stuck")
             assert body.startswith("readiness: last checked ")
+            release.set()  # the check returns: the loop records fresh verdicts again
+            eventually(lambda: _get(server.port, "/readyz")[0] == 200, timeout=10, what="ready")
     finally:
         release.set()
 
