@@ -68,14 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated domain types this host may offer (kvm, qemu); default: whatever "
         "libvirt's capabilities list. Use 'qemu' where /dev/kvm exists but cannot run guests",
     )
-    parser.add_argument("--health-address", default="0.0.0.0", help="health endpoint address")
-    parser.add_argument("--health-port", type=int, default=9440, help="health endpoint port")
+    parser.add_argument(
+        "--health-address", default="0.0.0.0", help="address of /healthz and /readyz (the probes)"
+    )
+    parser.add_argument("--health-port", type=int, default=9440, help="port of the probes")
     parser.add_argument(
         "--metrics-address",
-        default=None,
-        help="serve /metrics on this address instead of beside the probes (e.g. 127.0.0.1)",
+        default="127.0.0.1",
+        help="address of /metrics (default loopback: docs/security.md); when it is "
+        "--health-address too, /metrics is served beside the probes on --health-port",
     )
-    parser.add_argument("--metrics-port", type=int, default=9441, help="port for --metrics-address")
+    parser.add_argument("--metrics-port", type=int, default=9441, help="port of /metrics")
     parser.add_argument(
         "--no-generic",
         action="store_true",

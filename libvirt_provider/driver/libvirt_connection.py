@@ -9,8 +9,10 @@ instead of polling). A driver without keepalive (libvirt's in-process test drive
 lose its daemon) is used without it.
 
 A remote host's URI comes from a `UriSource`, which writes the credentials and may refuse before
-any connection is tried (no Secret, a bad URI). Opening is bounded by a deadline (a host that drops
-packets would hold a thread for minutes), a failure is classified into the host's `Connected`
+any connection is tried (no Secret, a bad URI). Opening is bounded by a deadline, with at most one
+attempt in flight per host and an abandoned attempt's connection shut down so that its thread
+ends (`connect_attempts.py`: a host that accepts TCP and never answers would otherwise keep a
+thread and a socket per attempt for good); a failure is classified into the host's `Connected`
 reason, and attempts back off (doubling up to `MAX_BACKOFF`) while the host stays unreachable;
 calls in the meantime fail at once with `HostUnreachableError`.
 """
@@ -29,6 +31,7 @@ from typing import TypeVar
 import libvirt
 
 from libvirt_provider import constants as c
+from libvirt_provider.driver.connect_attempts import open_with_deadline
 from libvirt_provider.driver.endpoint import (
     ConnectionProblemError,
     classify_failure,
@@ -114,41 +117,9 @@ def stop_event_loop(timeout: float = 5.0) -> bool:
     return _event_loop.stop(timeout)
 
 
-def _open_with_deadline(uri: str, timeout: float) -> libvirt.virConnect:
-    """`libvirt.open(uri)` on a thread of its own, given up after `timeout` seconds (the thread
-    closes what it opened if it ever finishes)."""
-    lock = threading.Lock()
-    outcome: dict[str, object] = {}
-    done = threading.Event()
-
-    def attempt() -> None:
-        try:
-            conn: libvirt.virConnect | None = libvirt.open(uri)
-        except libvirt.libvirtError as err:
-            conn, outcome["error"] = None, err
-        with lock:
-            if outcome.get("abandoned"):
-                if conn is not None:
-                    with contextlib.suppress(libvirt.libvirtError):
-                        conn.close()
-                return
-            outcome["conn"] = conn
-            done.set()
-
-    threading.Thread(target=attempt, name="libvirt-connect", daemon=True).start()
-    done.wait(timeout)
-    with lock:
-        if not done.is_set():
-            outcome["abandoned"] = True
-            raise ConnectionProblemError(
-                c.REASON_UNREACHABLE, f"no answer within {timeout:g} s (connection timed out)"
-            )
-    error = outcome.get("error")
-    if isinstance(error, libvirt.libvirtError):
-        raise error
-    conn = outcome["conn"]
-    assert isinstance(conn, libvirt.virConnect)
-    return conn
+def _close_quietly(conn: libvirt.virConnect) -> None:
+    with contextlib.suppress(libvirt.libvirtError):
+        conn.close()
 
 
 class LibvirtConnection:
@@ -238,7 +209,9 @@ class LibvirtConnection:
             raise HostUnreachableError(self._host, state.reason, state.message)
         try:
             uri = self._uri_source()
-            return _open_with_deadline(uri, self._connect_timeout)
+            return open_with_deadline(
+                uri, self._connect_timeout, opener=libvirt.open, close=_close_quietly
+            )
         except ConnectionProblemError as problem:
             raise self._failed_locked(problem.reason, problem.message) from None
         except libvirt.libvirtError as err:

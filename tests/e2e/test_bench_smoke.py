@@ -19,6 +19,7 @@ BENCH = REPO / "bench"
 # Seconds each smoke run may take at most (they take a few; the lab's guest boot dominates the
 # provider burst).
 SMOKE_TIMEOUT = {
+    "connect_bench.py": 60,
     "footprint.py": 120,
     "generic_status_latency.py": 120,
     "image_bench.py": 120,

@@ -18,7 +18,9 @@ Helpers live here instead, each module saying what it holds and why:
 - `testdriver`: daemons on libvirt's test driver, for benchmarks and the API-server restart test;
 - `builders`: unit tests' valid linked pair, catalog and host, each overridable, and the resolver
   run on them;
-- `reconciling`: the machine reconciler over the in-memory doubles (`tests/doubles/`).
+- `reconciling`: the machine reconciler over the in-memory doubles (`tests/doubles/`);
+- `black_hole`: a remote host on 127.0.0.1 that accepts TCP and never answers, a TLS client
+  PKI to try it with, and the process's thread and descriptor counts.
 
 Helpers that only one directory's tests share stay beside them as plain modules (never a conftest
 or a test module): tests/unit/domainxml/cases.py and fields.py, tests/unit/images/qcow2_bytes.py.

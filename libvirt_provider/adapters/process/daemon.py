@@ -16,8 +16,9 @@ Threads, and why:
   thread; the leader also runs the placer (`cluster.placer`), which binds machines without a host.
 - The image cache (`images/cache.py`) has a thread of its own: it writes this host's entries into
   LibvirtImage status and deletes cached base images nothing uses, off the reconcile workers.
-- A small HTTP server (`process.health`) answers `/healthz` (liveness), `/readyz` (readiness:
-  libvirt answers too) and `/metrics` (Prometheus).
+- A small HTTP server (`process.health`) answers `/healthz` (liveness) and `/readyz`
+  (readiness: libvirt answers too, judged by a loop of its own every few seconds), and a second
+  one `/metrics` (Prometheus) on loopback, unless both are asked for on one address.
 
 SIGTERM or SIGINT (`process.signals`, `runtime.shutdown`) stops both operators, waits for
 in-flight reconciles, hands the Lease back, closes the libvirt connection, stops libvirt's event
@@ -84,8 +85,9 @@ class DaemonConfig:
     identity: str = ""
     # Where remote hosts' credentials are written (a tmpfs); None: `credentials.default_root()`.
     credentials_dir: str | None = None
-    # Where /metrics is served apart from the probes; None: beside them on the health port.
-    metrics_address: str | None = None
+    # Where /metrics is served: loopback unless asked otherwise (docs/security.md says why); on
+    # `metrics_port`, or beside the probes when this is the health address too.
+    metrics_address: str = "127.0.0.1"
     metrics_port: int = 9441
     # Seconds a stop may take before the daemon leaves without the parts still blocked; under
     # the DaemonSet's 30 s termination grace period.
@@ -217,7 +219,7 @@ def run(cfg: DaemonConfig) -> int:
     health = HealthServer(
         address=cfg.health_address,
         port=cfg.health_port,
-        metrics=cfg.metrics_address is None,
+        metrics=_metrics_beside_probes(cfg),
         liveness=liveness,
         readiness=mode.readiness,
     )
@@ -231,10 +233,12 @@ def run(cfg: DaemonConfig) -> int:
     if leader is not None:
         leader.start()
     log.info(
-        "libvirt-provider %s, health on %s:%d, generic controller %s",
+        "libvirt-provider %s, health on %s:%d, metrics on %s:%d, generic controller %s",
         mode.description,
         cfg.health_address,
         health.port,
+        cfg.metrics_address,
+        health.port if metrics is None else metrics.port,
         "by lease election" if leader else "disabled",
     )
     together: list[Step] = [*mode.together, *catalog.stop_steps()]
@@ -246,12 +250,23 @@ def run(cfg: DaemonConfig) -> int:
     return _serve_until_stopped(cfg, stop, failed=mode.failed, together=together, then=mode.then)
 
 
+def _metrics_beside_probes(cfg: DaemonConfig) -> bool:
+    """One listener serves both when both are asked for on the same address (a daemon whose
+    probes are on loopback already, as in the lab; or metrics exposed on purpose)."""
+    return cfg.metrics_address == cfg.health_address
+
+
 def _metrics_server(cfg: DaemonConfig) -> HealthServer | None:
-    """/metrics on an address of its own, when one is asked for."""
-    if cfg.metrics_address is None:
+    """/metrics on an address of its own (by default loopback, while the probes listen on the
+    pod's address for the kubelet)."""
+    if _metrics_beside_probes(cfg):
         return None
     return HealthServer(
-        address=cfg.metrics_address, port=cfg.metrics_port, checks=False, metrics=True
+        address=cfg.metrics_address,
+        port=cfg.metrics_port,
+        checks=False,
+        metrics=True,
+        name="metrics",
     )
 
 
