@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import re
-import tracemalloc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -20,27 +17,10 @@ from generic.api import (
     VirtualMachineStatus,
     parse_quantity,
 )
+from tests.support.allocation import ALLOCATION_LIMIT, allocating_at_most
 
 REF = {"apiGroup": "libvirt.vm-api.io", "kind": "LibvirtMachine", "name": "web-1"}
 IMAGE = {"apiGroup": "catalog.vm-api.io", "kind": "Image", "name": "debian-12"}
-
-# The refusals below must come from the text's shape and the number's magnitude, before a large
-# value is built: 1e200000 as an integer is 88 KB, and building it holds the GIL for seconds.
-# What parsing allocates is measured rather than how long it takes, which depends on the machine.
-ALLOCATION_LIMIT = 32 * 1024
-
-
-@contextmanager
-def allocating_at_most(limit: int) -> Iterator[None]:
-    """Fails when the block's Python allocations ever held more than `limit` bytes at once."""
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    try:
-        yield
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak <= limit, f"allocated {peak} bytes at once, more than {limit}"
 
 
 def _spec(**extra: Any) -> dict[str, Any]:
