@@ -56,10 +56,13 @@ REFUSED = prometheus_client.Counter(
     ["listener"],
 )
 
-# Seconds between two runs of the readiness checks, and the age past which their last verdict is
-# not believed: above one interval plus the checks' own bounds (3 s for libvirtd, 7 s for the API
-# server, run one after the other), so only a loop that is stuck or gone reaches it.
-READINESS_INTERVAL = 5.0
+# Seconds between two runs of the readiness checks (the DaemonSet's readiness probe period: the
+# checks cost what the kubelet's probes cost when each ran them, one LIST per period, however
+# many requests come), and the age past which their last verdict is not believed: above one
+# interval plus the checks' own bounds (3 s for libvirtd, 7 s for the API server, run one after
+# the other), so only a loop that is stuck or gone reaches it.
+READINESS_INTERVAL = 10.0
+NOT_READY_INTERVAL = 1.0
 READINESS_MAX_AGE = 30.0
 
 
@@ -137,8 +140,11 @@ class HealthServer:
 
         def refresh(loop: BackgroundLoop) -> None:
             while not loop.stopping:
-                cache.record(_failing(ready))
-                if loop.pause(readiness_interval):
+                problems = _failing(ready)
+                cache.record(problems)
+                # Not ready (starting, or libvirtd or the API server away): look again soon, so
+                # the pod turns Ready within a second of the cause going away.
+                if loop.pause(NOT_READY_INTERVAL if problems else readiness_interval):
                     return
 
         self._readiness = BackgroundLoop(f"{name}-readiness", refresh) if checks else None
