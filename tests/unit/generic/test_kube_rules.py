@@ -21,10 +21,6 @@ import kubernetes.client.models
 REPO = Path(__file__).resolve().parents[3]
 SCANNED = ("generic", "libvirt_provider")
 HOME = "generic/adapters/kubeclient.py"
-# Modules that still break a rule, each to be moved onto KubeApi and failure_of by its owner
-# (issue 23). An entry that no longer breaks one, or no longer exists, fails the test below:
-# take it out.
-PENDING: set[str] = set()
 
 GENERATED = set(kubernetes.client.api.__all__) | set(kubernetes.client.models.__all__)
 EXCEPTIONS = {
@@ -85,22 +81,13 @@ def test_only_kubeclient_names_the_client_librarys_classes_or_reads_status_codes
     found = [
         f"{path.relative_to(REPO)}:{line}: {what}"
         for path in scanned()
-        if str(path.relative_to(REPO)) not in {HOME, *PENDING}
+        if str(path.relative_to(REPO)) != HOME
         for line, what in violations(path.read_text())
     ]
     assert found == [], (
         "call through generic.adapters.kubeclient (KubeApi, new_watch, API_ERRORS, failure_of, "
         "translated_api_errors) instead:\n" + "\n".join(found)
     )
-
-
-def test_each_pending_module_still_breaks_a_rule() -> None:
-    for pending in sorted(PENDING):
-        path = REPO / pending
-        assert path.exists(), f"{pending} is gone: take it out of PENDING"
-        assert list(violations(path.read_text())), (
-            f"{pending} keeps the rules: drop it from PENDING"
-        )
 
 
 def test_the_rules_see_what_they_forbid() -> None:
