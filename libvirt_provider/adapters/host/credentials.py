@@ -19,6 +19,8 @@ import os
 import shutil
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kubernetes import client
@@ -58,10 +60,67 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir())
 
 
+ROOT_PREFIX = "libvirt-provider-credentials-"
+# In each root: the owning process's pid and start time. A dot name, which no host name can be.
+OWNER_FILE = ".owner"
+# A root without an owner file younger than this may be a process's that is just being made.
+UNCLAIMED_GRACE_SECONDS = 60.0
+
+
 def make_root(base: Path) -> Path:
-    """This process's own directory under `base` (0700), removed by the caller at stop."""
+    """This process's own directory under `base` (0700), removed by the caller at stop. Roots that
+    processes now gone left behind (killed, or stopped past their deadline) are removed first:
+    they hold key material nobody will use again."""
     base.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="libvirt-provider-credentials-", dir=base))
+    for abandoned in abandoned_roots(base, alive=_process_alive, now=time.time()):
+        log.info("removing the credentials of a process that is gone: %s", abandoned)
+        remove_root(abandoned)
+    root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX, dir=base))
+    (root / OWNER_FILE).write_text(_identity(os.getpid()))
+    return root
+
+
+def abandoned_roots(base: Path, *, alive: Callable[[str], bool], now: float) -> list[Path]:
+    """The credential roots under `base` whose owner (`alive` asked with its owner record) is
+    gone; a root with no owner record counts only once older than the grace period."""
+    found: list[Path] = []
+    for root in sorted(base.glob(f"{ROOT_PREFIX}*")):
+        try:
+            owner = (root / OWNER_FILE).read_text()
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                if now - root.stat().st_mtime > UNCLAIMED_GRACE_SECONDS:
+                    found.append(root)
+            continue
+        except OSError:
+            continue
+        if not alive(owner):
+            found.append(root)
+    return found
+
+
+def _identity(pid: int) -> str:
+    """A pid with its start time (in clock ticks since boot), so a reused pid is not mistaken
+    for the process that wrote it."""
+    return f"{pid} {_start_time(pid)}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "?"
+    # The command name (field 2) may hold spaces; the fields after its ")" are plain.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _process_alive(owner: str) -> bool:
+    pid, _, start = owner.strip().partition(" ")
+    if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
+        return False
+    now = _start_time(int(pid))
+    # A process that cannot be looked into is kept: its files are not ours to judge.
+    return now in ("?", start)
 
 
 class HostCredentials:
