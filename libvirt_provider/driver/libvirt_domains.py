@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import libvirt
 from lxml import etree
 
-from libvirt_provider.constants import GUEST_AGENT_CHANNEL, METADATA_NAMESPACE, METADATA_PREFIX
+from libvirt_provider.constants import (
+    AGENT_TIMEOUT_SECONDS,
+    GUEST_AGENT_CHANNEL,
+    METADATA_NAMESPACE,
+    METADATA_PREFIX,
+)
 from libvirt_provider.driver.libvirt_connection import LibvirtConnection
-from libvirt_provider.driver.libvirt_errors import is_missing, is_refused_flag
+from libvirt_provider.driver.libvirt_errors import (
+    is_missing,
+    is_refused_flag,
+    is_unsupported_call,
+    translated,
+)
 from libvirt_provider.driver.types import (
     AddressSource,
     DomainRef,
@@ -20,11 +31,18 @@ from libvirt_provider.driver.types import (
     GuestInfo,
     InterfaceAddress,
 )
-from libvirt_provider.errors import ForeignDomainError, UnsupportedError
+from libvirt_provider.errors import (
+    AgentBusyError,
+    AgentUnresponsiveError,
+    ForeignDomainError,
+    ProviderError,
+    UnsupportedError,
+)
 
 __all__ = ["LibvirtDomains"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _STATES = {
     libvirt.VIR_DOMAIN_NOSTATE: DomainState.NOSTATE,
@@ -194,8 +212,7 @@ class LibvirtDomains(LibvirtConnection):
         return self._call(sources)
 
     def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]:
-        def addresses(conn: libvirt.virConnect) -> list[InterfaceAddress]:
-            dom = self._domain(conn, uuid)
+        def addresses(dom: libvirt.virDomain) -> list[InterfaceAddress]:
             raw: dict[str, Any] = dom.interfaceAddresses(_ADDRESS_SOURCES[source], 0) or {}
             found: list[InterfaceAddress] = []
             for iface in raw.values():
@@ -213,29 +230,58 @@ class LibvirtDomains(LibvirtConnection):
                     )
             return found
 
-        return self._call(addresses)
+        if source is AddressSource.AGENT:
+            # The guest answers this one: on the agent budget, with the agent timeout.
+            return self._agent_call(uuid, addresses)
+        return self._call(lambda c: addresses(self._domain(c, uuid)))
 
     def guest_info(self, uuid: str) -> GuestInfo | None:
-        def info(conn: libvirt.virConnect) -> GuestInfo | None:
+        def channel(conn: libvirt.virConnect) -> tuple[str, bool] | None:
             dom = self._domain(conn, uuid)
             root = etree.fromstring(dom.XMLDesc(0).encode())
             target = root.find(f"devices/channel/target[@name='{GUEST_AGENT_CHANNEL}']")
             if target is None:
                 return None
-            # libvirt tracks the channel (virtio-serial port open in the guest) in the live XML;
-            # asking a disconnected agent would only wait for its timeout.
-            state = target.get("state") or "disconnected"
-            if state != "connected" or not dom.isActive():
-                return GuestInfo(agent=state)
-            types = libvirt.VIR_DOMAIN_GUEST_INFO_OS | libvirt.VIR_DOMAIN_GUEST_INFO_HOSTNAME
-            try:
-                raw: dict[str, Any] = dom.guestInfo(types, 0) or {}
-            except libvirt.libvirtError as err:
-                log.debug("guest info of %s: %s", dom.name(), err)
-                return GuestInfo(agent=state)
-            return GuestInfo(agent=state, facts={str(k): str(v) for k, v in raw.items()})
+            return target.get("state") or "disconnected", bool(dom.isActive())
 
-        return self._call(info)
+        found = self._call(channel)
+        if found is None:
+            return None
+        state, active = found
+        # libvirt tracks the channel (virtio-serial port open in the guest) in the live XML;
+        # asking a disconnected agent would only fail.
+        if state != "connected" or not active:
+            return GuestInfo(agent=state)
+        types = libvirt.VIR_DOMAIN_GUEST_INFO_OS | libvirt.VIR_DOMAIN_GUEST_INFO_HOSTNAME
+        try:
+            raw: dict[str, Any] = self._agent_call(uuid, lambda d: d.guestInfo(types, 0)) or {}
+        except (AgentUnresponsiveError, AgentBusyError):
+            raise
+        except ProviderError as err:
+            log.debug("guest info of %s: %s", uuid, err)
+            return GuestInfo(agent=state)
+        return GuestInfo(agent=state, facts={str(k): str(v) for k, v in raw.items()})
+
+    def _agent_call(self, uuid: str, fn: Callable[[libvirt.virDomain], T]) -> T:
+        """One call that the guest's agent answers, bounded three ways: the domain's agent response
+        timeout is set first (libvirt's default is to wait for ever), the call takes one of the
+        host's agent slots and the machine's only one (`AgentGate`; `AgentBusyError` at once when
+        taken), and it never holds the host's general call slots, which a silent agent would
+        otherwise keep for the whole timeout. A timeout is `AgentUnresponsiveError`."""
+        with self._agents.call(uuid, f"guest agent of domain {uuid}"), translated():
+            dom = self._domain(self._connection(), uuid)
+            self._set_agent_timeout(dom)
+            return fn(dom)
+
+    def _set_agent_timeout(self, dom: libvirt.virDomain) -> None:
+        try:
+            dom.agentSetResponseTimeout(AGENT_TIMEOUT_SECONDS, 0)
+        except libvirt.libvirtError as err:
+            # libvirt's test driver has no agent to wait for (its answers are canned) and no such
+            # call; any other driver without it (qemu before libvirt 5.10) could block for ever,
+            # so its agent is not asked.
+            if not is_unsupported_call(err) or dom.connect().getType().upper() != "TEST":
+                raise
 
     def grow_attached_disk(self, uuid: str, *, target: str, capacity_bytes: int) -> None:
         self._call(
