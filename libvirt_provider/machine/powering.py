@@ -79,6 +79,10 @@ ADDRESS_POLL_MAX = 30.0
 # after the first DHCP lease. Such a machine is polled too: every 5 s at first, then backing off
 # like the first address, so a NIC that never gets one costs little.
 NIC_ADDRESS_POLL_DELAY = 5.0
+# A pass that went without the guest agent because the host's agent budget was taken looks again
+# this soon (the budget frees within one agent timeout), so a machine whose agent was never asked
+# does not wait for the next event to be.
+AGENT_BUSY_RETRY_DELAY = 2.0
 
 
 def address_poll_delay(waited: float) -> float:
@@ -106,7 +110,8 @@ class PowerOutcome:
     """Guest facts from the qemu guest agent, for providerMetadata (`machine/guest.py`)."""
     shutdown_requested_at: dt.datetime | None
     address_poll: float | None
-    """Seconds until the next look for an address, while a running machine has none."""
+    """Seconds until the next look for an address, while a running machine has none (or its
+    agent was not asked for lack of budget)."""
 
 
 # The Event each action posts.
@@ -194,7 +199,9 @@ class PowerDriver:
         if not running:
             # The next boot starts a new agent: it gets a fresh chance.
             self._agent.forget(uuid)
-        addresses = self._addresses(obj, plan, uuid, running=running)
+        deferred: list[AddressSource] = []
+        addresses = self._addresses(obj, plan, uuid, running=running, deferred=deferred)
+        guest = self._guest(obj, plan, uuid, running=running, deferred=deferred)
         settled = is_settled(desired, status)
         poll = None
         nics = [i.name for i in plan.domain.interfaces]
@@ -206,13 +213,16 @@ class PowerDriver:
                 poll = max(poll, NIC_ADDRESS_POLL_DELAY)
         else:
             self._address_wait.pop(uuid, None)
+        if deferred and running:
+            # The host's agent budget was taken: ask again soon rather than at the next event.
+            poll = min(poll, AGENT_BUSY_RETRY_DELAY) if poll is not None else AGENT_BUSY_RETRY_DELAY
         pending = self._graceful.get(uuid)
         return PowerOutcome(
             power_state=observed_power_state(status),
             settled=settled,
             problem=decision.problem,
             addresses=addresses,
-            guest=self._guest(obj, plan, uuid, running=running),
+            guest=guest,
             shutdown_requested_at=pending.since if pending else None,
             address_poll=poll,
         )
@@ -241,7 +251,13 @@ class PowerDriver:
         self._events.event(obj, reason=reason, message=message)
 
     def _guest(
-        self, obj: Obj, plan: ResolvedMachine, uuid: str, *, running: bool
+        self,
+        obj: Obj,
+        plan: ResolvedMachine,
+        uuid: str,
+        *,
+        running: bool,
+        deferred: list[AddressSource],
     ) -> dict[str, str]:
         if not running:
             return {}
@@ -256,6 +272,7 @@ class PowerDriver:
         except AgentBusyError as err:
             # Not asked this time: what the machine said stands until the next pass.
             log.debug("guest info of %s: %s", plan.domain.name, err)
+            deferred.append(AddressSource.AGENT)
             return before
         except (RetryableError, PermanentError, StateConflictError) as err:
             log.debug("guest info of %s: %s", plan.domain.name, err)
@@ -296,7 +313,13 @@ class PowerDriver:
             )
 
     def _addresses(
-        self, obj: Obj, plan: ResolvedMachine, uuid: str, *, running: bool
+        self,
+        obj: Obj,
+        plan: ResolvedMachine,
+        uuid: str,
+        *,
+        running: bool,
+        deferred: list[AddressSource],
     ) -> list[dict[str, str]]:
         nics = [
             NicAddressPlan(name=i.name, mac=i.mac, policy=i.address_source)
@@ -313,6 +336,9 @@ class PowerDriver:
                     observed[source] = self._hv.addresses(uuid, source)
                 except AgentUnresponsiveError as err:
                     self._agent_silent(obj, plan, uuid, err)
+                except AgentBusyError as err:
+                    log.debug("addresses of %s from the agent: %s", plan.domain.name, err)
+                    deferred.append(source)
                 except (RetryableError, PermanentError, StateConflictError) as err:
                     # No agent in the guest, no lease yet, the agent budget taken: not an error
                     # of the machine.

@@ -9,7 +9,9 @@ from lxml import etree
 from generic.workqueue import Outcome
 from libvirt_provider import constants as c
 from libvirt_provider.driver.types import GuestInfo
+from libvirt_provider.errors import AgentBusyError
 from libvirt_provider.machine.agent_backoff import AgentBackoff, BackoffPolicy
+from libvirt_provider.machine.powering import AGENT_BUSY_RETRY_DELAY
 from libvirt_provider.machine.reconciler import MachineReconciler
 from tests.doubles.hypervisor import FakeHypervisor
 from tests.doubles.store import MemoryStore
@@ -118,3 +120,19 @@ def test_a_new_boot_gives_the_agent_a_fresh_chance() -> None:
     reconciler.reconcile(KEY)
     reconciler.reconcile(KEY)
     assert len(hv.agent_calls) > calls
+
+
+def test_a_pass_without_agent_budget_looks_again_soon_and_keeps_what_was_said() -> None:
+    store, hv, reconciler, _ = _world()
+    dom = hv.domains[UID]
+    dom.agent_silent = False
+    dom.guest = GuestInfo(agent="connected", facts={"hostname": "web"})
+    assert reconciler.reconcile(KEY) == Outcome()
+    hv.fail_next(
+        "guest_info", AgentBusyError("all 2 guest-agent call slots of the host are in use")
+    )
+    assert reconciler.reconcile(KEY) == Outcome(requeue_after=AGENT_BUSY_RETRY_DELAY)
+    metadata = store.machines["web"]["status"]["providerMetadata"]
+    assert (metadata["guestAgent"], metadata["guestHostName"]) == ("connected", "web")
+    assert not _agent_warnings(store)
+    assert reconciler.reconcile(KEY) == Outcome()
