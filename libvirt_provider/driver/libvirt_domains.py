@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -56,6 +57,8 @@ _STATES = {
     libvirt.VIR_DOMAIN_PMSUSPENDED: DomainState.PMSUSPENDED,
 }
 
+_GUEST_INFO_KINDS = (libvirt.VIR_DOMAIN_GUEST_INFO_OS, libvirt.VIR_DOMAIN_GUEST_INFO_HOSTNAME)
+
 _LIVE_AND_CONFIG = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 
 _ADDRESS_SOURCES = {
@@ -86,6 +89,10 @@ _UNDEFINE_FLAGS = [
 
 
 class LibvirtDomains(LibvirtConnection):
+    # An agent call that returns nothing after this long was answered by libvirt's timeout, not
+    # by the agent (tests shorten it).
+    _agent_silence_after: float = AGENT_TIMEOUT_SECONDS * 0.9
+
     def lookup(self, *, uuid: str, name: str) -> DomainRef | None:
         def find(conn: libvirt.virConnect) -> DomainRef | None:
             try:
@@ -257,15 +264,25 @@ class LibvirtDomains(LibvirtConnection):
         # asking a disconnected agent would only fail.
         if state != "connected" or not active:
             return GuestInfo(agent=state)
-        types = libvirt.VIR_DOMAIN_GUEST_INFO_OS | libvirt.VIR_DOMAIN_GUEST_INFO_HOSTNAME
-        try:
-            raw: dict[str, Any] = self._agent_call(uuid, lambda d: d.guestInfo(types, 0)) or {}
-        except (AgentUnresponsiveError, AgentBusyError):
-            raise
-        except ProviderError as err:
-            log.debug("guest info of %s: %s", uuid, err)
-            return GuestInfo(agent=state)
-        return GuestInfo(agent=state, facts={str(k): str(v) for k, v in raw.items()})
+        facts: dict[str, str] = {}
+        # One kind per call: libvirt skips a kind whose command timed out as if the agent did not
+        # support it and answers the rest, so a silent agent costs one timeout per kind asked
+        # and is only seen by the time it took.
+        for kind in _GUEST_INFO_KINDS:
+            started = time.monotonic()
+            try:
+                raw: dict[str, Any] = self._agent_call(uuid, _guest_info_of(kind))
+            except (AgentUnresponsiveError, AgentBusyError):
+                raise
+            except ProviderError as err:
+                log.debug("guest info of %s: %s", uuid, err)
+                return GuestInfo(agent=state, facts=facts)
+            if not raw and time.monotonic() - started >= self._agent_silence_after:
+                raise AgentUnresponsiveError(
+                    f"the guest agent answered nothing within {AGENT_TIMEOUT_SECONDS} s"
+                )
+            facts.update({str(k): str(v) for k, v in raw.items()})
+        return GuestInfo(agent=state, facts=facts)
 
     def _agent_call(self, uuid: str, fn: Callable[[libvirt.virDomain], T]) -> T:
         """One call that the guest's agent answers, bounded three ways: the domain's agent response
@@ -318,6 +335,13 @@ class LibvirtDomains(LibvirtConnection):
                 _LIVE_AND_CONFIG,
             )
         )
+
+
+def _guest_info_of(kind: int) -> Callable[[libvirt.virDomain], dict[str, Any]]:
+    def info(dom: libvirt.virDomain) -> dict[str, Any]:
+        return dict(dom.guestInfo(kind, 0) or {})
+
+    return info
 
 
 def _without_prefix(xml: str) -> str:

@@ -8,6 +8,7 @@ runs); a silent agent is played by holding the driver's agent call until the tes
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -110,3 +111,43 @@ def test_an_agent_that_is_not_there_is_only_retryable(message: str) -> None:
     found = classify(_libvirt_error(libvirt.VIR_ERR_AGENT_UNRESPONSIVE, message))
     assert isinstance(found, RetryableError)
     assert not isinstance(found, AgentUnresponsiveError)
+
+
+def _connected_channel(
+    monkeypatch: pytest.MonkeyPatch, hv: LibvirtHypervisor, answer: Any, delay: float
+) -> list[int]:
+    """The domain's agent channel connected, and its guestInfo answering `answer` after `delay`
+    seconds; the kinds asked, in order."""
+    asked: list[int] = []
+
+    def guest_info(dom: libvirt.virDomain, types: int, flags: int = 0) -> Any:
+        asked.append(types)
+        time.sleep(delay)
+        return answer
+
+    monkeypatch.setattr(libvirt.virDomain, "guestInfo", guest_info)
+    monkeypatch.setattr(hv, "_call", lambda fn: ("connected", True))
+    return asked
+
+
+def test_guest_facts_that_come_back_empty_after_the_timeout_are_a_silent_agent(
+    monkeypatch: pytest.MonkeyPatch, adapter: tuple[LibvirtHypervisor, str]
+) -> None:
+    # libvirt skips a kind whose agent command timed out, as if it were unsupported.
+    hv, uuid = adapter
+    monkeypatch.setattr(hv, "_agent_silence_after", 0.05)
+    asked = _connected_channel(monkeypatch, hv, {}, delay=0.1)
+    with pytest.raises(AgentUnresponsiveError):
+        hv.guest_info(uuid)
+    assert len(asked) == 1, "the second kind is not asked of a silent agent"
+
+
+def test_an_agent_that_answers_fast_is_asked_each_kind(
+    monkeypatch: pytest.MonkeyPatch, adapter: tuple[LibvirtHypervisor, str]
+) -> None:
+    hv, uuid = adapter
+    asked = _connected_channel(monkeypatch, hv, {"hostname": "web"}, delay=0)
+    info = hv.guest_info(uuid)
+    assert info is not None
+    assert (info.agent, info.facts) == ("connected", {"hostname": "web"})
+    assert asked == [libvirt.VIR_DOMAIN_GUEST_INFO_OS, libvirt.VIR_DOMAIN_GUEST_INFO_HOSTNAME]
