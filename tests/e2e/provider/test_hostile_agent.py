@@ -13,7 +13,7 @@ call slot and worker of the host's daemon, and a newcomer got "busy: no call slo
 The guests boot once, in a module-scoped fixture, which also times a plain machine on a quiet
 host (the newcomer's deadline is measured against that) and hands over as soon as every hostile
 guest's console shows that its agent was asked and stayed silent: the newcomer is created while
-their calls are in flight. Cost: about 100 s (68 s of it the fixture) on the lab's two cores.
+their calls are in flight. Cost: 76-100 s (56-77 s of it the fixture) on the lab's two cores.
 """
 
 from __future__ import annotations
@@ -166,8 +166,9 @@ def test_another_tenants_machine_is_ready_in_its_usual_time(
             f"on the quiet host {host.usual.defined:.1f} s and {host.usual.ready:.1f} s"
         )
         # The guests share the machine's cores, so a little slower is the machine, not the
-        # daemon; a daemon whose slots the hostile agents hold builds nothing at all.
-        assert took.defined <= host.usual.defined + 5
+        # daemon (a worker may also be finishing an agent call of up to 3 s); a daemon whose
+        # slots the hostile agents hold builds nothing at all (no domain within 60 s).
+        assert took.defined <= host.usual.defined + 15
         assert took.ready <= 2 * host.usual.ready + 20
         warnings = [e for e in _events(api_client, ns) if e.type == "Warning"]
         assert not warnings, [(e.reason, e.message) for e in warnings]
