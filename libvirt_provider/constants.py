@@ -25,6 +25,10 @@ from catalog.constants import (
 )
 
 __all__ = [
+    "AGENT_BACKOFF_FIRST_SECONDS",
+    "AGENT_BACKOFF_MAX_SECONDS",
+    "AGENT_CALLS_PER_HOST",
+    "AGENT_TIMEOUT_SECONDS",
     "CALL_WAIT_SECONDS",
     "CONNECTION_PROBLEM_REASONS",
     "CONNECT_TIMEOUT_SECONDS",
@@ -77,6 +81,8 @@ __all__ = [
     "NETWORK_PLURAL",
     "REASON_AMBIGUOUS_DEFAULT",
     "REASON_FOREIGN_DOMAIN",
+    "REASON_GUEST_AGENT_RESPONDING",
+    "REASON_GUEST_AGENT_UNRESPONSIVE",
     "REASON_GUEST_NOT_COMPLYING",
     "REASON_HOST_CHANGED",
     "REASON_HOST_NOT_READY",
@@ -149,6 +155,17 @@ DEFAULT_HOST_BURST: Final = 2000
 DEFAULT_MAX_CONCURRENT_OPERATIONS: Final = 4
 # How long a call may wait for a token or a slot before it fails as retryable ("host busy").
 CALL_WAIT_SECONDS: Final = 30.0
+# Guest-agent calls (addresses and facts from inside the guest) answer at the guest's pleasure, and
+# libvirt waits for ever by default: each call gets this response timeout (set on the domain with
+# virDomainAgentSetResponseTimeout, libvirt >= 5.10), runs outside the host's general call slots on
+# a budget of its own (at most AGENT_CALLS_PER_HOST at once, one per machine, never waited for),
+# and an agent that times out is not asked again for AGENT_BACKOFF_FIRST_SECONDS, doubling up to
+# AGENT_BACKOFF_MAX_SECONDS while it stays silent. libvirtd serves 5 requests at once per client
+# (max_client_requests), so the agent budget leaves the general calls room on the connection.
+AGENT_TIMEOUT_SECONDS: Final = 3
+AGENT_CALLS_PER_HOST: Final = 2
+AGENT_BACKOFF_FIRST_SECONDS: Final = 10.0
+AGENT_BACKOFF_MAX_SECONDS: Final = 300.0
 # How long opening a connection may take (a host that drops packets would otherwise take minutes).
 CONNECT_TIMEOUT_SECONDS: Final = 15.0
 
@@ -199,6 +216,11 @@ REASON_STOPPING: Final = "Stopping"
 REASON_FOREIGN_DOMAIN: Final = "ForeignDomain"
 REASON_UP_TO_DATE: Final = "UpToDate"
 REASON_GUEST_NOT_COMPLYING: Final = "GuestNotComplying"
+# The machine's guest agent did not answer within AGENT_TIMEOUT_SECONDS (a Warning Event on the
+# machine, and `providerMetadata.guestAgent: unresponsive` until it answers again).
+REASON_GUEST_AGENT_UNRESPONSIVE: Final = "GuestAgentUnresponsive"
+# The guest agent answered again after being unresponsive.
+REASON_GUEST_AGENT_RESPONDING: Final = "GuestAgentResponding"
 REASON_IMPORTING_IMAGE: Final = "ImportingImage"
 REASON_IMAGE_IMPORT_FAILED: Final = "ImageImportFailed"
 REASON_HOST_CHANGED: Final = "HostChanged"

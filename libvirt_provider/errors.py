@@ -9,7 +9,9 @@ never by inspecting libvirt error codes::
     ├── StateConflictError        something else holds the name or state we need
     │   └── ForeignDomainError    a domain we do not own has this machine's name
     ├── RetryableError            transient: connection lost, busy, timed out; try again later
-    │   └── HostUnreachableError  a remote host's libvirtd cannot be reached (with the reason)
+    │   ├── HostUnreachableError  a remote host's libvirtd cannot be reached (with the reason)
+    │   ├── AgentUnresponsiveError  a guest agent did not answer within its timeout
+    │   └── AgentBusyError        the host's guest-agent budget (or the machine's one call) is taken
     └── PermanentError            retrying the same request cannot help; report it
         ├── AccessDeniedError     the daemon's credentials may not do it (RBAC, a 403)
         └── UnsupportedError      the platform cannot do what was asked
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 __all__ = [
     "AccessDeniedError",
+    "AgentBusyError",
+    "AgentUnresponsiveError",
     "ForeignDomainError",
     "HostUnreachableError",
     "NotFoundError",
@@ -67,6 +71,16 @@ class HostUnreachableError(RetryableError):
         self.host = host
         self.reason = reason
         self.detail = message
+
+
+class AgentUnresponsiveError(RetryableError):
+    """A guest agent took its channel and then did not answer within the agent timeout: the guest
+    is the only one who can fix it, so the caller backs off asking it."""
+
+
+class AgentBusyError(RetryableError):
+    """A guest-agent call was not started: the host's few agent slots are all taken, or this
+    machine already has one in flight. Nothing was asked; the next pass may try."""
 
 
 class PermanentError(ProviderError):

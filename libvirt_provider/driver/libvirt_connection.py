@@ -38,7 +38,13 @@ from libvirt_provider.driver.endpoint import (
     summarize_failure,
 )
 from libvirt_provider.driver.libvirt_errors import is_unsupported_call, translated
-from libvirt_provider.driver.limits import CallLimiter, LimiterStats, Limits
+from libvirt_provider.driver.limits import (
+    AgentGate,
+    AgentGateStats,
+    CallLimiter,
+    LimiterStats,
+    Limits,
+)
 from libvirt_provider.driver.types import LifecycleListener
 from libvirt_provider.errors import HostUnreachableError, RetryableError
 
@@ -152,6 +158,8 @@ class LibvirtConnection:
         self._connected_before = False
         self._conn_lock = threading.Lock()
         self._limiter = CallLimiter(limits)
+        # Guest-agent calls have a budget of their own (limits.AgentGate says why).
+        self._agents = AgentGate()
         self._pool_locks: dict[str, threading.Lock] = {}
         self._local_dirs: dict[str, Path | None] = {}
         self._listeners: list[LifecycleListener] = []
@@ -253,6 +261,9 @@ class LibvirtConnection:
 
     def limiter_stats(self, *, reset: bool = False) -> LimiterStats:
         return self._limiter.stats(reset=reset)
+
+    def agent_stats(self) -> AgentGateStats:
+        return self._agents.stats()
 
     def _set_keepalive(self, conn: libvirt.virConnect) -> None:
         """Keepalive probes where the driver has them; an in-process driver (`test:///`) has no

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import libvirt
 from lxml import etree
 
-from libvirt_provider.constants import GUEST_AGENT_CHANNEL, METADATA_NAMESPACE, METADATA_PREFIX
+from libvirt_provider.constants import (
+    AGENT_TIMEOUT_SECONDS,
+    GUEST_AGENT_CHANNEL,
+    METADATA_NAMESPACE,
+    METADATA_PREFIX,
+)
 from libvirt_provider.driver.libvirt_connection import LibvirtConnection
-from libvirt_provider.driver.libvirt_errors import is_missing, is_refused_flag
+from libvirt_provider.driver.libvirt_errors import (
+    is_missing,
+    is_refused_flag,
+    is_unsupported_call,
+    translated,
+)
 from libvirt_provider.driver.types import (
     AddressSource,
     DomainRef,
@@ -20,11 +33,18 @@ from libvirt_provider.driver.types import (
     GuestInfo,
     InterfaceAddress,
 )
-from libvirt_provider.errors import ForeignDomainError, UnsupportedError
+from libvirt_provider.errors import (
+    AgentBusyError,
+    AgentUnresponsiveError,
+    ForeignDomainError,
+    ProviderError,
+    UnsupportedError,
+)
 
 __all__ = ["LibvirtDomains"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _STATES = {
     libvirt.VIR_DOMAIN_NOSTATE: DomainState.NOSTATE,
@@ -36,6 +56,8 @@ _STATES = {
     libvirt.VIR_DOMAIN_CRASHED: DomainState.CRASHED,
     libvirt.VIR_DOMAIN_PMSUSPENDED: DomainState.PMSUSPENDED,
 }
+
+_GUEST_INFO_KINDS = (libvirt.VIR_DOMAIN_GUEST_INFO_OS, libvirt.VIR_DOMAIN_GUEST_INFO_HOSTNAME)
 
 _LIVE_AND_CONFIG = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 
@@ -67,6 +89,10 @@ _UNDEFINE_FLAGS = [
 
 
 class LibvirtDomains(LibvirtConnection):
+    # An agent call that returns nothing after this long was answered by libvirt's timeout, not
+    # by the agent (tests shorten it).
+    _agent_silence_after: float = AGENT_TIMEOUT_SECONDS * 0.9
+
     def lookup(self, *, uuid: str, name: str) -> DomainRef | None:
         def find(conn: libvirt.virConnect) -> DomainRef | None:
             try:
@@ -117,6 +143,10 @@ class LibvirtDomains(LibvirtConnection):
 
         def shutdown(conn: libvirt.virConnect) -> None:
             dom = self._domain(conn, uuid)
+            # The agent's guest-shutdown is waited for like any agent call: with the agent timeout
+            # set, a silent agent costs this slot 3 s before libvirt presses the button instead.
+            with contextlib.suppress(libvirt.libvirtError):
+                self._set_agent_timeout(dom)
             try:
                 dom.shutdownFlags(flags)
             except libvirt.libvirtError as err:
@@ -194,8 +224,7 @@ class LibvirtDomains(LibvirtConnection):
         return self._call(sources)
 
     def addresses(self, uuid: str, source: AddressSource) -> list[InterfaceAddress]:
-        def addresses(conn: libvirt.virConnect) -> list[InterfaceAddress]:
-            dom = self._domain(conn, uuid)
+        def addresses(dom: libvirt.virDomain) -> list[InterfaceAddress]:
             raw: dict[str, Any] = dom.interfaceAddresses(_ADDRESS_SOURCES[source], 0) or {}
             found: list[InterfaceAddress] = []
             for iface in raw.values():
@@ -213,29 +242,68 @@ class LibvirtDomains(LibvirtConnection):
                     )
             return found
 
-        return self._call(addresses)
+        if source is AddressSource.AGENT:
+            # The guest answers this one: on the agent budget, with the agent timeout.
+            return self._agent_call(uuid, addresses)
+        return self._call(lambda c: addresses(self._domain(c, uuid)))
 
     def guest_info(self, uuid: str) -> GuestInfo | None:
-        def info(conn: libvirt.virConnect) -> GuestInfo | None:
+        def channel(conn: libvirt.virConnect) -> tuple[str, bool] | None:
             dom = self._domain(conn, uuid)
             root = etree.fromstring(dom.XMLDesc(0).encode())
             target = root.find(f"devices/channel/target[@name='{GUEST_AGENT_CHANNEL}']")
             if target is None:
                 return None
-            # libvirt tracks the channel (virtio-serial port open in the guest) in the live XML;
-            # asking a disconnected agent would only wait for its timeout.
-            state = target.get("state") or "disconnected"
-            if state != "connected" or not dom.isActive():
-                return GuestInfo(agent=state)
-            types = libvirt.VIR_DOMAIN_GUEST_INFO_OS | libvirt.VIR_DOMAIN_GUEST_INFO_HOSTNAME
-            try:
-                raw: dict[str, Any] = dom.guestInfo(types, 0) or {}
-            except libvirt.libvirtError as err:
-                log.debug("guest info of %s: %s", dom.name(), err)
-                return GuestInfo(agent=state)
-            return GuestInfo(agent=state, facts={str(k): str(v) for k, v in raw.items()})
+            return target.get("state") or "disconnected", bool(dom.isActive())
 
-        return self._call(info)
+        found = self._call(channel)
+        if found is None:
+            return None
+        state, active = found
+        # libvirt tracks the channel (virtio-serial port open in the guest) in the live XML;
+        # asking a disconnected agent would only fail.
+        if state != "connected" or not active:
+            return GuestInfo(agent=state)
+        facts: dict[str, str] = {}
+        # One kind per call: libvirt skips a kind whose command timed out as if the agent did not
+        # support it and answers the rest, so a silent agent costs one timeout per kind asked
+        # and is only seen by the time it took.
+        for kind in _GUEST_INFO_KINDS:
+            started = time.monotonic()
+            try:
+                raw: dict[str, Any] = self._agent_call(uuid, _guest_info_of(kind))
+            except (AgentUnresponsiveError, AgentBusyError):
+                raise
+            except ProviderError as err:
+                log.debug("guest info of %s: %s", uuid, err)
+                return GuestInfo(agent=state, facts=facts)
+            if not raw and time.monotonic() - started >= self._agent_silence_after:
+                raise AgentUnresponsiveError(
+                    f"the guest agent answered nothing within {AGENT_TIMEOUT_SECONDS} s"
+                )
+            facts.update({str(k): str(v) for k, v in raw.items()})
+        return GuestInfo(agent=state, facts=facts)
+
+    def _agent_call(self, uuid: str, fn: Callable[[libvirt.virDomain], T]) -> T:
+        """One call that the guest's agent answers, bounded three ways: the domain's agent response
+        timeout is set first (libvirt's default is to wait for ever), the call takes one of the
+        host's agent slots and the machine's only one (`AgentGate`; `AgentBusyError` at once when
+        taken), and it never holds the host's general call slots, which a silent agent would
+        otherwise keep for the whole timeout. A timeout is `AgentUnresponsiveError`."""
+        with self._agents.call(uuid, f"guest agent of domain {uuid}"), translated():
+            dom = self._domain(self._connection(), uuid)
+            self._set_agent_timeout(dom)
+            return fn(dom)
+
+    def _set_agent_timeout(self, dom: libvirt.virDomain) -> None:
+        try:
+            dom.agentSetResponseTimeout(AGENT_TIMEOUT_SECONDS, 0)
+        except libvirt.libvirtError as err:
+            # libvirt's test driver has no agent to wait for (its answers are canned) and no such
+            # call; any other driver without it (qemu before libvirt 5.10) could block for ever,
+            # so its agent is not asked.
+            if not is_unsupported_call(err) or dom.connect().getType().upper() != "TEST":
+                raise
 
     def grow_attached_disk(self, uuid: str, *, target: str, capacity_bytes: int) -> None:
         self._call(
@@ -267,6 +335,13 @@ class LibvirtDomains(LibvirtConnection):
                 _LIVE_AND_CONFIG,
             )
         )
+
+
+def _guest_info_of(kind: int) -> Callable[[libvirt.virDomain], dict[str, Any]]:
+    def info(dom: libvirt.virDomain) -> dict[str, Any]:
+        return dict(dom.guestInfo(kind, 0) or {})
+
+    return info
 
 
 def _without_prefix(xml: str) -> str:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import libvirt
 
 from libvirt_provider.errors import (
+    AgentUnresponsiveError,
     NotFoundError,
     PermanentError,
     ProviderError,
@@ -56,6 +57,8 @@ def classify(err: libvirt.libvirtError) -> ProviderError:
         return NotFoundError(message)
     if code in _CONFLICT:
         return StateConflictError(message)
+    if code == libvirt.VIR_ERR_AGENT_UNRESPONSIVE and not _agent_absent(message):
+        return AgentUnresponsiveError(message)
     if code in _RETRYABLE:
         return RetryableError(message)
     if code in _UNSUPPORTED or (
@@ -67,6 +70,14 @@ def classify(err: libvirt.libvirtError) -> ProviderError:
         # e.g. "domain is not running": the state moved under us; the next pass sees it.
         return StateConflictError(message)
     return PermanentError(message)
+
+
+def _agent_absent(message: str) -> bool:
+    """libvirt reports an agent that is not there (its channel closed in the guest: "QEMU guest
+    agent is not connected"; or dropped after it sent garbage: "... not available due to an
+    error") with the same code as one that timed out; those answer at once, and are no reason
+    to back off."""
+    return "not connected" in message or "due to an error" in message
 
 
 def is_missing(err: libvirt.libvirtError) -> bool:

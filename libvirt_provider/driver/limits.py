@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from libvirt_provider import constants as c
-from libvirt_provider.errors import RetryableError
+from libvirt_provider.errors import AgentBusyError, RetryableError
 
-__all__ = ["CallLimiter", "LimiterStats", "Limits"]
+__all__ = ["AgentGate", "AgentGateStats", "CallLimiter", "LimiterStats", "Limits"]
 
 
 @dataclass(frozen=True)
@@ -151,3 +151,63 @@ class CallLimiter:
                 self._peak_second = 0
                 self._longest_wait = 0.0
             return stats
+
+
+@dataclass(frozen=True)
+class AgentGateStats:
+    slots: int
+    calls: int
+    in_flight: int
+    peak_in_flight: int
+    refused: int
+
+
+class AgentGate:
+    """The guest-agent calls of one host: at most `slots` at once, and one per machine.
+
+    Why apart from the `CallLimiter`: a guest answers its agent channel when it likes, so an agent
+    call may last its whole timeout; on the general slots, a few silent guests would hold every
+    slot and starve every other tenant's calls. An agent call is never waited for: when the
+    budget or the machine's own call is taken, `AgentBusyError` says so at once, and the caller
+    goes on without the agent's answer this time (libvirt would queue a second call to the same
+    agent behind the first anyway).
+    """
+
+    def __init__(self, slots: int = c.AGENT_CALLS_PER_HOST) -> None:
+        self._slots = slots
+        self._lock = threading.Lock()
+        self._busy: set[str] = set()
+        self._calls = 0
+        self._peak = 0
+        self._refused = 0
+
+    @contextmanager
+    def call(self, key: str, what: str = "guest agent") -> Iterator[None]:
+        """Hold the machine `key`'s agent call and one of the host's agent slots."""
+        with self._lock:
+            if key in self._busy:
+                self._refused += 1
+                raise AgentBusyError(f"{what}: a call to this guest's agent is still in flight")
+            if len(self._busy) >= self._slots:
+                self._refused += 1
+                raise AgentBusyError(
+                    f"{what}: all {self._slots} guest-agent call slots of the host are in use"
+                )
+            self._busy.add(key)
+            self._calls += 1
+            self._peak = max(self._peak, len(self._busy))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy.discard(key)
+
+    def stats(self) -> AgentGateStats:
+        with self._lock:
+            return AgentGateStats(
+                slots=self._slots,
+                calls=self._calls,
+                in_flight=len(self._busy),
+                peak_in_flight=self._peak,
+                refused=self._refused,
+            )

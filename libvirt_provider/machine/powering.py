@@ -5,6 +5,12 @@ decision needs between passes (when a graceful power-off began and when the butt
 pressed, when a running machine started waiting for an address), performs the action, and
 reads the domain's addresses from the sources each NIC's network trusts.
 
+The guest agent is the one source the guest controls: an agent that does not answer within its
+timeout is backed off per machine (`agent_backoff`), said on that machine (`guestAgent:
+unresponsive`, a `GuestAgentUnresponsive` Warning Event), and its addresses then come from the
+network's other sources; when the host's agent budget is taken, this pass goes without the agent
+and keeps what the machine reported before.
+
 A graceful power-off's start is also kept in the machine's status (`shutdownRequestedAt`), so a
 restarted daemon goes on counting from it instead of starting the timeout again.
 """
@@ -17,14 +23,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.network import AddressSourcePolicy
 from generic import constants as vmapi
 from generic.api import PowerOffMode, PowerState
 from generic.formats import parse_time
 from libvirt_provider import constants as c
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import AddressSource, DomainState, DomainStatus, InterfaceAddress
-from libvirt_provider.errors import PermanentError, RetryableError, StateConflictError
-from libvirt_provider.machine.guest import guest_metadata
+from libvirt_provider.errors import (
+    AgentBusyError,
+    AgentUnresponsiveError,
+    PermanentError,
+    RetryableError,
+    StateConflictError,
+)
+from libvirt_provider.machine.agent_backoff import AgentBackoff
+from libvirt_provider.machine.guest import (
+    AGENT_UNRESPONSIVE,
+    guest_metadata,
+    reported_guest_metadata,
+)
 from libvirt_provider.machine.power import (
     ON_STATES,
     PowerAction,
@@ -61,6 +79,10 @@ ADDRESS_POLL_MAX = 30.0
 # after the first DHCP lease. Such a machine is polled too: every 5 s at first, then backing off
 # like the first address, so a NIC that never gets one costs little.
 NIC_ADDRESS_POLL_DELAY = 5.0
+# A pass that went without the guest agent because the host's agent budget was taken looks again
+# this soon (the budget frees within one agent timeout), so a machine whose agent was never asked
+# does not wait for the next event to be.
+AGENT_BUSY_RETRY_DELAY = 2.0
 
 
 def address_poll_delay(waited: float) -> float:
@@ -88,7 +110,8 @@ class PowerOutcome:
     """Guest facts from the qemu guest agent, for providerMetadata (`machine/guest.py`)."""
     shutdown_requested_at: dt.datetime | None
     address_poll: float | None
-    """Seconds until the next look for an address, while a running machine has none."""
+    """Seconds until the next look for an address, while a running machine has none (or its
+    agent was not asked for lack of budget)."""
 
 
 # The Event each action posts.
@@ -116,8 +139,10 @@ class PowerDriver:
         hypervisor: Hypervisor,
         events: EventSink,
         clock: Callable[[], dt.datetime],
+        agent_backoff: AgentBackoff | None = None,
     ) -> None:
         self._hv = hypervisor
+        self._agent = agent_backoff or AgentBackoff()
         self._events = events
         self._clock = clock
         self._calls: dict[PowerAction, Callable[[str], None]] = {
@@ -137,6 +162,7 @@ class PowerDriver:
         """The machine is gone: drop what was remembered about it."""
         self._graceful.pop(uuid, None)
         self._address_wait.pop(uuid, None)
+        self._agent.forget(uuid)
 
     def drive(
         self,
@@ -170,7 +196,12 @@ class PowerDriver:
         if status.state is DomainState.SHUTOFF:
             self._graceful.pop(uuid, None)
         running = status.state in ON_STATES
-        addresses = self._addresses(obj, plan, uuid, running=running)
+        if not running:
+            # The next boot starts a new agent: it gets a fresh chance.
+            self._agent.forget(uuid)
+        deferred: list[AddressSource] = []
+        addresses = self._addresses(obj, plan, uuid, running=running, deferred=deferred)
+        guest = self._guest(obj, plan, uuid, running=running, deferred=deferred)
         settled = is_settled(desired, status)
         poll = None
         nics = [i.name for i in plan.domain.interfaces]
@@ -182,13 +213,16 @@ class PowerDriver:
                 poll = max(poll, NIC_ADDRESS_POLL_DELAY)
         else:
             self._address_wait.pop(uuid, None)
+        if deferred and running:
+            # The host's agent budget was taken: ask again soon rather than at the next event.
+            poll = min(poll, AGENT_BUSY_RETRY_DELAY) if poll is not None else AGENT_BUSY_RETRY_DELAY
         pending = self._graceful.get(uuid)
         return PowerOutcome(
             power_state=observed_power_state(status),
             settled=settled,
             problem=decision.problem,
             addresses=addresses,
-            guest=self._guest(plan, uuid, running=running),
+            guest=guest,
             shutdown_requested_at=pending.since if pending else None,
             address_poll=poll,
         )
@@ -216,18 +250,76 @@ class PowerDriver:
             return
         self._events.event(obj, reason=reason, message=message)
 
-    def _guest(self, plan: ResolvedMachine, uuid: str, *, running: bool) -> dict[str, str]:
+    def _guest(
+        self,
+        obj: Obj,
+        plan: ResolvedMachine,
+        uuid: str,
+        *,
+        running: bool,
+        deferred: list[AddressSource],
+    ) -> dict[str, str]:
         if not running:
             return {}
+        before = reported_guest_metadata(obj.get("status") or {})
+        if not self._agent.may_ask(uuid):
+            return {**before, "guestAgent": AGENT_UNRESPONSIVE}
         try:
             info = self._hv.guest_info(uuid)
+        except AgentUnresponsiveError as err:
+            self._agent_silent(obj, plan, uuid, err)
+            return {**before, "guestAgent": AGENT_UNRESPONSIVE}
+        except AgentBusyError as err:
+            # Not asked this time: what the machine said stands until the next pass.
+            log.debug("guest info of %s: %s", plan.domain.name, err)
+            deferred.append(AddressSource.AGENT)
+            return before
         except (RetryableError, PermanentError, StateConflictError) as err:
             log.debug("guest info of %s: %s", plan.domain.name, err)
             return {}
+        if info is not None and info.facts:
+            self._agent_answered(obj, uuid)
         return guest_metadata(info, running=running)
 
+    def _agent_silent(
+        self, obj: Obj, plan: ResolvedMachine, uuid: str, err: AgentUnresponsiveError
+    ) -> None:
+        record = self._agent.timed_out(uuid)
+        pause = record.retry_at - self._agent.now()
+        log.info(
+            "guest agent of %s did not answer (%s); not asked for %.0f s",
+            plan.domain.name,
+            err,
+            pause,
+        )
+        self._events.event(
+            obj,
+            reason=c.REASON_GUEST_AGENT_UNRESPONSIVE,
+            message=(
+                f"the guest agent did not answer within {c.AGENT_TIMEOUT_SECONDS} s; it is asked "
+                "less and less often (up to every "
+                f"{c.AGENT_BACKOFF_MAX_SECONDS / 60:g} min) until it answers, and the machine's "
+                "addresses come from its network's other sources meanwhile"
+            ),
+            warning=True,
+        )
+
+    def _agent_answered(self, obj: Obj, uuid: str) -> None:
+        if self._agent.answered(uuid):
+            self._events.event(
+                obj,
+                reason=c.REASON_GUEST_AGENT_RESPONDING,
+                message="the guest agent answers again",
+            )
+
     def _addresses(
-        self, obj: Obj, plan: ResolvedMachine, uuid: str, *, running: bool
+        self,
+        obj: Obj,
+        plan: ResolvedMachine,
+        uuid: str,
+        *,
+        running: bool,
+        deferred: list[AddressSource],
     ) -> list[dict[str, str]]:
         nics = [
             NicAddressPlan(name=i.name, mac=i.mac, policy=i.address_source)
@@ -235,12 +327,45 @@ class PowerDriver:
         ]
         observed: dict[AddressSource, list[InterfaceAddress]] = {}
         if running:
-            wanted = {s for nic in nics for s in sources_for(nic.policy)}
-            for source in wanted:
+            for source in _TRUST_ORDER:
+                if not _needed(source, nics, observed):
+                    continue
+                if source is AddressSource.AGENT and not self._agent.may_ask(uuid):
+                    continue
                 try:
                     observed[source] = self._hv.addresses(uuid, source)
+                except AgentUnresponsiveError as err:
+                    self._agent_silent(obj, plan, uuid, err)
+                except AgentBusyError as err:
+                    log.debug("addresses of %s from the agent: %s", plan.domain.name, err)
+                    deferred.append(source)
                 except (RetryableError, PermanentError, StateConflictError) as err:
-                    # No agent in the guest, no lease yet: not an error of the machine.
+                    # No agent in the guest, no lease yet, the agent budget taken: not an error
+                    # of the machine.
                     log.debug("addresses of %s from %s: %s", plan.domain.name, source.value, err)
+                else:
+                    if source is AddressSource.AGENT:
+                        self._agent_answered(obj, uuid)
         previous = list((obj.get("status") or {}).get("addresses") or [])
         return select_addresses(nics, observed, previous, running=running)
+
+
+_TRUST_ORDER = sources_for(AddressSourcePolicy.ANY)
+
+
+def _needed(
+    source: AddressSource,
+    nics: list[NicAddressPlan],
+    observed: Mapping[AddressSource, list[InterfaceAddress]],
+) -> bool:
+    """Whether some NIC trusts `source` and no source it trusts more knows its MAC: a NIC the
+    lease already answers for never costs a question to its guest's agent."""
+    for nic in nics:
+        trusted = sources_for(nic.policy)
+        if source not in trusted:
+            continue
+        better = trusted[: trusted.index(source)]
+        mac = nic.mac.lower()
+        if not any(a.mac.lower() == mac for s in better for a in observed.get(s, ())):
+            return True
+    return False

@@ -38,6 +38,7 @@ from libvirt_provider.errors import (
 )
 from libvirt_provider.hosts.inventory import Demand, demand_of, total
 from libvirt_provider.images.importer import ImageImporter
+from libvirt_provider.machine.agent_backoff import AgentBackoff
 from libvirt_provider.machine.create import Creation
 from libvirt_provider.machine.inputs import InputReader, PowerIntent, power_intent
 from libvirt_provider.machine.power import observed_power_state
@@ -104,6 +105,7 @@ class MachineReconciler:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         zone: Callable[[], str | None] = lambda: None,
         on_allocations_change: Callable[[], None] = lambda: None,
+        agent_backoff: AgentBackoff | None = None,
     ) -> None:
         self._allocations_changed = on_allocations_change
         images = images or ImageImporter(hypervisor)
@@ -121,7 +123,9 @@ class MachineReconciler:
         )
         self._creation = Creation(hypervisor=hypervisor, events=store, images=images)
         self._updater = DomainUpdater(hypervisor=hypervisor, events=store, images=images)
-        self._power = PowerDriver(hypervisor=hypervisor, events=store, clock=clock)
+        self._power = PowerDriver(
+            hypervisor=hypervisor, events=store, clock=clock, agent_backoff=agent_backoff
+        )
         self._teardown = Teardown(
             hypervisor=hypervisor, events=store, console_log_dir=console_log_dir
         )

@@ -38,6 +38,7 @@ from libvirt_provider.driver.types import (
     VolumeInfo,
 )
 from libvirt_provider.errors import (
+    AgentUnresponsiveError,
     ForeignDomainError,
     NotFoundError,
     PermanentError,
@@ -88,6 +89,8 @@ class FakeDomain:
     addresses: list[InterfaceAddress] = field(default_factory=list)
     # What a guest agent reports while the domain runs; None: no agent channel.
     guest: GuestInfo | None = None
+    # A hostile agent: it holds its channel and never answers (each agent call times out).
+    agent_silent: bool = False
 
 
 @dataclass
@@ -106,6 +109,8 @@ class FakeHypervisor:
     # Operation name -> error raised on the next call of it (then cleared).
     failures: dict[str, ProviderError] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
+    # Domain UUID of each call its guest agent was asked to answer.
+    agent_calls: list[str] = field(default_factory=list)
     listeners: list[LifecycleListener] = field(default_factory=list)
     uploads: dict[tuple[str, str], bytes] = field(default_factory=dict)
     resized: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -282,11 +287,21 @@ class FakeHypervisor:
         dom = self._dom(uuid)
         if dom.state is DomainState.SHUTOFF:
             raise StateConflictError("domain is not running")
+        if source is AddressSource.AGENT:
+            self.agent_calls.append(uuid)
+            if dom.agent_silent:
+                raise AgentUnresponsiveError("Guest agent is not responding: timed out")
         return [replace(a, source=source) for a in dom.addresses]
 
     def guest_info(self, uuid: str) -> GuestInfo | None:
         self._enter("guest_info")
-        return self._dom(uuid).guest
+        dom = self._dom(uuid)
+        if dom.agent_silent and dom.state is not DomainState.SHUTOFF:
+            self.agent_calls.append(uuid)
+            raise AgentUnresponsiveError("Guest agent is not responding: timed out")
+        if dom.guest is not None and dom.guest.agent == "connected":
+            self.agent_calls.append(uuid)
+        return dom.guest
 
     def _volume(self, pool: str, name: str) -> VolumeInfo:
         self._pool(pool)

@@ -146,23 +146,28 @@ def namespace(api_client: client.ApiClient) -> Iterator[str]:
     name = NS_PREFIX + uuid.uuid4().hex[:8]
     core = client.CoreV1Api(api_client)
     core.create_namespace({"metadata": {"name": name}})
-    yield name
-    custom = client.CustomObjectsApi(api_client)
-    for vm in custom.list_namespaced_custom_object(VM_GROUP, V, name, "virtualmachines")["items"]:
-        delete_quietly(custom, VM_GROUP, name, "virtualmachines", vm["metadata"]["name"])
-    for lm in custom.list_namespaced_custom_object(GROUP, V, name, "libvirtmachines")["items"]:
-        delete_quietly(custom, GROUP, name, "libvirtmachines", lm["metadata"]["name"])
-    eventually(
-        lambda: (
-            not custom.list_namespaced_custom_object(GROUP, V, name, "libvirtmachines")["items"]
-            and not custom.list_namespaced_custom_object(VM_GROUP, V, name, "virtualmachines")[
-                "items"
-            ]
-        ),
-        timeout=120,
-        what=f"every machine of namespace {name} gone",
-    )
-    core.delete_namespace(name)
+    try:
+        yield name
+    finally:
+        # Also when the test failed: its guests would otherwise run on, served by later daemons.
+        custom = client.CustomObjectsApi(api_client)
+        for vm in custom.list_namespaced_custom_object(VM_GROUP, V, name, "virtualmachines")[
+            "items"
+        ]:
+            delete_quietly(custom, VM_GROUP, name, "virtualmachines", vm["metadata"]["name"])
+        for lm in custom.list_namespaced_custom_object(GROUP, V, name, "libvirtmachines")["items"]:
+            delete_quietly(custom, GROUP, name, "libvirtmachines", lm["metadata"]["name"])
+        eventually(
+            lambda: (
+                not custom.list_namespaced_custom_object(GROUP, V, name, "libvirtmachines")["items"]
+                and not custom.list_namespaced_custom_object(VM_GROUP, V, name, "virtualmachines")[
+                    "items"
+                ]
+            ),
+            timeout=120,
+            what=f"every machine of namespace {name} gone",
+        )
+        core.delete_namespace(name)
 
 
 def delete_quietly(

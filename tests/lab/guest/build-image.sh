@@ -12,7 +12,7 @@ cache=${1:?usage: build-image.sh CACHE_DIR}
 mkdir -p "$cache/debs"
 
 # Modules the guest loads (dependencies are added automatically, in order).
-WANTED_MODULES=(virtio_pci virtio_net virtio_blk virtio_scsi sr_mod iso9660 evdev button ata_piix)
+WANTED_MODULES=(virtio_pci virtio_net virtio_blk virtio_scsi virtio_console sr_mod iso9660 evdev button ata_piix)
 
 kernel_pkg() {
   apt-cache depends linux-image-cloud-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*-cloud-amd64\)$/\1/p' | head -n 1

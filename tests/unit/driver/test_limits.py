@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from libvirt_provider.driver.limits import CallLimiter, Limits
-from libvirt_provider.errors import RetryableError
+from libvirt_provider.driver.limits import AgentGate, CallLimiter, Limits
+from libvirt_provider.errors import AgentBusyError, RetryableError
 from tests.support.waiting import eventually
 
 
@@ -132,3 +132,35 @@ def test_new_limits_apply_to_waiting_calls() -> None:
     first.join(5)
     second.join(5)
     assert done.is_set()
+
+
+# -- the guest-agent gate --------------------------------------------------------------------------
+
+
+def test_agent_calls_have_a_few_slots_of_their_own_and_never_wait() -> None:
+    gate = AgentGate(slots=2)
+    with gate.call("a"), gate.call("b"):
+        with pytest.raises(AgentBusyError, match="all 2 guest-agent call slots"), gate.call("c"):
+            pass
+        assert gate.stats().in_flight == 2
+    with gate.call("c"):
+        pass
+    stats = gate.stats()
+    assert (stats.calls, stats.in_flight, stats.peak_in_flight, stats.refused) == (3, 0, 2, 1)
+
+
+def test_one_agent_call_per_machine_at_a_time() -> None:
+    gate = AgentGate(slots=4)
+    with gate.call("a"), pytest.raises(AgentBusyError, match="still in flight"), gate.call("a"):
+        pass
+    with gate.call("a"):
+        pass
+
+
+def test_a_failed_agent_call_gives_its_slot_back() -> None:
+    gate = AgentGate(slots=1)
+    with pytest.raises(RuntimeError), gate.call("a"):
+        raise RuntimeError("the agent call failed")
+    with gate.call("b"):
+        pass
+    assert gate.stats().in_flight == 0
