@@ -71,9 +71,10 @@ class LeaseElector:
     def start(self) -> None:
         self._loop.start()
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """End the campaign; a running term ends (`on_stop`) and the Lease is handed back."""
-        self._loop.stop(timeout)
+    def stop(self, timeout: float = 15.0) -> bool:
+        """End the campaign; a running term ends (`on_stop`) and the Lease is handed back. False
+        when the campaign had not ended within `timeout` (its term may still be ending)."""
+        return self._loop.stop(timeout)
 
     def alive(self) -> bool:
         return self._loop.alive()

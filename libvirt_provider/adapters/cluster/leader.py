@@ -66,9 +66,10 @@ class GenericLeader:
     def start(self) -> None:
         self._elector.start()
 
-    def stop(self) -> None:
-        """Stop the generic controller and hand the Lease back."""
-        self._elector.stop()
+    def stop(self) -> bool:
+        """Stop the generic controller and hand the Lease back; False when the term was still
+        ending when the wait gave up (its operator or placer blocked on a frozen API server)."""
+        return self._elector.stop()
 
     def problem(self) -> str | None:
         if not self._elector.alive():
@@ -104,9 +105,11 @@ class GenericLeader:
 
     def _follow(self) -> None:
         log.info("%s no longer leads: stopping the generic controller", self.identity)
-        if self._placer is not None:
-            self._placer.stop()
-            self._placer = None
+        # The operator first: its stop needs no API server, while the placer's waits for a pass
+        # that may be stuck on one (up to its requests' retries).
         if self._operator is not None:
             self._operator.stop()
             self._operator = None
+        if self._placer is not None:
+            self._placer.stop()
+            self._placer = None

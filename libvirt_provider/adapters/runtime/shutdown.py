@@ -28,13 +28,17 @@ class Shutdown:
         self._then = then
         self._deadline = deadline
         self._pending: set[str] = set()
+        # Steps that gave up waiting for their part (they returned False): it still runs.
+        self._abandoned: set[str] = set()
         self._lock = threading.Lock()
 
     def _run_step(self, name: str, step: Callable[[], object]) -> None:
         with self._lock:
             self._pending.add(name)
         try:
-            step()
+            if step() is False:
+                with self._lock:
+                    self._abandoned.add(name)
         except Exception:
             log.exception("stopping %s failed", name)
         finally:
@@ -42,7 +46,10 @@ class Shutdown:
                 self._pending.discard(name)
 
     def run(self) -> bool:
-        """True when every step finished within the deadline."""
+        """True when every step finished within the deadline, and no step left its part running
+        (a step that returns False gave up waiting for it): a part still running must not meet
+        the interpreter's finalization (kopf's cleanup, for one, then fails on executors that
+        were already shut down)."""
         done = threading.Event()
 
         def sequence() -> None:
@@ -60,7 +67,12 @@ class Shutdown:
 
         threading.Thread(target=sequence, name="shutdown", daemon=True).start()
         if done.wait(self._deadline):
-            return True
+            with self._lock:
+                abandoned = ", ".join(sorted(self._abandoned))
+            if not abandoned:
+                return True
+            log.error("stopping: %s still running; exiting without waiting for it", abandoned)
+            return False
         with self._lock:
             pending = ", ".join(sorted(self._pending)) or "the last steps"
         log.error(
