@@ -76,7 +76,10 @@ def make_root(base: Path) -> Path:
         log.info("removing the credentials of a process that is gone: %s", abandoned)
         remove_root(abandoned)
     root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX, dir=base))
-    (root / OWNER_FILE).write_text(_identity(os.getpid()))
+    # 0600 as every file under the root: nothing there is for other users to read.
+    fd = os.open(root / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as owner:
+        owner.write(_identity(os.getpid()))
     return root
 
 

@@ -53,6 +53,7 @@ def test_a_start_removes_a_dead_process_root_and_records_its_own(tmp_path: Path)
     assert mine_before.exists()  # this very process is alive
     assert (root / OWNER_FILE).read_text() == credentials._identity(os.getpid())
     assert root.stat().st_mode & 0o777 == 0o700
+    assert (root / OWNER_FILE).stat().st_mode & 0o777 == 0o600
 
 
 def test_a_reused_pid_is_not_the_process_that_wrote_the_root() -> None:
