@@ -199,6 +199,8 @@ class CrdSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     printer_columns: Sequence[PrinterColumn] = ()
     spec_required: bool = True
+    # JSON paths a client may select by with a field selector (Kubernetes 1.32+ GA).
+    selectable_fields: Sequence[str] = ()
 
 
 def build_crd(spec: CrdSpec) -> Schema:
@@ -224,6 +226,8 @@ def build_crd(spec: CrdSpec) -> Schema:
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ]
     version["schema"] = {"openAPIV3Schema": root}
+    if spec.selectable_fields:
+        version["selectableFields"] = [{"jsonPath": path} for path in spec.selectable_fields]
     if spec.status_model is not None:
         version["subresources"] = {"status": {}}
     names: Schema = {"kind": spec.kind, "listKind": f"{spec.kind}List", "plural": spec.plural}

@@ -64,6 +64,7 @@ __all__ = [
     "HEARTBEAT_SECONDS",
     "HOST_CONDITION_CONNECTED",
     "HOST_CONDITION_READY",
+    "HOST_FIELD",
     "HOST_KIND",
     "HOST_LABEL",
     "HOST_PLURAL",
@@ -85,6 +86,7 @@ __all__ = [
     "REASON_GUEST_AGENT_UNRESPONSIVE",
     "REASON_GUEST_NOT_COMPLYING",
     "REASON_HOST_CHANGED",
+    "REASON_HOST_LABEL_RESTORED",
     "REASON_HOST_NOT_READY",
     "REASON_HOST_READY",
     "REASON_IMAGE_IMPORT_FAILED",
@@ -169,8 +171,10 @@ AGENT_BACKOFF_MAX_SECONDS: Final = 300.0
 # How long opening a connection may take (a host that drops packets would otherwise take minutes).
 CONNECT_TIMEOUT_SECONDS: Final = 15.0
 
-# Machines are sharded by host: each daemon watches only the machines labelled with its host.
+# The host a machine is bound to, for people and label selectors; it follows spec.host. Daemons
+# select their machines by HOST_FIELD (immutable once set), never by this label anyone can edit.
 HOST_LABEL: Final = f"{GROUP}/host"
+HOST_FIELD: Final = "spec.host"
 
 # The contract's marker on provider CRDs: the generic controller finds provider kinds through it.
 VM_API_CRD_LABEL: Final = "vm-api.io/v1alpha1"
@@ -224,6 +228,8 @@ REASON_GUEST_AGENT_RESPONDING: Final = "GuestAgentResponding"
 REASON_IMPORTING_IMAGE: Final = "ImportingImage"
 REASON_IMAGE_IMPORT_FAILED: Final = "ImageImportFailed"
 REASON_HOST_CHANGED: Final = "HostChanged"
+# The host label named another host than spec.host and was set back to spec.host.
+REASON_HOST_LABEL_RESTORED: Final = "HostLabelRestored"
 # The machine's host stopped renewing its heartbeat: its state is unknown, and it is not moved.
 REASON_HOST_NOT_READY: Final = "HostNotReady"
 # The machine's host is served, but its daemon cannot reach the host's libvirtd (a remote host's

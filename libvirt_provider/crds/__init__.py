@@ -39,6 +39,8 @@ LIBVIRT_MACHINE = CrdSpec(
     spec_model=LibvirtMachineSpec,
     status_model=LibvirtMachineStatus,
     short_names=c.MACHINE_SHORT_NAMES,
+    # Each host's daemon selects its machines by spec.host (immutable), not by the label.
+    selectable_fields=(".spec.host",),
     categories=(CATEGORY, "libvirt"),
     labels={c.VM_API_CRD_LABEL: c.VM_API_CRD_LABEL_VALUE},
     printer_columns=(

@@ -21,22 +21,28 @@ from generic.api import VirtualMachineSpec
 from generic.constants import LINK_ANNOTATION
 from generic.formats import validation_details
 from libvirt_provider.api import LibvirtMachine, SpreadBy
-from libvirt_provider.constants import HOST_LABEL, REASON_INVALID_SPEC
+from libvirt_provider.constants import (
+    HOST_LABEL,
+    REASON_HOST_LABEL_RESTORED,
+    REASON_INVALID_SPEC,
+)
 from libvirt_provider.hosts.fit import ResolverFit
 from libvirt_provider.hosts.inventory import Demand
 from libvirt_provider.hosts.placement import HostView, Request
-from libvirt_provider.hosts.report import Report
+from libvirt_provider.hosts.report import Event, Report
 
 __all__ = [
     "Asked",
+    "HostRecord",
     "Wake",
     "after_conflict",
     "ask",
     "binding",
     "demand_on",
     "host_of",
+    "host_record",
+    "host_record_event",
     "key_of",
-    "label_to_add",
     "linked_vm_key",
     "machine_event_wakes",
     "per_host_pools",
@@ -100,21 +106,51 @@ def unplaced(obj: Obj) -> bool:
 
 
 def host_of(obj: Obj) -> str | None:
-    """The machine's host: spec.host, or (pinned by label, spec.host not yet recorded by its
-    daemon) the label."""
+    """The machine's host: spec.host, or (pinned by label, spec.host not yet recorded by the
+    placer) the label. Never the label when spec.host is set: a relabel moves nothing."""
     meta = obj.get("metadata") or {}
     host = (obj.get("spec") or {}).get("host") or (meta.get("labels") or {}).get(HOST_LABEL)
     return str(host) if host else None
 
 
-def label_to_add(obj: Obj) -> str | None:
-    """The host label a machine pinned by `spec.host` alone lacks (the label follows spec.host);
-    None when there is nothing to add."""
+@dataclass(frozen=True)
+class HostRecord:
+    """What makes a machine's spec.host and host label agree: `host` written into the label, and
+    into spec.host too when `record` (a pin by label alone: each daemon selects its machines by
+    spec.host, so the machine is built only once spec.host names it); `replaced` the other host
+    the label named, which it no longer does (None when the label was missing)."""
+
+    host: str
+    record: bool = False
+    replaced: str | None = None
+
+
+def host_record(obj: Obj) -> HostRecord | None:
+    """The write that makes the label follow spec.host (spec.host wins: it is immutable once set,
+    the label anyone may edit), or spec.host follow a pin by label; None when they agree."""
     meta = obj.get("metadata") or {}
     spec_host = (obj.get("spec") or {}).get("host")
-    if not spec_host or (meta.get("labels") or {}).get(HOST_LABEL):
+    label = (meta.get("labels") or {}).get(HOST_LABEL)
+    if spec_host:
+        if label == spec_host:
+            return None
+        return HostRecord(str(spec_host), replaced=str(label) if label else None)
+    if label:
+        return HostRecord(str(label), record=True)
+    return None
+
+
+def host_record_event(record: HostRecord) -> Event | None:
+    """The Warning a restored label gets, so `kubectl describe` says why it changed back."""
+    if record.replaced is None:
         return None
-    return str(spec_host)
+    return Event(
+        REASON_HOST_LABEL_RESTORED,
+        f"the label {HOST_LABEL} named host {record.replaced!r}, but this machine is bound to "
+        f"host {record.host!r} (spec.host, which cannot change); the label was set back to "
+        f"{record.host!r}: a machine never moves, and it stays served and deleted there",
+        warning=True,
+    )
 
 
 def linked_vm_key(obj: Obj) -> str | None:

@@ -19,9 +19,10 @@ from libvirt_provider.hosts.assumed import Assumed
 from libvirt_provider.hosts.heartbeat import host_not_ready
 from libvirt_provider.hosts.inventory import Demand
 from libvirt_provider.hosts.machines import (
+    HostRecord,
     host_of,
+    host_record,
     key_of,
-    label_to_add,
     spread_group,
     unplaced,
 )
@@ -35,12 +36,11 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Fix:
-    """A machine with a host that the placer writes to: the host label a machine pinned by
-    spec.host alone lacks, and what to say when its host stopped its heartbeat (or has no
-    LibvirtHost)."""
+    """A machine with a host that the placer writes to: what makes its spec.host and label agree
+    (`record`), and what to say when its host stopped its heartbeat (or has no LibvirtHost)."""
 
     obj: Obj
-    label: str | None
+    record: HostRecord | None
     stranded: Report | None
 
 
@@ -77,7 +77,7 @@ def survey(
             continue
         key = key_of(obj)
         assumed.forget(key)
-        label = label_to_add(obj)
+        record = host_record(obj)
         report = host_not_ready(
             host,
             by_name.get(host),
@@ -87,8 +87,8 @@ def survey(
             answered=answered,
             conditions=(obj.get("status") or {}).get("conditions"),
         )
-        if label is not None or report is not None:
-            fixes.append(Fix(obj, label, report))
+        if record is not None or report is not None:
+            fixes.append(Fix(obj, record, report))
         if not waiting:
             continue
         status = obj.get("status") or {}

@@ -181,8 +181,10 @@ class MachineReconciler:
             self._record_demand(f"{key.namespace}/{key.name}", None)
             return DONE
         meta = obj.get("metadata") or {}
-        if (meta.get("labels") or {}).get(c.HOST_LABEL) != self._host:
-            return DONE  # another host's machine: its own daemon reconciles it
+        if (obj.get("spec") or {}).get("host") != self._host:
+            # Another host's machine, or one not bound yet (placement records spec.host, also
+            # for a pin by label): the label does not decide, since anyone may edit it.
+            return DONE
         elsewhere = created_on(obj.get("status"))
         if elsewhere is not None and elsewhere != self._host:
             return self._moved(obj, self._inputs.domain_name(obj), elsewhere)
@@ -199,10 +201,7 @@ class MachineReconciler:
             self._store.event(obj, reason=c.REASON_INVALID_SPEC, message=message, warning=True)
             return DONE
         if c.FINALIZER not in (meta.get("finalizers") or []):
-            # A machine pinned by its label alone gets its host recorded in the same write:
-            # spec.host is where the host lives (and cannot change once set).
-            pin = self._host if machine.spec.host is None else None
-            self._set_finalizers(obj, [*(meta.get("finalizers") or []), c.FINALIZER], host=pin)
+            self._set_finalizers(obj, [*(meta.get("finalizers") or []), c.FINALIZER])
             return AGAIN
         domain_name = self._inputs.domain_name(obj)
         vm: Obj | None = None
@@ -316,17 +315,17 @@ class MachineReconciler:
         return report, DONE
 
     def _moved(self, obj: Obj, domain_name: str, host: str) -> Outcome:
-        """The machine's domain was created on `host`, but its host label now names this one.
+        """The machine's domain was created on `host`, but its spec.host names this one.
 
-        The label shards machines between daemons and cannot carry a validation rule, so a
-        relabelled machine is refused here: building it again on this host would run a second
-        domain with the same UUID and MACs, and deleting it here would leave the first behind.
+        spec.host is immutable once set, so only a machine bound before its spec.host was
+        recorded (its label moved meanwhile) gets here: building it again on this host would run
+        a second domain with the same UUID and MACs, and deleting it here would leave the first
+        behind, so it is refused.
         """
         message = (
-            f"this machine's domain runs on host {host!r}, but its label "
-            f"{c.HOST_LABEL} now names {self._host!r}; a machine never moves: set the label back "
-            f"to {host!r} (to delete a machine whose host is gone, remove its domain there and "
-            "then the finalizer)"
+            f"this machine's domain runs on host {host!r}, but its spec.host names "
+            f"{self._host!r}; a machine never moves (to delete it, remove its domain on "
+            f"{host!r}, then the finalizer)"
         )
         report = self._failed(obj, None, c.REASON_HOST_CHANGED, message)
         status = obj.get("status") or {}

@@ -39,7 +39,7 @@ def make_store(**vm_spec: Any) -> MemoryStore:
             "annotations": {"vm-api.io/virtual-machine": "web"},
             "finalizers": [FINALIZER],
         },
-        "spec": {},
+        "spec": {"host": HOST.hostname},
     }
     spec: Obj = {
         "infrastructureRef": ref("LibvirtMachine", "web"),

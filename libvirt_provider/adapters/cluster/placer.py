@@ -181,8 +181,8 @@ class Placer:
             wall=dt.datetime.now(dt.UTC),
         )
         for fix in found.fixes:
-            if fix.label is not None:
-                self._keep_label(fix.obj, fix.label)
+            if fix.record is not None:
+                self._keep_host(fix.obj, fix.record)
             if fix.stranded is not None:  # said so, never moved
                 self._say(fix.obj, vmapi.STATUS_UNKNOWN, fix.stranded)
         waiting = False
@@ -353,9 +353,28 @@ class Placer:
         if not once or self._reported.is_news(machines.key_of(obj), report.message):
             self._store.event(obj, reason=report.reason, message=report.message, warning=True)
 
-    def _keep_label(self, obj: Obj, host: str) -> None:
-        """The host label follows spec.host (a user may pin with spec.host alone)."""
+    def _keep_host(self, obj: Obj, record: machines.HostRecord) -> None:
+        """The label follows spec.host; a pin by label alone gets its spec.host recorded (in one
+        write conditioned on the copy's resourceVersion, so a label changed meanwhile is read
+        again on the next pass rather than recorded)."""
+        meta = obj["metadata"]
+        body: Obj = (
+            machines.binding(record.host, str(meta.get("resourceVersion")))
+            if record.record
+            else {"metadata": {"labels": {c.HOST_LABEL: record.host}}}
+        )
         try:
-            self._patch_machine(obj["metadata"], {"metadata": {"labels": {c.HOST_LABEL: host}}})
+            self._patch_machine(meta, body)
         except API_ERRORS as err:
-            log.info("labelling %s with its host failed: %s", machines.key_of(obj), err)
+            log.info("recording the host of %s failed: %s", machines.key_of(obj), err)
+            return
+        if record.record:
+            log.info(
+                "recorded host %s of %s, pinned by its label", record.host, machines.key_of(obj)
+            )
+        event = machines.host_record_event(record)
+        if event is not None:
+            log.info("restored the host label of %s to %s", machines.key_of(obj), record.host)
+            self._store.event(
+                obj, reason=event.reason, message=event.message, warning=event.warning
+            )

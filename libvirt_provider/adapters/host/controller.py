@@ -2,8 +2,8 @@
 
 What wakes a machine's reconcile, so changes arrive promptly rather than by polling:
 
-- a watch event of a LibvirtMachine on this host (server-side label selector on the host label,
-  so each daemon sees only its own machines);
+- a watch event of a LibvirtMachine on this host (server-side field selector on spec.host, so
+  each daemon sees only its own machines, whatever their labels say);
 - a watch event of a VirtualMachine whose `spec.infrastructureRef` names a LibvirtMachine (the
   generic VM carries the portable intent: power, size, image);
 - a change of any catalog object (images, classes, networks, storage classes), from the catalog
@@ -60,12 +60,12 @@ def configure_settings(settings: kopf.OperatorSettings, *, host: str) -> None:
     """kopf settings of the provider's operator: the generic controller's, under its own names,
     and this host's machines selected by the API server.
 
-    Server-side, not by the handler's label filter: the daemon then streams only its own host's
-    machines, and a machine relabelled to another host arrives as DELETED (and as ADDED when the
-    label comes back), so nothing remembered about it outlives the move.
+    Server-side, by a field selector on spec.host (a selectable field of the CRD): the daemon
+    streams only its own host's machines, and since spec.host is immutable once set, no edit of
+    the host label can hide one of them from it (a machine appears when its spec.host is set).
     """
     configure_generic_settings(settings, prefix=KOPF_PREFIX)
-    settings.watching.label_selectors[GROUP, c.MACHINE_PLURAL] = f"{c.HOST_LABEL}={host}"
+    settings.watching.field_selectors[GROUP, c.MACHINE_PLURAL] = f"{c.HOST_FIELD}={host}"
 
 
 class MachineController:
@@ -242,7 +242,6 @@ def _watch_machines(
         GROUP,
         VERSION,
         c.MACHINE_PLURAL,
-        labels={c.HOST_LABEL: host},
         registry=registry,
         id="libvirt-machine",
     )

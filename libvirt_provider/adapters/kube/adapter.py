@@ -159,7 +159,7 @@ class KubeAdapter:
                     c.GROUP,
                     c.VERSION,
                     c.MACHINE_PLURAL,
-                    label_selector=f"{c.HOST_LABEL}={self._host}",
+                    field_selector=f"{c.HOST_FIELD}={self._host}",
                     limit=1,
                     _request_timeout=(3.0, 3.0),
                 )

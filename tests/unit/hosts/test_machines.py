@@ -9,14 +9,16 @@ from libvirt_provider.api import SpreadBy
 from libvirt_provider.hosts.inventory import Demand
 from libvirt_provider.hosts.machines import (
     Asked,
+    HostRecord,
     Wake,
     after_conflict,
     ask,
     binding,
     demand_on,
     host_of,
+    host_record,
+    host_record_event,
     key_of,
-    label_to_add,
     linked_vm_key,
     machine_event_wakes,
     per_host_pools,
@@ -74,10 +76,25 @@ class TestReading:
         assert host_of(lvm({"host": "kvm-a"}, labels={LABEL: "kvm-b"})) == "kvm-a"
 
     def test_the_label_follows_a_spec_host_that_lacks_it(self) -> None:
-        assert label_to_add(lvm({"host": "kvm-a"})) == "kvm-a"
-        assert label_to_add(lvm({"host": "kvm-a"}, labels={LABEL: "kvm-a"})) is None
-        assert label_to_add(lvm(labels={LABEL: "kvm-a"})) is None
-        assert label_to_add(lvm()) is None
+        assert host_record(lvm({"host": "kvm-a"})) == HostRecord("kvm-a")
+        assert host_record(lvm({"host": "kvm-a"}, labels={LABEL: "kvm-a"})) is None
+        assert host_record(lvm()) is None
+
+    def test_a_relabel_is_undone_spec_host_wins(self) -> None:
+        record = host_record(lvm({"host": "kvm-a"}, labels={LABEL: "kvm-b"}))
+        assert record == HostRecord("kvm-a", replaced="kvm-b")
+        event = host_record_event(record)
+        assert event is not None
+        assert event.warning
+        assert event.reason == "HostLabelRestored"
+        assert "'kvm-b'" in event.message
+        assert "'kvm-a'" in event.message
+
+    def test_a_pin_by_label_alone_gets_spec_host_recorded(self) -> None:
+        record = host_record(lvm(labels={LABEL: "kvm-b"}))
+        assert record == HostRecord("kvm-b", record=True)
+        assert host_record_event(record) is None
+        assert host_record_event(HostRecord("kvm-a")) is None
 
     def test_the_linked_vm(self) -> None:
         linked = lvm(annotations={"vm-api.io/virtual-machine": "web"})

@@ -8,6 +8,7 @@ from typing import Any
 
 from libvirt_provider.hosts.assumed import ASSUMED_SECONDS, Assumed, Demands
 from libvirt_provider.hosts.inventory import Demand
+from libvirt_provider.hosts.machines import HostRecord
 from libvirt_provider.hosts.placement import HostView, Ledger
 from libvirt_provider.hosts.report import Report
 from libvirt_provider.hosts.survey import Fix, Survey, survey
@@ -173,7 +174,20 @@ class TestSurvey:
     def test_a_machine_pinned_by_spec_host_alone_gets_its_label(self) -> None:
         pinned = lvm("pinned", spec={"host": "kvm-b"})
         found = run([pinned, lvm("a", "kvm-a")])
-        assert found.fixes == (Fix(pinned, "kvm-b", None),)
+        assert found.fixes == (Fix(pinned, HostRecord("kvm-b"), None),)
+
+    def test_a_relabelled_machine_stays_counted_on_spec_host_and_its_label_is_restored(
+        self,
+    ) -> None:
+        moved = lvm("moved", "kvm-a", labels={LABEL: "kvm-b"})
+        found = run([moved, lvm("new")])
+        assert found.fixes == (Fix(moved, HostRecord("kvm-a", replaced="kvm-b"), None),)
+        assert found.ledger.host_of("ns/moved") == "kvm-a"
+
+    def test_a_pin_by_label_alone_gets_spec_host_recorded(self) -> None:
+        pinned = lvm("pinned", labels={LABEL: "kvm-b"})
+        found = run([pinned])
+        assert found.fixes == (Fix(pinned, HostRecord("kvm-b", record=True), None),)
 
     def test_machines_of_a_lost_host_are_reported_once_answered_for_a_grace(self) -> None:
         on_lost = lvm("a", "kvm-lost")
@@ -183,7 +197,7 @@ class TestSurvey:
         assert len(found.fixes) == 1
         fix = found.fixes[0]
         assert fix.obj is on_lost
-        assert fix.label is None
+        assert fix.record is None
         assert isinstance(fix.stranded, Report)
         assert fix.stranded.reason == "HostNotReady"
 

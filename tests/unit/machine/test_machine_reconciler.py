@@ -178,7 +178,27 @@ def test_the_same_problem_is_not_announced_twice() -> None:
 
 def test_another_hosts_machine_is_left_to_its_daemon() -> None:
     store, hv = make_store(), make_hypervisor()
+    store.machines["web"]["spec"]["host"] = "elsewhere"
+    assert make_reconciler(store, hv).reconcile(KEY) == Outcome()
+    assert hv.calls == []
+
+
+def test_the_label_does_not_decide_which_daemon_serves_a_machine() -> None:
+    # Relabelled away: still served here. Labelled here but bound elsewhere: left alone.
+    store, hv = make_store(), make_hypervisor()
     store.machines["web"]["metadata"]["labels"][HOST_LABEL] = "elsewhere"
+    make_reconciler(store, hv).reconcile(KEY)
+    assert "define" in hv.calls
+    store, hv = make_store(), make_hypervisor()
+    store.machines["web"]["spec"]["host"] = "elsewhere"
+    assert make_reconciler(store, hv).reconcile(KEY) == Outcome()
+    assert hv.calls == []
+
+
+def test_a_machine_without_spec_host_is_not_built_by_its_label() -> None:
+    # A pin by label alone waits for placement to record spec.host.
+    store, hv = make_store(), make_hypervisor()
+    del store.machines["web"]["spec"]["host"]
     assert make_reconciler(store, hv).reconcile(KEY) == Outcome()
     assert hv.calls == []
 
