@@ -30,6 +30,7 @@ def pair(ns: str, name: str, *, vm_spec: dict[str, Any] | None = None) -> list[d
     vm["spec"].update(vm_spec or {})
     lm["metadata"]["annotations"]["vm-api.io/virtual-machine"] = name
     lm["metadata"].setdefault("labels", {})["infrastructure.vm-api.io/host"] = HOST
+    lm["spec"]["host"] = HOST
     return docs
 
 
@@ -46,6 +47,7 @@ def unplaced(
     spec = {"powerState": "PoweredOn" if running else "PoweredOff", **(vm_spec or {})}
     vm, lm = pair(ns, name, vm_spec=spec)
     lm["metadata"].get("labels", {}).pop(HOST_LABEL, None)
+    lm["spec"].pop("host", None)
     lm["spec"].update(lm_spec or {})
     return [vm, lm]
 

@@ -241,6 +241,7 @@ def pair_docs(ns: str, index: int, hosts: int, host_prefix: str) -> list[dict[st
         f"{POOL_PREFIX}{index // hosts // MACHINES_PER_POOL}"
     )
     docs[1]["metadata"].setdefault("labels", {})[HOST_LABEL] = f"{host_prefix}{index % hosts}"
+    docs[1]["spec"]["host"] = f"{host_prefix}{index % hosts}"
     return docs
 
 

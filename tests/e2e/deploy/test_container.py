@@ -186,6 +186,7 @@ def test_the_image_runs_a_machine_and_stops_cleanly_as_the_daemonset_runs_it(
 
     docs = pair(ns, "boxed")
     docs[1]["metadata"].setdefault("labels", {})["infrastructure.vm-api.io/host"] = HOST
+    docs[1]["spec"]["host"] = HOST
     create(api_client, docs)
     domain = domain_of(api_client, ns, "boxed")
     wait_ready(api_client, ns, "boxed", what="the VM Ready through the container")

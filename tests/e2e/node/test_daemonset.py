@@ -27,6 +27,7 @@ ROLLED_IMAGE = "docker.io/vm-api/libvirt-provider:0.1.0-rollout"
 def _pair_on(node: str, ns: str, name: str) -> list[dict[str, object]]:
     docs = pair(ns, name)
     docs[1]["metadata"].setdefault("labels", {})["infrastructure.vm-api.io/host"] = node
+    docs[1]["spec"]["host"] = node
     return docs
 
 

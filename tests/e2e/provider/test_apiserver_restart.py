@@ -53,6 +53,7 @@ AFTER_RESTART = 45.0
 def _pair(ns: str, name: str, *, image: str | None = None) -> list[dict[str, Any]]:
     docs = pair(ns, name)
     docs[1]["metadata"]["labels"][HOST_LABEL] = f"{HOST_PREFIX}0"
+    docs[1]["spec"]["host"] = f"{HOST_PREFIX}0"
     if image is not None:
         docs[0]["spec"]["bootDisk"]["source"]["image"]["name"] = image
     return docs

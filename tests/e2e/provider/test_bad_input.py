@@ -3,8 +3,8 @@
 - Quantities that once froze or wedged the daemon are refused by the API server itself.
 - Deleting a machine whose image and cloud-init Secret went first (a namespace being deleted)
   keeps the disk marked `deleteOnTermination: false` and removes the rest.
-- Relabelling a running machine to another host is reported there and duplicates nothing; the
-  machine's own host takes it back when the label returns.
+- Relabelling a running machine to another host changes nothing: its daemon selects it by
+  spec.host, the label is set back (`HostLabelRestored`), and deleting it finishes on its host.
 """
 
 from __future__ import annotations
@@ -21,7 +21,17 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.support.daemons import health_base, start_daemon
 from tests.support.factories import HOST, pair
-from tests.support.kube import GROUP, VM_GROUP, V, condition, create, domain_of, get, wait_ready
+from tests.support.kube import (
+    GROUP,
+    VM_GROUP,
+    V,
+    condition,
+    create,
+    delete_vm_and_wait,
+    domain_of,
+    get,
+    wait_ready,
+)
 from tests.support.lab_access import LabInfo
 from tests.support.virt import machine_volumes
 from tests.support.waiting import eventually
@@ -146,7 +156,17 @@ def _relabel(api_client: client.ApiClient, ns: str, name: str, host: str) -> Non
     )
 
 
-def test_a_relabelled_machine_is_reported_by_the_other_host_and_never_duplicated(
+def _label(api_client: client.ApiClient, ns: str, name: str) -> str | None:
+    labels = ((get(api_client, ns, name, vm=False) or {}).get("metadata") or {}).get("labels")
+    return (labels or {}).get("infrastructure.vm-api.io/host")
+
+
+def _reasons(api_client: client.ApiClient, ns: str, name: str) -> list[str]:
+    events = client.CoreV1Api(api_client).list_namespaced_event(ns).items
+    return [e.reason for e in events if e.involved_object.name == name]
+
+
+def test_a_relabelled_machine_stays_served_by_its_host_and_its_deletion_finishes(
     api_client: client.ApiClient, virt: libvirt.virConnect, lab: LabInfo, ns: str
 ) -> None:
     other, log = start_daemon(lab, host=OTHER_HOST, log_name="e2e-other-host.log", generic=False)
@@ -156,39 +176,39 @@ def test_a_relabelled_machine_is_reported_by_the_other_host_and_never_duplicated
         wait_ready(api_client, ns, "anchored", what="the VM Ready on its host")
         domain = virt.lookupByName(domain_of(api_client, ns, "anchored"))
         domain_id = domain.ID()
+        uid = (get(api_client, ns, "anchored", vm=False) or {})["metadata"]["uid"]
 
         _relabel(api_client, ns, "anchored", OTHER_HOST)
-        moved = eventually(
-            lambda: (
-                (
-                    found := condition(
-                        get(api_client, ns, "anchored", vm=False), "InfrastructureReady"
-                    )
-                )
-                and found.get("reason") == "HostChanged"
-                and found
-            ),
-            timeout=60,
-            what="HostChanged reported by the other host's daemon",
-        )
-        assert OTHER_HOST in moved["message"]
-        # Nothing was built or restarted for it: one domain with the machine's UUID, same run.
-        uid = (get(api_client, ns, "anchored", vm=False) or {})["metadata"]["uid"]
-        assert [d.UUIDString() for d in virt.listAllDomains()].count(uid) == 1
-        assert virt.lookupByUUIDString(uid).ID() == domain_id
-
-        _relabel(api_client, ns, "anchored", HOST)
+        # spec.host decides: the label is set back to it, with a Warning saying why.
         eventually(
             lambda: (
-                condition(get(api_client, ns, "anchored", vm=False), "InfrastructureReady").get(
-                    "reason"
-                )
-                == "Running"
+                "HostLabelRestored" in _reasons(api_client, ns, "anchored")
+                and _label(api_client, ns, "anchored") == HOST
             ),
-            timeout=120,
-            what="the machine Running again once its label names its host",
+            timeout=60,
+            what="the host label restored to spec.host, with a HostLabelRestored Event",
         )
+        # Still served by its host: status kept, the same domain run, nothing built twice.
+        assert (
+            condition(get(api_client, ns, "anchored", vm=False), "InfrastructureReady").get(
+                "reason"
+            )
+            == "Running"
+        )
+        assert [d.UUIDString() for d in virt.listAllDomains()].count(uid) == 1
         assert virt.lookupByUUIDString(uid).ID() == domain_id
+        assert OTHER_HOST not in str(
+            (get(api_client, ns, "anchored", vm=False) or {}).get("status")
+        )
+
+        # Relabelled again and deleted straight away: the deletion finishes on its own host.
+        _relabel(api_client, ns, "anchored", OTHER_HOST)
+        delete_vm_and_wait(api_client, ns, "anchored", what="the relabelled pair deleted")
+        eventually(
+            lambda: uid not in [d.UUIDString() for d in virt.listAllDomains()],
+            timeout=30,
+            what="the domain gone from its host",
+        )
     finally:
         other.terminate()
         assert other.wait(timeout=60) == 0, f"see {log}"

@@ -41,6 +41,7 @@ def stop_ns(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name}})
     docs = pair(name, "steady")
     docs[1]["metadata"].setdefault("labels", {})["infrastructure.vm-api.io/host"] = STOP_HOST
+    docs[1]["spec"]["host"] = STOP_HOST
     create(api_client, docs)
     yield name
     # One more daemon takes the machine away (finalizers), then goes.

@@ -80,6 +80,7 @@ def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
         bootstrap = {"cloudInit": {"userData": {"name": "ci", "key": "user-data"}}}
         docs = pair(ns, "least", vm_spec={"bootstrap": bootstrap})
         docs[1]["metadata"].setdefault("labels", {})["infrastructure.vm-api.io/host"] = HOST
+        docs[1]["spec"]["host"] = HOST
         create(api_client, docs)
         domain = domain_of(api_client, ns, "least")
         refused = eventually(

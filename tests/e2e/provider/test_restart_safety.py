@@ -77,6 +77,7 @@ def ns(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
 def _pair_on_host(ns: str, name: str) -> list[dict[str, Any]]:
     docs = pair(ns, name)
     docs[1]["metadata"].setdefault("labels", {})["infrastructure.vm-api.io/host"] = HOST
+    docs[1]["spec"]["host"] = HOST
     return docs
 
 
