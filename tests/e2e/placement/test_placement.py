@@ -19,7 +19,17 @@ from libvirt_provider.naming import domain_name
 from tests.support.daemons import Fleet
 from tests.support.factories import pair, unplaced
 from tests.support.hosts import host_object, patch_host, placed_on
-from tests.support.kube import GROUP, V, condition, create, create_all, get, wait_ready, wait_reason
+from tests.support.kube import (
+    GROUP,
+    V,
+    condition,
+    create,
+    create_all,
+    delete_vm_and_wait,
+    get,
+    wait_ready,
+    wait_reason,
+)
 from tests.support.lab_access import LabInfo
 from tests.support.virt import connections, hosts_defining
 from tests.support.waiting import eventually
@@ -451,6 +461,7 @@ def test_the_label_alone_still_pins_and_spec_host_is_recorded(
     target = lab.hosts[0].name
     vm, lm = pair(ns, "labelled", vm_spec={"powerState": "PoweredOff"})
     lm["metadata"]["labels"][c.HOST_LABEL] = target
+    lm["spec"].pop("host", None)
     create(api_client, [vm, lm])
     eventually(
         lambda: (
@@ -460,3 +471,58 @@ def test_the_label_alone_still_pins_and_spec_host_is_recorded(
         timeout=60,
         what="spec.host recorded from the label",
     )
+
+
+def test_a_relabel_moves_nothing_and_deleting_finishes_on_the_machines_host(
+    fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str
+) -> None:
+    create(api_client, unplaced(ns, "anchored", running=True))
+    home = placed_on(api_client, ns, "anchored")
+    wait_ready(api_client, ns, "anchored", what="the placed machine Ready")
+    other = next(h.name for h in lab.hosts if h.name != home)
+    custom = client.CustomObjectsApi(api_client)
+
+    def relabel() -> None:
+        custom.patch_namespaced_custom_object(
+            GROUP,
+            V,
+            ns,
+            "libvirtmachines",
+            "anchored",
+            {"metadata": {"labels": {c.HOST_LABEL: other}}},
+        )
+
+    def label() -> str | None:
+        obj = get(api_client, ns, "anchored", vm=False) or {}
+        return (obj["metadata"].get("labels") or {}).get(c.HOST_LABEL)
+
+    def counted(host: str) -> int:
+        status = (host_object(api_client, host) or {}).get("status") or {}
+        return int((status.get("allocated") or {}).get("machines") or 0)
+
+    relabel()
+    eventually(
+        lambda: (
+            label() == home
+            and any(r == "HostLabelRestored" for _, r, _ in events_of(api_client, ns, "anchored"))
+        ),
+        timeout=60,
+        what="the label set back to spec.host with a HostLabelRestored Event",
+    )
+    assert (
+        condition(get(api_client, ns, "anchored", vm=False), "InfrastructureReady")["reason"]
+        == "Running"
+    )
+    # Still counted on its own host (other tests' namespaces may still be going away meanwhile).
+    assert counted(home) >= 1
+
+    with connections(lab) as conns:
+        domain = uid_domain(api_client, ns, "anchored")
+        assert hosts_defining(conns, domain) == [home]
+        relabel()
+        delete_vm_and_wait(api_client, ns, "anchored", what="the relabelled pair deleted")
+        eventually(
+            lambda: hosts_defining(conns, domain) == [],
+            timeout=30,
+            what="the domain gone from its host",
+        )
