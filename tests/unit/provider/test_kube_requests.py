@@ -14,11 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 from kubernetes import client
 
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.host.agent import HostAgent
+from libvirt_provider.adapters.host.controller import configure_settings
 from libvirt_provider.adapters.host.credentials import HostCredentials
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.driver.endpoint import ConnectionProblemError
@@ -212,3 +214,23 @@ def test_the_libvirthost_is_created_and_one_created_meanwhile_is_no_error(
     with pytest.raises(Exception) as failed:  # noqa: PT011 (the client's own, logged by _run)
         creating._create()
     assert getattr(failed.value, "status", None) == 500
+
+
+# -- which machines a daemon reads ---------------------------------------------------------------
+
+
+def test_a_daemon_reads_its_machines_by_spec_host_never_by_the_label(
+    server: StubApiServer,
+) -> None:
+    assert KubeAdapter(server.api_client(), host="h1").access_problem() is None
+    [listing] = server.requests
+    assert "fieldSelector=spec.host%3Dh1" in listing.query
+    assert "labelSelector" not in listing.query
+
+
+def test_the_machine_watch_selects_by_spec_host() -> None:
+    settings = kopf.OperatorSettings()
+    configure_settings(settings, host="h1")
+    machines = kopf.Resource(c.GROUP, c.VERSION, c.MACHINE_PLURAL)
+    assert settings.watching.field_selectors.collect(machines) == ["spec.host=h1"]
+    assert settings.watching.label_selectors.collect(machines) == []
