@@ -8,6 +8,7 @@ accounts for), and what a binding refused for a stale resourceVersion means.
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 from catalog.lookup import Catalog
 from generic.api import VirtualMachineSpec
 from generic.constants import LINK_ANNOTATION
-from generic.formats import validation_details
+from generic.formats import parse_time, validation_details
 from libvirt_provider.api import LibvirtMachine, SpreadBy
 from libvirt_provider.constants import HOST_LABEL, REASON_INVALID_SPEC
 from libvirt_provider.hosts.fit import ResolverFit
@@ -39,6 +40,7 @@ __all__ = [
     "label_to_add",
     "linked_vm_key",
     "machine_event_wakes",
+    "older_than",
     "per_host_pools",
     "spread_group",
     "unplaced",
@@ -115,6 +117,13 @@ def label_to_add(obj: Obj) -> str | None:
     if not spec_host or (meta.get("labels") or {}).get(HOST_LABEL):
         return None
     return str(spec_host)
+
+
+def older_than(obj: Obj, seconds: float, *, now: dt.datetime) -> bool:
+    """True when the object was created at least `seconds` before `now` (or its creation time is
+    unknown)."""
+    created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+    return created is None or (now - created).total_seconds() >= seconds
 
 
 def linked_vm_key(obj: Obj) -> str | None:
