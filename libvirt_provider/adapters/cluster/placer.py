@@ -211,20 +211,24 @@ class Placer:
             if key in self._assumed:
                 continue
             vm = self._linked_vm(obj)
+            # Not the machine's resourceVersion: its own status (the report) changes that.
             judged = (
                 capacity,
-                obj["metadata"].get("resourceVersion"),
+                obj["metadata"].get("generation"),
+                machines.linked_vm_key(obj),
                 (vm or {}).get("metadata", {}).get("resourceVersion"),
             )
             if self._waiting_for.unchanged(key, judged):
                 waiting = True
                 continue
-            if self._place(obj, views, found.ledger, catalog, pools):
+            placed = self._place(obj, views, found.ledger, catalog, pools)
+            if placed:
                 self._waiting_for.forget(key)
                 decided += 1
-            else:
+                continue
+            if placed is not None:
                 self._waiting_for.remember(key, judged)
-                waiting = True
+            waiting = True
         if decided:
             log.debug(
                 "placement pass: %d of %d unplaced machines decided in %.0f ms",
@@ -282,17 +286,19 @@ class Placer:
         ledger: Ledger,
         catalog: Any,
         per_host_pools: frozenset[str],
-    ) -> bool:
-        """True when the machine was bound (or needs nothing from placement)."""
+    ) -> bool | None:
+        """True when the machine was bound (or needs nothing from placement), None when it is to
+        be looked at again on the next pass whatever changes."""
         vm = self._linked_vm(obj)
         link = check_link(obj, vm)
         if not link.linked:
             # The generic controller links a machine it creates within moments (the VM's arrival
             # wakes us); one that stays one-sided is said so, as its daemon did before placement.
             wall = dt.datetime.now(dt.UTC)
-            if link.reason and machines.older_than(obj, LINK_GRACE_SECONDS, now=wall):
-                said = Report(link.reason, link.message or "")
-                self._say(obj, vmapi.STATUS_FALSE, said, once=True)
+            if not machines.older_than(obj, LINK_GRACE_SECONDS, now=wall):
+                return None
+            said = Report(link.reason or c.REASON_NOT_LINKED, link.message or "")
+            self._say(obj, vmapi.STATUS_FALSE, said, once=True)
             return False
         assert vm is not None
         asked = machines.ask(obj, vm, catalog, per_host_pools)
@@ -303,8 +309,9 @@ class Placer:
         if decision.host is None:
             age = time.monotonic() - self._started
             report = unplaced_report(asked.fit.problems, decision, term_age=age)
-            if report is not None:
-                self._say(obj, vmapi.STATUS_FALSE, report, once=True)
+            if report is None:  # too early in the term to say: looked at again
+                return None
+            self._say(obj, vmapi.STATUS_FALSE, report, once=True)
             return False
         assert decision.demand is not None
         key, group = machines.key_of(obj), machines.spread_group(obj)
