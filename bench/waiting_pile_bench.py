@@ -80,17 +80,19 @@ def _writes(
     custom: client.CustomObjectsApi, core: client.CoreV1Api, ns: str, quiet: float, limit: float
 ) -> tuple[dict[tuple[str, str], str], int]:
     """Once nothing moved for `quiet` seconds (at most `limit`): the objects' versions, Events."""
-    last = (_versions(custom, ns), _events(core, ns))
-    still_since = time.monotonic()
-    deadline = still_since + limit
-    while time.monotonic() < deadline:
+    seen = {"at": (_versions(custom, ns), _events(core, ns)), "since": time.monotonic()}
+
+    def settled() -> tuple[dict[tuple[str, str], str], int] | None:
         now = (_versions(custom, ns), _events(core, ns))
-        if now != last:
-            last, still_since = now, time.monotonic()
-        elif time.monotonic() - still_since >= quiet:
-            break
-        time.sleep(0.5)  # a poll, not a wait for a result: nothing signals "quiet"
-    return last
+        if now != seen["at"]:
+            seen["at"], seen["since"] = now, time.monotonic()
+            return None
+        return now if time.monotonic() - float(seen["since"]) >= quiet else None  # type: ignore[arg-type]
+
+    found: tuple[dict[tuple[str, str], str], int] = eventually(
+        settled, timeout=limit, interval=0.5, what=f"no write in {ns} for {quiet:.0f} s"
+    )
+    return found
 
 
 def _reserve(custom: client.CustomObjectsApi, memory: str) -> None:
@@ -104,6 +106,14 @@ def _allocatable(custom: client.CustomObjectsApi) -> str | None:
         host = custom.get_cluster_custom_object(GROUP, V, HOSTS_PLURAL, HOST)
         return str(((host.get("status") or {}).get("allocatable") or {}).get("memory"))
     return None
+
+
+def _message(custom: client.CustomObjectsApi, ns: str, name: str) -> str:
+    obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, V, ns, LMS, name)
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "InfrastructureReady":
+            return str(cond.get("message"))
+    return ""
 
 
 def _waiting_reported(custom: client.CustomObjectsApi, ns: str) -> int:
@@ -132,7 +142,8 @@ def _measure(
         per_change.append(moved + events_after - events)
         print(
             f"capacity change {round_ + 1}: {per_change[-1]} API writes "
-            f"({moved} objects' status, {events_after - events} Events)"
+            f"({moved} objects' status, {events_after - events} Events); a waiting machine "
+            f"says: {_message(custom, ns, 'w00000')}"
         )
         versions, events = after, events_after
         # A capacity change, then at once a machine that fits.
@@ -178,16 +189,17 @@ def run(args: argparse.Namespace) -> int:
                 "spec": {"cpus": 1, "memory": "64Ti"},
             },
         )
-    if args.code:
-        os.environ["PYTHONPATH"] = str(Path(args.code).resolve())
     workdir = Path(tempfile.mkdtemp(prefix="waiting-pile-"))
-    daemons = Daemons(
-        lab,
-        write_node_xml(lab, workdir / "node.xml", 1),
-        1,
-        host_prefix=HOST_PREFIX,
-        log_prefix="waiting-pile-",
-    )
+    uri = write_node_xml(lab, workdir / "node.xml", 1)
+    here = Path.cwd()
+    if args.code:
+        # `python -m` puts its working directory first on sys.path, before PYTHONPATH.
+        os.environ["PYTHONPATH"] = str(Path(args.code).resolve())
+        os.chdir(args.code)
+    try:
+        daemons = Daemons(lab, uri, 1, host_prefix=HOST_PREFIX, log_prefix="waiting-pile-")
+    finally:
+        os.chdir(here)
     try:
         daemons.wait_started()
         eventually(lambda: _allocatable(custom), timeout=60, what=f"{HOST} reporting allocatable")
