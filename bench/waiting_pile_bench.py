@@ -136,7 +136,7 @@ def _measure(
     waits: list[float] = []
     for round_ in range(args.changes):
         # A capacity change alone: what the placer writes because of it.
-        _reserve(custom, f"{64 * (round_ % 2 + 1)}Mi")
+        _reserve(custom, f"{64 * (2 * round_ + 1)}Mi")  # a new value each time
         after, events_after = _writes(custom, core, ns, args.quiet, args.timeout)
         moved = sum(1 for k, v in after.items() if versions.get(k) != v)
         per_change.append(moved + events_after - events)
@@ -147,7 +147,7 @@ def _measure(
         )
         versions, events = after, events_after
         # A capacity change, then at once a machine that fits.
-        _reserve(custom, f"{64 * ((round_ + 1) % 2 + 1)}Mi")
+        _reserve(custom, f"{64 * (2 * round_ + 2)}Mi")
         name = f"new{round_}"
         created = time.monotonic()
         for doc in unplaced(ns, name):
@@ -162,8 +162,13 @@ def _measure(
 
         eventually(placed, timeout=args.timeout, interval=0.05, what=f"{name} placed")
         waits.append(time.monotonic() - created)
-        print(f"newcomer {round_ + 1}: placed {waits[-1] * 1e3:.0f} ms after its create")
-        versions, events = _writes(custom, core, ns, args.quiet, args.timeout)
+        after, events_after = _writes(custom, core, ns, args.quiet, args.timeout)
+        moved = sum(1 for k, v in after.items() if versions.get(k) != v)
+        print(
+            f"newcomer {round_ + 1}: placed {waits[-1] * 1e3:.0f} ms after its create; "
+            f"{moved + events_after - events} API writes until quiet (its own included)"
+        )
+        versions, events = after, events_after
     print(
         f"SUMMARY waiting={args.waiting} writes per capacity change: "
         f"{', '.join(map(str, per_change))}; newcomer create -> placed: {figures(waits)}"
