@@ -8,6 +8,7 @@ accounts for), and what a binding refused for a stale resourceVersion means.
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 from catalog.lookup import Catalog
 from generic.api import VirtualMachineSpec
 from generic.constants import LINK_ANNOTATION
-from generic.formats import validation_details
+from generic.formats import parse_time, validation_details
 from libvirt_provider.api import LibvirtMachine, SpreadBy
 from libvirt_provider.constants import (
     HOST_LABEL,
@@ -45,6 +46,7 @@ __all__ = [
     "key_of",
     "linked_vm_key",
     "machine_event_wakes",
+    "older_than",
     "per_host_pools",
     "spread_group",
     "unplaced",
@@ -151,6 +153,13 @@ def host_record_event(record: HostRecord) -> Event | None:
         f"{record.host!r}: a machine never moves, and it stays served and deleted there",
         warning=True,
     )
+
+
+def older_than(obj: Obj, seconds: float, *, now: dt.datetime) -> bool:
+    """True when the object was created at least `seconds` before `now` (or its creation time is
+    unknown)."""
+    created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+    return created is None or (now - created).total_seconds() >= seconds
 
 
 def linked_vm_key(obj: Obj) -> str | None:

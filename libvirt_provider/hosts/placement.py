@@ -4,8 +4,8 @@ The shape is kube-scheduler's, because that is what a Kubernetes user already re
 filtered (ready, schedulable, in the failure domain, matching the selector, offering what the
 machine needs, with room for it), the survivors are scored (fewest members of the machine's spread
 group first, then the lowest allocated share after placing it), and a machine that fits nowhere
-gets one message that counts why ("0/3 hosts fit: 2 insufficient memory (...), 1 lacks network
-prod").
+gets one message that counts why ("0/3 hosts fit: 2 insufficient memory (needs 4Gi), 1 lacks
+network prod"), with no figure of any host.
 
 What "offering what the machine needs" means is not decided here: the caller passes a `fit`
 function (in the daemon, the machine resolver run against the host's offers), so placement and
@@ -280,18 +280,19 @@ def _amount(value: int, unit: str) -> str:
 
 
 def _message(total: int, misfits: Sequence[Misfit]) -> str:
-    """kube-scheduler's summary: how many hosts fit, and how many failed for each reason."""
+    """kube-scheduler's summary: how many hosts fit, and how many failed for each reason.
+
+    What the machine needs is said, what each host has free is not: free memory and pool space
+    move with every guest write (a message that changes is a status write and an Event each
+    time), and they would tell a tenant about other tenants' hosts."""
     if total == 0:
         return "0/0 hosts fit: no LibvirtHost exists (is the provider's DaemonSet running?)"
     counts: Counter[str] = Counter(m.kind for m in misfits)
     parts = []
     for kind, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        same = [m for m in misfits if m.kind == kind]
+        same = next(m for m in misfits if m.kind == kind)
         text = f"{count} {kind}"
-        if same[0].unit:
-            most = max(m.free for m in same)
-            free = _amount(most, same[0].unit)
-            qualifier = "" if count == 1 else "at most "
-            text += f" (needs {_amount(same[0].needs, same[0].unit)}, {qualifier}{free} free)"
+        if same.unit:
+            text += f" (needs {_amount(same.needs, same.unit)})"
         parts.append(text)
     return f"0/{total} hosts fit: " + ", ".join(parts)

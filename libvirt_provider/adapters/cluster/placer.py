@@ -55,7 +55,9 @@ from libvirt_provider.hosts.report import (
 )
 from libvirt_provider.hosts.survey import survey
 from libvirt_provider.hosts.view import host_views
+from libvirt_provider.hosts.waiting import Waiting, capacity_state
 from libvirt_provider.machine.catalog import CatalogReader
+from libvirt_provider.machine.linkage import check_link
 
 __all__ = ["Placer"]
 
@@ -71,6 +73,9 @@ BINDERS = 4
 # Otherwise this often: a heartbeat that turned stale changes nothing in the copies, and a host
 # that stopped must be reported within a reasonable time (one LIST of the Leases per pass).
 IDLE_PASS_SECONDS = c.HEARTBEAT_GRACE_SECONDS / 2
+# How long a machine may be one-sided before it is told so (the generic controller writes the two
+# halves of a link one after the other).
+LINK_GRACE_SECONDS = 5.0
 
 
 def _where(meta: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
@@ -98,6 +103,11 @@ class Placer:
         self._answered = heartbeat.Answered(self._started)
         self._demands = Demands()
         self._reported = Reported()
+        self._waiting_for = Waiting(self._started)
+        # Reports (a status patch, an Event) are written here, one at a time, so a pile of them
+        # never holds up the decisions; a report is written only when its reason or message
+        # changes (`Reported`), so the queue stays short.
+        self._reporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reporter")
         self._loop = BackgroundLoop("placer", self._run)
 
         def informer(
@@ -129,6 +139,7 @@ class Placer:
         # Bindings under way finish (each is one bounded write); queued ones are dropped, and
         # the next leader decides them again.
         self._binder.shutdown(wait=True, cancel_futures=True)
+        self._reporter.shutdown(wait=True, cancel_futures=True)
 
     def alive(self) -> bool:
         return self._loop.alive()
@@ -187,13 +198,37 @@ class Placer:
                 self._say(fix.obj, vmapi.STATUS_UNKNOWN, fix.stranded)
         waiting = False
         decided = 0
-        for obj in found.unplaced:
-            if machines.key_of(obj) in self._assumed:
+        self._waiting_for.full_pass(now)
+        capacity = capacity_state(views, found.ledger)
+        # Machines not judged yet (new ones) first: a machine that fits is not held up by those
+        # that were just looked at again.
+        fresh = sorted(
+            found.unplaced,
+            key=lambda o: machines.key_of(o) in self._waiting_for,
+        )
+        for obj in fresh:
+            key = machines.key_of(obj)
+            if key in self._assumed:
                 continue
-            if self._place(obj, views, found.ledger, catalog, pools):
-                decided += 1
-            else:
+            vm = self._linked_vm(obj)
+            # Not the machine's resourceVersion: its own status (the report) changes that.
+            judged = (
+                capacity,
+                obj["metadata"].get("generation"),
+                machines.linked_vm_key(obj),
+                (vm or {}).get("metadata", {}).get("resourceVersion"),
+            )
+            if self._waiting_for.unchanged(key, judged):
                 waiting = True
+                continue
+            placed = self._place(obj, views, found.ledger, catalog, pools)
+            if placed:
+                self._waiting_for.forget(key)
+                decided += 1
+                continue
+            if placed is not None:
+                self._waiting_for.remember(key, judged)
+            waiting = True
         if decided:
             log.debug(
                 "placement pass: %d of %d unplaced machines decided in %.0f ms",
@@ -203,6 +238,7 @@ class Placer:
             )
         live = {machines.key_of(m) for m in objs}
         self._reported.keep_only(live)
+        self._waiting_for.keep_only(live)
         self._demands.keep_only(live)
         return waiting
 
@@ -250,11 +286,21 @@ class Placer:
         ledger: Ledger,
         catalog: Any,
         per_host_pools: frozenset[str],
-    ) -> bool:
-        """True when the machine was bound (or needs nothing from placement)."""
+    ) -> bool | None:
+        """True when the machine was bound (or needs nothing from placement), None when it is to
+        be looked at again on the next pass whatever changes."""
         vm = self._linked_vm(obj)
-        if vm is None:
-            return False  # the generic controller links it first; the VM's arrival wakes us
+        link = check_link(obj, vm)
+        if not link.linked:
+            # The generic controller links a machine it creates within moments (the VM's arrival
+            # wakes us); one that stays one-sided is said so, as its daemon did before placement.
+            wall = dt.datetime.now(dt.UTC)
+            if not machines.older_than(obj, LINK_GRACE_SECONDS, now=wall):
+                return None
+            said = Report(link.reason or c.REASON_NOT_LINKED, link.message or "")
+            self._say(obj, vmapi.STATUS_FALSE, said, once=True)
+            return False
+        assert vm is not None
         asked = machines.ask(obj, vm, catalog, per_host_pools)
         if isinstance(asked, Report):
             self._say(obj, vmapi.STATUS_FALSE, asked, once=True)
@@ -263,8 +309,9 @@ class Placer:
         if decision.host is None:
             age = time.monotonic() - self._started
             report = unplaced_report(asked.fit.problems, decision, term_age=age)
-            if report is not None:
-                self._say(obj, vmapi.STATUS_FALSE, report, once=True)
+            if report is None:  # too early in the term to say: looked at again
+                return None
+            self._say(obj, vmapi.STATUS_FALSE, report, once=True)
             return False
         assert decision.demand is not None
         key, group = machines.key_of(obj), machines.spread_group(obj)
@@ -339,7 +386,15 @@ class Placer:
 
     def _say(self, obj: Obj, status: str, report: Report, *, once: bool = False) -> None:
         """The report in the machine's InfrastructureReady and UpToDate (its VM copies them), and
-        a Warning Event (with `once`, once per message)."""
+        a Warning Event (with `once`, only when the reason or message is news for the machine).
+        Written on the reporter thread."""
+        if once and not self._reported.is_news(
+            machines.key_of(obj), f"{report.reason}: {report.message}"
+        ):
+            return
+        self._reporter.submit(self._write_report, obj, status, report)
+
+    def _write_report(self, obj: Obj, status: str, report: Report) -> None:
         meta = obj["metadata"]
         now = format_time(dt.datetime.now(dt.UTC))
         patch = conditions_patch(
@@ -350,8 +405,13 @@ class Placer:
                 self._store.patch_machine_status(str(meta["namespace"]), str(meta["name"]), patch)
             except Exception as err:
                 log.info("reporting on %s failed: %s", machines.key_of(obj), err)
-        if not once or self._reported.is_news(machines.key_of(obj), report.message):
+                # Said again on the next look.
+                self._reported.forget(machines.key_of(obj))
+                self._waiting_for.forget(machines.key_of(obj))
+        try:
             self._store.event(obj, reason=report.reason, message=report.message, warning=True)
+        except Exception as err:
+            log.info("posting an Event on %s failed: %s", machines.key_of(obj), err)
 
     def _keep_host(self, obj: Obj, record: machines.HostRecord) -> None:
         """The label follows spec.host; a pin by label alone gets its spec.host recorded (in one

@@ -240,6 +240,78 @@ def test_nothing_fits_waits_with_the_message_then_is_placed_when_a_host_is_uncor
     wait_ready(api_client, ns, "patient", what="the placed machine booted and Ready")
 
 
+def leave_100mi(api: client.ApiClient, host: str) -> None:
+    """Everything but 100Mi reserved on `host`: no 256Mi machine fits there."""
+    memory = host_object(api, host)["status"]["capacity"]["memory"]  # type: ignore[index]
+    reserve = format_size(parse_size(memory) - 100 * 2**20)
+    patch_host(api, host, {"spec": {"reserved": {"memory": reserve}}})
+    eventually(
+        lambda: (host_object(api, host) or {})["status"]["allocatable"]["memory"] == "100Mi",
+        timeout=30,
+        what=f"{host}'s allocatable memory down to 100Mi",
+    )
+
+
+def test_a_waiting_machine_is_told_by_counts_once_then_placed_when_memory_frees(
+    fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str
+) -> None:
+    """The message names no host and no free figure, a capacity change that changes no reason
+    writes nothing, and freeing memory places the machine (booted, as a user would run it)."""
+    cordoned, *full = (h.name for h in lab.hosts)
+    patch_host(api_client, cordoned, {"spec": {"unschedulable": True}})
+    for host in full:
+        leave_100mi(api_client, host)
+    create(api_client, unplaced(ns, "patient", running=True))
+    cond = waiting(api_client, ns, "patient")
+    assert cond["message"] == (
+        f"0/{len(lab.hosts)} hosts fit: {len(full)} insufficient memory (needs 256Mi), 1 cordoned"
+    )
+    for named in lab.hosts:
+        assert named.name not in cond["message"]
+    version = get(api_client, ns, "patient", vm=False)["metadata"]["resourceVersion"]  # type: ignore[index]
+    # A capacity change that changes no reason: the machine is looked at again, nothing written.
+    patch_host(api_client, full[0], {"metadata": {"labels": {"example.com/rack": "r1"}}})
+    # Reports are written in order on one thread, and a machine created now is decided in a pass
+    # after the one the label woke: once the latecomer's report is there, the patient's would be.
+    for late in ("late-1", "late-2"):
+        create(api_client, unplaced(ns, late))
+        waiting(api_client, ns, late)
+    assert get(api_client, ns, "patient", vm=False)["metadata"]["resourceVersion"] == version  # type: ignore[index]
+    warnings = [
+        (e.count, e.message)
+        for e in client.CoreV1Api(api_client).list_namespaced_event(ns).items
+        if e.involved_object.kind == "LibvirtMachine"
+        and e.involved_object.name == "patient"
+        and e.reason == "WaitingForCapacity"
+    ]
+    assert len(warnings) == 1, warnings
+    assert warnings[0][0] in (None, 1), warnings
+    patch_host(api_client, full[-1], {"spec": {"reserved": {"memory": "0"}}})
+    assert placed_on(api_client, ns, "patient") == full[-1]
+    wait_ready(api_client, ns, "patient", what="the placed machine booted and Ready")
+
+
+def test_a_one_sided_link_is_said_on_the_machine(
+    fleet: Fleet, api_client: client.ApiClient, ns: str
+) -> None:
+    _vm, alone = unplaced(ns, "alone")
+    del alone["metadata"]["annotations"]["vm-api.io/virtual-machine"]
+    _vm, orphan = unplaced(ns, "orphan")  # names a VM that does not exist
+    vm, _lm = unplaced(ns, "other")
+    _vm, jilted = unplaced(ns, "jilted")
+    jilted["metadata"]["annotations"]["vm-api.io/virtual-machine"] = "other"
+    create(api_client, [alone, orphan, jilted, vm])
+    for name, reason, said in (
+        ("alone", c.REASON_NOT_LINKED, "annotation vm-api.io/virtual-machine is missing"),
+        ("orphan", c.REASON_VIRTUAL_MACHINE_NOT_FOUND, "'orphan'"),
+        ("jilted", c.REASON_LINK_MISMATCH, "not to this LibvirtMachine"),
+    ):
+        cond = wait_reason(api_client, ns, name, reason, timeout=60, what=f"{name}: {reason}")
+        assert said in cond["message"]
+        assert cond["status"] == "False"
+        assert (get(api_client, ns, name, vm=False) or {})["spec"].get("host") is None
+
+
 def test_daemons_started_together_place_a_burst_without_overcommitting_a_host(
     fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str
 ) -> None:

@@ -14,9 +14,7 @@ from libvirt_provider.hosts.report import (
 )
 from libvirt_provider.resolve.context import Problem
 
-NOBODY = Decision(
-    None, message="0/2 hosts fit: 2 insufficient memory (needs 4Gi, at most 1Gi free)"
-)
+NOBODY = Decision(None, message="0/2 hosts fit: 2 insufficient memory (needs 4Gi)")
 T0 = "2026-12-02T10:00:00Z"
 T1 = "2026-12-02T10:05:00Z"
 
