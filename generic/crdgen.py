@@ -199,6 +199,8 @@ class CrdSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     printer_columns: Sequence[PrinterColumn] = ()
     spec_required: bool = True
+    root_rules: Sequence[Mapping[str, str]] = ()
+    """CEL rules on the whole object (`x-kubernetes-validations` at the root), e.g. on its name."""
 
 
 def build_crd(spec: CrdSpec) -> Schema:
@@ -217,6 +219,8 @@ def build_crd(spec: CrdSpec) -> Schema:
     root: Schema = {"description": spec.description, "type": "object", "properties": properties}
     if spec.spec_required:
         root["required"] = ["spec"]
+    if spec.root_rules:
+        root[_VALIDATIONS] = [dict(rule) for rule in spec.root_rules]
     version: Schema = {"name": spec.version, "served": True, "storage": True}
     if spec.printer_columns:
         version["additionalPrinterColumns"] = [

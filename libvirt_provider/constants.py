@@ -66,6 +66,8 @@ __all__ = [
     "HOST_CONDITION_READY",
     "HOST_KIND",
     "HOST_LABEL",
+    "HOST_NAME_MAX_LENGTH",
+    "HOST_NAME_PATTERN",
     "HOST_PLURAL",
     "HOST_SHORT_NAMES",
     "IMAGE_KIND",
@@ -131,6 +133,12 @@ REASON_LIBVIRT_UNAVAILABLE: Final = "LibvirtUnavailable"
 # Each host's daemon renews the Lease `<prefix><host>` in its own namespace, as a kubelet renews its
 # node's; placement counts a host whose Lease is older than the grace as not ready.
 HEARTBEAT_LEASE_PREFIX: Final = "libvirt-host-"
+# A host's name (the daemon's --host, a LibvirtHost's name, spec.host) is the value of the host
+# label, which Kubernetes caps at 63 characters, and the tail of its Lease's name (253 at most, so
+# 240 after the prefix): the label is the tighter bound. A DNS subdomain in lower case, like a
+# node's name, so it is a valid label value and Lease name too.
+HOST_NAME_MAX_LENGTH: Final = 63
+HOST_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 HEARTBEAT_SECONDS: Final = 10.0
 HEARTBEAT_GRACE_SECONDS: Final = 40.0
 
