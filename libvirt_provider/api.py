@@ -23,6 +23,7 @@ from libvirt_provider.constants import (
     DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
     HOST_NAME_MAX_LENGTH,
     HOST_NAME_PATTERN,
+    MAX_REPORTED_ADDRESSES,
 )
 
 __all__ = [
@@ -236,7 +237,9 @@ class LibvirtMachineStatus(KubeModel):
         description="Stable id: libvirt://<host>/<domain UUID>.",
     )
     addresses: list[MachineAddress] | None = Field(
-        default=None, max_length=64, description="Guest addresses per NIC, matched by MAC."
+        default=None,
+        max_length=MAX_REPORTED_ADDRESSES,
+        description="Guest addresses per NIC, matched by MAC.",
     )
     provider_metadata: dict[str, Annotated[str, Field(max_length=4096)]] | None = Field(
         default=None,

@@ -25,6 +25,7 @@ from catalog.constants import (
 )
 
 __all__ = [
+    "ADDRESSES_PER_NIC",
     "AGENT_BACKOFF_FIRST_SECONDS",
     "AGENT_BACKOFF_MAX_SECONDS",
     "AGENT_CALLS_PER_HOST",
@@ -77,6 +78,7 @@ __all__ = [
     "MACHINE_KIND",
     "MACHINE_PLURAL",
     "MACHINE_SHORT_NAMES",
+    "MAX_REPORTED_ADDRESSES",
     "METADATA_NAMESPACE",
     "METADATA_PREFIX",
     "NETWORK_KIND",
@@ -279,3 +281,9 @@ CONNECTION_PROBLEM_REASONS: Final = (
     REASON_INVALID_SECRET,
     REASON_SECRET_NOT_ALLOWED,
 )
+
+# A LibvirtMachine's status.addresses holds at most 64 entries (the CRD's bound): a guest whose
+# agent reported more made every status write fail. Each NIC reports at most 6 (IPv4 first), so
+# the ten NICs a VM may have fit, and one NIC's many addresses never crowd out another's.
+MAX_REPORTED_ADDRESSES: Final = 64
+ADDRESSES_PER_NIC: Final = 6

@@ -45,6 +45,7 @@ from libvirt_provider.resolved import (
     FirmwareKind,
     Graphics,
     Interface,
+    NicSubnets,
     OsBoot,
     Owner,
     ResolvedMachine,
@@ -96,7 +97,7 @@ def resolve_pair(ctx: Context) -> Resolution:
     boot = resolve_boot_disk(ctx)
     data_plans = resolve_data_disks(ctx)
     image = boot[0] if boot is not None else None
-    nics, configs, customised = resolve_interfaces(ctx, image)
+    nics, configs, customised, subnets = resolve_interfaces(ctx, image)
     cloud_init = resolve_cloud_init(
         ctx,
         configs=configs,
@@ -131,6 +132,7 @@ def resolve_pair(ctx: Context) -> Resolution:
         disk_bus=boot_image.spec.guest.disk_bus,
         plans=[boot_plan, *data_plans],
         nics=nics,
+        subnets=subnets,
         cloud_init=cloud_init,
     )
 
@@ -146,6 +148,7 @@ def _assemble(
     disk_bus: DiskBus,
     plans: list[VolumePlan],
     nics: list[Interface],
+    subnets: list[NicSubnets],
     cloud_init: CloudInitData | None,
 ) -> Resolution:
     targets = _TargetNames()
@@ -198,6 +201,7 @@ def _assemble(
             cloud_init=cloud_init,
             autostart=ctx.machine.spec.autostart,
             shutdown_timeout_seconds=ctx.machine.spec.graceful_shutdown_timeout_seconds,
+            nic_subnets=tuple(subnets),
         )
     except ValidationError as error:
         return Resolution(machine=None, problems=tuple(validation_problems(error, VM)))
