@@ -110,14 +110,21 @@ class DomainUpdater:
         self._images = images
 
     def update(
-        self, obj: Obj, uuid: str, plan: ResolvedMachine, status: DomainStatus
+        self,
+        obj: Obj,
+        uuid: str,
+        plan: ResolvedMachine,
+        status: DomainStatus,
+        *,
+        current: str | None = None,
     ) -> UpdateOutcome:
-        """One pass over the machine `obj` whose domain `uuid` exists and is in `status`."""
+        """One pass over the machine `obj` whose domain `uuid` exists and is in `status`;
+        `current` is its inactive definition when the caller has read it this pass."""
         outcome = UpdateOutcome()
         existing = self._ensure_added_volumes(obj, plan, outcome)
         if existing is not None:
             self._grow_disks(obj, uuid, plan=plan, status=status, volumes=existing, out=outcome)
-            self._update_definition(obj, uuid, plan, status, outcome)
+            self._update_definition(obj, uuid, plan, status, outcome, current=current)
         return outcome
 
     def _ensure_added_volumes(
@@ -187,10 +194,18 @@ class DomainUpdater:
             )
 
     def _update_definition(
-        self, obj: Obj, uuid: str, plan: ResolvedMachine, status: DomainStatus, out: UpdateOutcome
+        self,
+        obj: Obj,
+        uuid: str,
+        plan: ResolvedMachine,
+        status: DomainStatus,
+        out: UpdateOutcome,
+        *,
+        current: str | None,
     ) -> None:
         desired = render_domain_xml(plan.domain)
-        current = self._hv.domain_xml(uuid, inactive=True)
+        if current is None:
+            current = self._hv.domain_xml(uuid, inactive=True)
         if status.state is DomainState.SHUTOFF and not status.has_managed_save:
             changes = differences(current, desired)
             if changes:

@@ -106,6 +106,8 @@ class Context:
     host: HostOffer
     domain_name: str | None = None
     """The name the machine's domain already has, when it has one (see naming)."""
+    existing_macs: AbstractSet[str] = frozenset()
+    """The MACs in the machine's domain definition, when it has one: a NIC keeps its MAC."""
     unreadable_secrets: frozenset[str] = frozenset()
     """Secrets in the machine's namespace the daemon may not read (not opted in there)."""
     secrets_deferred: bool = False

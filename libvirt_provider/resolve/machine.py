@@ -258,12 +258,14 @@ def resolve_machine(
     secrets: SecretData,
     host: HostOffer,
     domain_name: str | None = None,
+    existing_macs: frozenset[str] = frozenset(),
     unreadable_secrets: frozenset[str] = frozenset(),
     secrets_deferred: bool = False,
 ) -> Resolution:
     """Resolve a linked VM + LibvirtMachine pair for `host`. Raw dicts are parsed here, so a spec
     the models refuse becomes a problem to report rather than an exception. `domain_name` is the
-    name the machine's domain already has (by default, the one derived from its identity)."""
+    name the machine's domain already has (by default, the one derived from its identity);
+    `existing_macs` the MACs its definition holds (see naming)."""
     problems: list[Problem] = []
     vm = _parse(VirtualMachineSpec, vm_spec, f"{VM}.spec", problems)
     libvirt_machine = _parse(LibvirtMachine, machine, LM, problems)
@@ -277,6 +279,7 @@ def resolve_machine(
         secrets=secrets,
         host=host,
         domain_name=domain_name,
+        existing_macs=existing_macs,
         unreadable_secrets=unreadable_secrets,
         secrets_deferred=secrets_deferred,
     )

@@ -16,7 +16,7 @@ from libvirt_provider.constants import (
     REASON_NOT_AVAILABLE_ON_HOST,
     REASON_REFERENCE_NOT_FOUND,
 )
-from libvirt_provider.naming import mac_address
+from libvirt_provider.naming import machine_mac_address
 from libvirt_provider.resolve.cloudinit import NetworkInterfaceConfig
 from libvirt_provider.resolve.context import VM, Context, check_reference, validation_problems
 from libvirt_provider.resolved import Interface, InterfaceKind, NicSubnets
@@ -106,7 +106,7 @@ def _interface(
     try:
         return Interface(
             name=name,
-            mac=mac_address(ctx.machine.metadata.uid, name),
+            mac=machine_mac_address(ctx.machine.metadata.uid, name, existing=ctx.existing_macs),
             kind=kind,
             source=device,
             direct_mode=mode,
