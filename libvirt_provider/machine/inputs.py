@@ -97,6 +97,7 @@ class InputReader:
         *,
         domain_name: str | None = None,
         existing_macs: frozenset[str] = frozenset(),
+        existing_seed_digest: str | None = None,
     ) -> Resolution:
         catalog = self._catalog.catalog()
         secrets, unreadable = self._secrets(machine.metadata.namespace, vm)
@@ -110,6 +111,8 @@ class InputReader:
             host=self.host_facts(),
             domain_name=domain_name,
             existing_macs=existing_macs,
+            seed_key=str((vm.get("metadata") or {}).get("uid") or ""),
+            existing_seed_digest=existing_seed_digest,
         )
 
     def domain_name(self, obj: Obj) -> str:

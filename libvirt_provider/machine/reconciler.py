@@ -27,7 +27,7 @@ from generic.formats import format_time, merge_patch, validation_message
 from generic.workqueue import Outcome
 from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachine
-from libvirt_provider.domainxml import interface_macs
+from libvirt_provider.domainxml import interface_macs, owned_fields
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import (
     ForeignDomainError,
@@ -234,8 +234,9 @@ class MachineReconciler:
         except ForeignDomainError as err:
             return self._failed(obj, vm, c.REASON_FOREIGN_DOMAIN, str(err)), DONE
         intent = power_intent(vm)
-        # The definition is read before resolving, so NICs keep the MACs they have (naming), and
-        # handed to the update, which compares it with the plan.
+        # The definition is read before resolving, so NICs keep the MACs they have (naming) and a
+        # seed its digest's form (resolve.machine), and handed to the update, which compares it
+        # with the plan.
         current = (
             self._hv.domain_xml(existing.uuid, inactive=True) if existing is not None else None
         )
@@ -245,6 +246,9 @@ class MachineReconciler:
             vm,
             domain_name=domain_name,
             existing_macs=interface_macs(current) if current is not None else frozenset(),
+            existing_seed_digest=(
+                owned_fields(current).ownership.cloud_init_digest if current is not None else None
+            ),
         )
         if resolution.machine is None:
             reason = resolution.problems[0].reason

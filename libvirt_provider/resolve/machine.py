@@ -16,7 +16,7 @@ from libvirt_provider.api import GraphicsType, LibvirtMachine
 from libvirt_provider.constants import REASON_INVALID_SPEC
 from libvirt_provider.naming import console_log_file
 from libvirt_provider.resolve.bootstrap import resolve_cloud_init
-from libvirt_provider.resolve.cloudinit import cloud_init_digest
+from libvirt_provider.resolve.cloudinit import cloud_init_digest, legacy_cloud_init_digest
 from libvirt_provider.resolve.compute import (
     Size,
     check_placement,
@@ -172,7 +172,7 @@ def _assemble(
             volume=cloud_init.volume,
             bus=cdrom_bus,
             target=targets.next(cdrom_bus.value),
-            digest=cloud_init_digest(cloud_init),
+            digest=_seed_digest(ctx, cloud_init),
         )
     console = ctx.machine.spec.console
     try:
@@ -206,6 +206,16 @@ def _assemble(
     except ValidationError as error:
         return Resolution(machine=None, problems=tuple(validation_problems(error, VM)))
     return Resolution(machine=machine)
+
+
+def _seed_digest(ctx: Context, data: CloudInitData) -> str:
+    """The keyed digest; a domain made before digests were keyed keeps its unkeyed one while it
+    still describes the seed, so an upgrade reports no cloud-init change on running machines."""
+    if ctx.existing_seed_digest is not None and (
+        ctx.existing_seed_digest == legacy_cloud_init_digest(data)
+    ):
+        return ctx.existing_seed_digest
+    return cloud_init_digest(data, key=ctx.seed_key)
 
 
 def _parse(
@@ -259,13 +269,17 @@ def resolve_machine(
     host: HostOffer,
     domain_name: str | None = None,
     existing_macs: frozenset[str] = frozenset(),
+    seed_key: str = "",
+    existing_seed_digest: str | None = None,
     unreadable_secrets: frozenset[str] = frozenset(),
     secrets_deferred: bool = False,
 ) -> Resolution:
     """Resolve a linked VM + LibvirtMachine pair for `host`. Raw dicts are parsed here, so a spec
     the models refuse becomes a problem to report rather than an exception. `domain_name` is the
     name the machine's domain already has (by default, the one derived from its identity);
-    `existing_macs` the MACs its definition holds (see naming)."""
+    `existing_macs` the MACs its definition holds (see naming), `existing_seed_digest` its
+    cloud-init digest. `seed_key` keys the cloud-init digest: the VirtualMachine's uid, which
+    libvirt never sees."""
     problems: list[Problem] = []
     vm = _parse(VirtualMachineSpec, vm_spec, f"{VM}.spec", problems)
     libvirt_machine = _parse(LibvirtMachine, machine, LM, problems)
@@ -280,6 +294,8 @@ def resolve_machine(
         host=host,
         domain_name=domain_name,
         existing_macs=existing_macs,
+        seed_key=seed_key,
+        existing_seed_digest=existing_seed_digest,
         unreadable_secrets=unreadable_secrets,
         secrets_deferred=secrets_deferred,
     )
