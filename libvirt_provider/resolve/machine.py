@@ -211,11 +211,11 @@ def _assemble(
 def _seed_digest(ctx: Context, data: CloudInitData) -> str:
     """The keyed digest; a domain made before digests were keyed keeps its unkeyed one while it
     still describes the seed, so an upgrade reports no cloud-init change on running machines."""
-    if ctx.existing_seed_digest is not None and (
-        ctx.existing_seed_digest == legacy_cloud_init_digest(data)
-    ):
-        return ctx.existing_seed_digest
-    return cloud_init_digest(data, key=ctx.seed_key)
+    keyed = cloud_init_digest(data, key=ctx.seed_key)
+    existing = ctx.existing_seed_digest
+    if existing is not None and existing != keyed and existing == legacy_cloud_init_digest(data):
+        return existing
+    return keyed
 
 
 def _parse(
