@@ -122,6 +122,21 @@ class LibvirtNetworkSpec(KubeModel):
         default=False,
         description="Use this network for VMs that declare no interfaces (at most one default).",
     )
+    subnets: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="The network's subnets (CIDR, e.g. 10.0.0.0/24, fd00::/64). An address the "
+        "guest agent or the host's ARP table reports for a NIC on this network is believed only "
+        "inside them (the guest controls both); unset: any global address.",
+    )
+
+    @field_validator("subnets")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        try:
+            return [str(ipaddress.ip_network(text, strict=False)) for text in value]
+        except ValueError:
+            raise ValueError("each subnet is a CIDR, e.g. 10.0.0.0/24 or fd00::/64") from None
 
     def effective_address_source(self) -> AddressSourcePolicy:
         if self.address_source is not None:

@@ -201,6 +201,8 @@ class CrdSpec:
     spec_required: bool = True
     # JSON paths a client may select by with a field selector (Kubernetes 1.32+ GA).
     selectable_fields: Sequence[str] = ()
+    root_rules: Sequence[Mapping[str, str]] = ()
+    """CEL rules on the whole object (`x-kubernetes-validations` at the root), e.g. on its name."""
 
 
 def build_crd(spec: CrdSpec) -> Schema:
@@ -219,6 +221,8 @@ def build_crd(spec: CrdSpec) -> Schema:
     root: Schema = {"description": spec.description, "type": "object", "properties": properties}
     if spec.spec_required:
         root["required"] = ["spec"]
+    if spec.root_rules:
+        root[_VALIDATIONS] = [dict(rule) for rule in spec.root_rules]
     version: Schema = {"name": spec.version, "served": True, "storage": True}
     if spec.printer_columns:
         version["additionalPrinterColumns"] = [

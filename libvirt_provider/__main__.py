@@ -10,7 +10,12 @@ import sys
 from collections.abc import Sequence
 
 from libvirt_provider.adapters.process.daemon import DaemonConfig, default_host, run
-from libvirt_provider.adapters.process.startup import ConfigError, PathFlags, check_config
+from libvirt_provider.adapters.process.startup import (
+    ConfigError,
+    PathFlags,
+    check_config,
+    check_host_name,
+)
 
 
 def _positive_seconds(text: str) -> float:
@@ -174,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 console_log_dir=args.console_log_dir,
             )
         )
+        host = args.host or default_host()
+        if not args.remote:
+            check_host_name(host)
     except ConfigError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     _configure_logging(args.log_level, args.log_format)
@@ -186,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         DaemonConfig(
             kubeconfig=paths.kubeconfig,
             libvirt_uri=paths.libvirt_uri,
-            host=args.host or default_host(),
+            host=host,
             domain_types=domain_types,
             health_address=args.health_address,
             health_port=args.health_port,

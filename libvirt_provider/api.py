@@ -19,7 +19,12 @@ from catalog.image import MACHINE_TYPE_PATTERN, Firmware
 from catalog.machineclass import CpuSpec
 from catalog.quantity import QUANTITY_SCHEMA, parse_quantity
 from generic.api import Address, Condition
-from libvirt_provider.constants import DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
+from libvirt_provider.constants import (
+    DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
+    HOST_NAME_MAX_LENGTH,
+    HOST_NAME_PATTERN,
+    MAX_REPORTED_ADDRESSES,
+)
 
 __all__ = [
     "ConsoleSpec",
@@ -85,14 +90,14 @@ class Hotplug(KubeModel):
         return value
 
 
+_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+SubdomainName = Annotated[str, Field(min_length=1, max_length=253, pattern=_SUBDOMAIN)]
+
 HostName = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=253,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
-    ),
+    str, Field(min_length=1, max_length=HOST_NAME_MAX_LENGTH, pattern=HOST_NAME_PATTERN)
 ]
+"""A host's name: a DNS subdomain short enough to be the host label's value (see constants)."""
 
 
 LabelKey = Annotated[str, Field(min_length=1, max_length=317)]
@@ -232,7 +237,9 @@ class LibvirtMachineStatus(KubeModel):
         description="Stable id: libvirt://<host>/<domain UUID>.",
     )
     addresses: list[MachineAddress] | None = Field(
-        default=None, max_length=64, description="Guest addresses per NIC, matched by MAC."
+        default=None,
+        max_length=MAX_REPORTED_ADDRESSES,
+        description="Guest addresses per NIC, matched by MAC.",
     )
     provider_metadata: dict[str, Annotated[str, Field(max_length=4096)]] | None = Field(
         default=None,
@@ -266,7 +273,7 @@ class LibvirtMachineStatus(KubeModel):
 class MachineMeta(KubeModel):
     """The metadata the resolver needs: identity, and the annotation linking the generic VM."""
 
-    name: HostName
+    name: SubdomainName
     namespace: str = Field(min_length=1, max_length=63)
     uid: str = Field(min_length=1, max_length=64)
     generation: int | None = None

@@ -25,6 +25,7 @@ from catalog.constants import (
 )
 
 __all__ = [
+    "ADDRESSES_PER_NIC",
     "AGENT_BACKOFF_FIRST_SECONDS",
     "AGENT_BACKOFF_MAX_SECONDS",
     "AGENT_CALLS_PER_HOST",
@@ -67,6 +68,8 @@ __all__ = [
     "HOST_FIELD",
     "HOST_KIND",
     "HOST_LABEL",
+    "HOST_NAME_MAX_LENGTH",
+    "HOST_NAME_PATTERN",
     "HOST_PLURAL",
     "HOST_SHORT_NAMES",
     "IMAGE_KIND",
@@ -76,6 +79,7 @@ __all__ = [
     "MACHINE_KIND",
     "MACHINE_PLURAL",
     "MACHINE_SHORT_NAMES",
+    "MAX_REPORTED_ADDRESSES",
     "METADATA_NAMESPACE",
     "METADATA_PREFIX",
     "NETWORK_KIND",
@@ -133,6 +137,12 @@ REASON_LIBVIRT_UNAVAILABLE: Final = "LibvirtUnavailable"
 # Each host's daemon renews the Lease `<prefix><host>` in its own namespace, as a kubelet renews its
 # node's; placement counts a host whose Lease is older than the grace as not ready.
 HEARTBEAT_LEASE_PREFIX: Final = "libvirt-host-"
+# A host's name (the daemon's --host, a LibvirtHost's name, spec.host) is the value of the host
+# label, which Kubernetes caps at 63 characters, and the tail of its Lease's name (253 at most, so
+# 240 after the prefix): the label is the tighter bound. A DNS subdomain in lower case, like a
+# node's name, so it is a valid label value and Lease name too.
+HOST_NAME_MAX_LENGTH: Final = 63
+HOST_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 HEARTBEAT_SECONDS: Final = 10.0
 HEARTBEAT_GRACE_SECONDS: Final = 40.0
 
@@ -277,3 +287,9 @@ CONNECTION_PROBLEM_REASONS: Final = (
     REASON_INVALID_SECRET,
     REASON_SECRET_NOT_ALLOWED,
 )
+
+# A LibvirtMachine's status.addresses holds at most 64 entries (the CRD's bound): a guest whose
+# agent reported more made every status write fail. Each NIC reports at most 6 (IPv4 first), so
+# the ten NICs a VM may have fit, and one NIC's many addresses never crowd out another's.
+MAX_REPORTED_ADDRESSES: Final = 64
+ADDRESSES_PER_NIC: Final = 6

@@ -289,9 +289,18 @@ class CloudInitData(ResolvedModel):
     volume: SafeName
 
 
+class NicSubnets(ResolvedModel):
+    """Where a NIC's addresses may lie, from its LibvirtNetwork's `subnets` (not in the XML)."""
+
+    interface: AliasName
+    subnets: tuple[str, ...]
+
+
 class ResolvedMachine(ResolvedModel):
     domain: DomainSpec
     volumes: tuple[VolumePlan, ...]
     cloud_init: CloudInitData | None = None
     autostart: bool = False
     shutdown_timeout_seconds: int = Field(ge=1)
+    nic_subnets: tuple[NicSubnets, ...] = ()
+    """The NICs whose network names its subnets; the others believe any global address."""

@@ -175,6 +175,13 @@ LIBVIRT_HOST = CrdSpec(
         PrinterColumn("Qemu", ".status.versions.hypervisor", priority=1),
     ),
     spec_required=False,
+    root_rules=(
+        {
+            "rule": f"self.metadata.name.size() <= {c.HOST_NAME_MAX_LENGTH}",
+            "message": f"a host's name is at most {c.HOST_NAME_MAX_LENGTH} characters: it is the "
+            f"value of the {c.HOST_LABEL} label",
+        },
+    ),
 )
 
 CRDS: tuple[CrdSpec, ...] = (

@@ -43,6 +43,7 @@ from libvirt_provider.domainxml.live_update import (
     plan_live_update,
 )
 from libvirt_provider.domainxml.metadata import OwnerMarker, owner_marker
+from libvirt_provider.domainxml.nics import interface_macs
 
 __all__ = [
     "AttachDevice",
@@ -63,6 +64,7 @@ __all__ = [
     "Setting",
     "diff_owned",
     "differences",
+    "interface_macs",
     "owned_fields",
     "owner_marker",
     "plan_live_update",

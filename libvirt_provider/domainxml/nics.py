@@ -23,6 +23,7 @@ __all__ = [
     "compare_interfaces",
     "find_interface",
     "interface_alias",
+    "interface_macs",
     "nic_facts",
     "parse_interfaces",
     "render_interface",
@@ -77,6 +78,11 @@ def nic_facts(element: etree._Element) -> NicFacts | None:
         mode=source.get("mode") if source is not None and kind == "direct" else None,
         model=model.get("type") if model is not None else None,
     )
+
+
+def interface_macs(xml: str | bytes) -> frozenset[str]:
+    """The MACs (lower case) of every interface a domain definition holds."""
+    return frozenset(parse_interfaces(etree.fromstring(xml)))
 
 
 def parse_interfaces(root: etree._Element) -> Mapping[str, NicFacts]:

@@ -90,7 +90,14 @@ class InputReader:
         return LinkedVm(link=link, vm=vm if link.linked else None)
 
     def resolve(
-        self, obj: Obj, machine: LibvirtMachine, vm: Obj, *, domain_name: str | None = None
+        self,
+        obj: Obj,
+        machine: LibvirtMachine,
+        vm: Obj,
+        *,
+        domain_name: str | None = None,
+        existing_macs: frozenset[str] = frozenset(),
+        existing_seed_digest: str | None = None,
     ) -> Resolution:
         catalog = self._catalog.catalog()
         secrets, unreadable = self._secrets(machine.metadata.namespace, vm)
@@ -103,6 +110,9 @@ class InputReader:
             unreadable_secrets=frozenset(unreadable),
             host=self.host_facts(),
             domain_name=domain_name,
+            existing_macs=existing_macs,
+            seed_key=str((vm.get("metadata") or {}).get("uid") or ""),
+            existing_seed_digest=existing_seed_digest,
         )
 
     def domain_name(self, obj: Obj) -> str:

@@ -321,8 +321,11 @@ class PowerDriver:
         running: bool,
         deferred: list[AddressSource],
     ) -> list[dict[str, str]]:
+        subnets = {n.interface: n.subnets for n in plan.nic_subnets}
         nics = [
-            NicAddressPlan(name=i.name, mac=i.mac, policy=i.address_source)
+            NicAddressPlan(
+                name=i.name, mac=i.mac, policy=i.address_source, subnets=subnets.get(i.name, ())
+            )
             for i in plan.domain.interfaces
         ]
         observed: dict[AddressSource, list[InterfaceAddress]] = {}

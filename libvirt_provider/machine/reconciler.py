@@ -27,6 +27,7 @@ from generic.formats import format_time, merge_patch, validation_message
 from generic.workqueue import Outcome
 from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachine
+from libvirt_provider.domainxml import interface_macs, owned_fields
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import (
     ForeignDomainError,
@@ -232,7 +233,22 @@ class MachineReconciler:
         except ForeignDomainError as err:
             return self._failed(obj, vm, c.REASON_FOREIGN_DOMAIN, str(err)), DONE
         intent = power_intent(vm)
-        resolution = self._inputs.resolve(obj, machine, vm, domain_name=domain_name)
+        # The definition is read before resolving, so NICs keep the MACs they have (naming) and a
+        # seed its digest's form (resolve.machine), and handed to the update, which compares it
+        # with the plan.
+        current = (
+            self._hv.domain_xml(existing.uuid, inactive=True) if existing is not None else None
+        )
+        resolution = self._inputs.resolve(
+            obj,
+            machine,
+            vm,
+            domain_name=domain_name,
+            existing_macs=interface_macs(current) if current is not None else frozenset(),
+            existing_seed_digest=(
+                owned_fields(current).ownership.cloud_init_digest if current is not None else None
+            ),
+        )
         if resolution.machine is None:
             reason = resolution.problems[0].reason
             report = self._failed(obj, vm, reason, resolution.message())
@@ -249,7 +265,7 @@ class MachineReconciler:
         if existing is None:
             return self._create(obj, vm, plan, intent)
         try:
-            return self._bring_up_to_date(obj, plan, intent, existing.uuid)
+            return self._bring_up_to_date(obj, plan, intent, existing.uuid, current=current)
         except ProviderError as err:
             report = self._failed(obj, vm, *self._problem(obj, err))
             return Report(report.readiness, domain_uuid=existing.uuid), RETRY
@@ -278,12 +294,18 @@ class MachineReconciler:
         return self._bring_up_to_date(obj, plan, intent, uuid)
 
     def _bring_up_to_date(
-        self, obj: Obj, plan: ResolvedMachine, intent: PowerIntent, uuid: str
+        self,
+        obj: Obj,
+        plan: ResolvedMachine,
+        intent: PowerIntent,
+        uuid: str,
+        *,
+        current: str | None = None,
     ) -> tuple[Report, Outcome]:
         # Updating the definition, live changes and disk growth leave the power state as it is:
         # one read serves them and the power decision.
         status = self._hv.status(uuid)
-        update = self._updater.update(obj, uuid, plan, status)
+        update = self._updater.update(obj, uuid, plan, status, current=current)
         self._hv.set_autostart(uuid, plan.autostart)
         power = self._power.drive(
             obj, plan, desired=intent.desired, mode=intent.mode, status=status

@@ -8,11 +8,18 @@ Address rules: each NIC's addresses come from the sources its LibvirtNetwork tru
 MAC, with the source recorded on each address. While the domain runs, a NIC whose sources answer
 with nothing keeps the addresses reported before (a lease being renewed, an agent restarting are
 not the guest losing its address); once the domain is not running, no address is reported.
+
+What the guest controls (its agent's answers, and the ARP entries it makes the host learn) is
+believed only for addresses that could be its own on that network: never loopback, link-local,
+multicast or unspecified ones, and only inside the network's `subnets` when it names them. A
+libvirt network's leases are the host's own record and are taken as they are. Each NIC reports
+at most `ADDRESSES_PER_NIC` addresses (IPv4 first), so ten NICs stay within the status's bound.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +83,27 @@ class NicAddressPlan:
     name: str
     mac: str
     policy: AddressSourcePolicy
+    subnets: tuple[str, ...] = ()
+    """The network's subnets; empty: any address the rules above let through."""
+
+
+def _believed(address: InterfaceAddress, nic: NicAddressPlan) -> bool:
+    """Whether `address`, as reported, could be the guest's own on the NIC's network."""
+    if address.source is AddressSource.LEASE:
+        return True
+    try:
+        ip = ipaddress.ip_address(address.address)
+    except ValueError:
+        return False
+    if ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified:
+        return False
+    if not nic.subnets:
+        return True
+    return any(
+        ip in network
+        for network in (ipaddress.ip_network(text, strict=False) for text in nic.subnets)
+        if network.version == ip.version
+    )
 
 
 def select_addresses(
@@ -92,7 +120,11 @@ def select_addresses(
     for nic in nics:
         found: list[dict[str, str]] = []
         for source in sources_for(nic.policy):
-            matches = [a for a in observed.get(source, ()) if a.mac.lower() == nic.mac.lower()]
+            matches = [
+                a
+                for a in observed.get(source, ())
+                if a.mac.lower() == nic.mac.lower() and _believed(a, nic)
+            ]
             if matches:
                 found = [
                     {
@@ -106,8 +138,8 @@ def select_addresses(
                 break
         if not found:
             found = [dict(p) for p in previous if p.get("interface") == nic.name]
-        reported.extend(found)
-    return reported
+        reported.extend(found[: c.ADDRESSES_PER_NIC])
+    return reported[: c.MAX_REPORTED_ADDRESSES]
 
 
 def nics_without_address(names: Sequence[str], addresses: Sequence[Mapping[str, Any]]) -> list[str]:

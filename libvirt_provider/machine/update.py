@@ -34,6 +34,7 @@ from libvirt_provider.errors import NotFoundError, PermanentError, ProviderError
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.store import EventSink
 from libvirt_provider.resolve.cloudinit import build_cidata_iso
+from libvirt_provider.resolve.storage import GIB
 from libvirt_provider.resolved import ResolvedMachine, VolumePlan
 
 __all__ = ["DomainUpdater", "UpdateOutcome", "create_volume", "ensure_volume"]
@@ -78,15 +79,28 @@ def create_volume(hv: Hypervisor, volume: VolumePlan) -> None:
             f"image {volume.base.image!r} is not in pool {volume.base.pool!r} on this host "
             f"(expected volume {volume.base.volume!r})"
         )
+    if base.capacity_bytes > volume.capacity_bytes:
+        # The overlay would have to be as large as its base, beyond what the disk asks and what
+        # allocation and the pool's free space count for it: refused, never silently grown.
+        raise PermanentError(
+            f"image {volume.base.image!r} has a virtual size of "
+            f"{_gib(base.capacity_bytes)} GiB, more than disk {volume.disk!r} asks "
+            f"({_gib(volume.capacity_bytes)} GiB): set its sizeGiB to at least "
+            f"{-(-base.capacity_bytes // GIB)}"
+        )
     hv.create_overlay(
         OverlaySpec(
             pool=volume.pool,
             name=volume.volume,
             backing_path=base.path,
             backing_format=volume.base.format.value,
-            capacity_bytes=max(volume.capacity_bytes, base.capacity_bytes),
+            capacity_bytes=volume.capacity_bytes,
         )
     )
+
+
+def _gib(size: int) -> str:
+    return f"{size / GIB:.2f}".rstrip("0").rstrip(".")
 
 
 class DomainUpdater:
@@ -96,14 +110,21 @@ class DomainUpdater:
         self._images = images
 
     def update(
-        self, obj: Obj, uuid: str, plan: ResolvedMachine, status: DomainStatus
+        self,
+        obj: Obj,
+        uuid: str,
+        plan: ResolvedMachine,
+        status: DomainStatus,
+        *,
+        current: str | None = None,
     ) -> UpdateOutcome:
-        """One pass over the machine `obj` whose domain `uuid` exists and is in `status`."""
+        """One pass over the machine `obj` whose domain `uuid` exists and is in `status`;
+        `current` is its inactive definition when the caller has read it this pass."""
         outcome = UpdateOutcome()
         existing = self._ensure_added_volumes(obj, plan, outcome)
         if existing is not None:
             self._grow_disks(obj, uuid, plan=plan, status=status, volumes=existing, out=outcome)
-            self._update_definition(obj, uuid, plan, status, outcome)
+            self._update_definition(obj, uuid, plan, status, outcome, current=current)
         return outcome
 
     def _ensure_added_volumes(
@@ -173,10 +194,18 @@ class DomainUpdater:
             )
 
     def _update_definition(
-        self, obj: Obj, uuid: str, plan: ResolvedMachine, status: DomainStatus, out: UpdateOutcome
+        self,
+        obj: Obj,
+        uuid: str,
+        plan: ResolvedMachine,
+        status: DomainStatus,
+        out: UpdateOutcome,
+        *,
+        current: str | None,
     ) -> None:
         desired = render_domain_xml(plan.domain)
-        current = self._hv.domain_xml(uuid, inactive=True)
+        if current is None:
+            current = self._hv.domain_xml(uuid, inactive=True)
         if status.state is DomainState.SHUTOFF and not status.has_managed_save:
             changes = differences(current, desired)
             if changes:

@@ -11,6 +11,7 @@ It writes no default user, password or key: only what the VM asked for.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ __all__ = [
     "build_cidata_iso",
     "cloud_init_digest",
     "instance_id",
+    "legacy_cloud_init_digest",
     "meta_data",
     "network_config",
 ]
@@ -125,13 +127,27 @@ def _files(data: CloudInitData) -> list[tuple[str, bytes]]:
     return files
 
 
-def cloud_init_digest(data: CloudInitData) -> str:
-    """sha256 over the seed's files: equal digests mean an equivalent ISO (timestamps aside)."""
+def cloud_init_digest(data: CloudInitData, *, key: str) -> str:
+    """HMAC-SHA256 over the seed's files, keyed with `key` (the VirtualMachine's uid): equal
+    digests mean an equivalent ISO (timestamps aside). The digest sits in the domain's metadata,
+    which libvirt's read-only socket shows to anyone on the host; unkeyed, it let them confirm a
+    guess of the user-data (a password, a token) offline. The key is nowhere in libvirt."""
+    digest = hmac.new(key.encode(), digestmod=hashlib.sha256)
+    _feed(digest, data)
+    return digest.hexdigest()
+
+
+def legacy_cloud_init_digest(data: CloudInitData) -> str:
+    """The unkeyed sha256 domains made before `cloud_init_digest` carry (see the resolver)."""
     digest = hashlib.sha256()
+    _feed(digest, data)
+    return digest.hexdigest()
+
+
+def _feed(digest: hmac.HMAC | hashlib._Hash, data: CloudInitData) -> None:
     for name, content in _files(data):
         digest.update(f"{name}\x00{len(content)}\x00".encode())
         digest.update(content)
-    return digest.hexdigest()
 
 
 def build_cidata_iso(data: CloudInitData) -> bytes:

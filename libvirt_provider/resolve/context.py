@@ -106,6 +106,13 @@ class Context:
     host: HostOffer
     domain_name: str | None = None
     """The name the machine's domain already has, when it has one (see naming)."""
+    existing_macs: AbstractSet[str] = frozenset()
+    """The MACs in the machine's domain definition, when it has one: a NIC keeps its MAC."""
+    seed_key: str = ""
+    """The key of the cloud-init digest: the VirtualMachine's uid. Empty only where the digest
+    is never written (placement's resolutions, tests)."""
+    existing_seed_digest: str | None = None
+    """The cloud-init digest in the machine's domain definition, when it has one."""
     unreadable_secrets: frozenset[str] = frozenset()
     """Secrets in the machine's namespace the daemon may not read (not opted in there)."""
     secrets_deferred: bool = False

@@ -16,7 +16,7 @@ from libvirt_provider.api import GraphicsType, LibvirtMachine
 from libvirt_provider.constants import REASON_INVALID_SPEC
 from libvirt_provider.naming import console_log_file
 from libvirt_provider.resolve.bootstrap import resolve_cloud_init
-from libvirt_provider.resolve.cloudinit import cloud_init_digest
+from libvirt_provider.resolve.cloudinit import cloud_init_digest, legacy_cloud_init_digest
 from libvirt_provider.resolve.compute import (
     Size,
     check_placement,
@@ -45,6 +45,7 @@ from libvirt_provider.resolved import (
     FirmwareKind,
     Graphics,
     Interface,
+    NicSubnets,
     OsBoot,
     Owner,
     ResolvedMachine,
@@ -96,7 +97,7 @@ def resolve_pair(ctx: Context) -> Resolution:
     boot = resolve_boot_disk(ctx)
     data_plans = resolve_data_disks(ctx)
     image = boot[0] if boot is not None else None
-    nics, configs, customised = resolve_interfaces(ctx, image)
+    nics, configs, customised, subnets = resolve_interfaces(ctx, image)
     cloud_init = resolve_cloud_init(
         ctx,
         configs=configs,
@@ -131,6 +132,7 @@ def resolve_pair(ctx: Context) -> Resolution:
         disk_bus=boot_image.spec.guest.disk_bus,
         plans=[boot_plan, *data_plans],
         nics=nics,
+        subnets=subnets,
         cloud_init=cloud_init,
     )
 
@@ -146,6 +148,7 @@ def _assemble(
     disk_bus: DiskBus,
     plans: list[VolumePlan],
     nics: list[Interface],
+    subnets: list[NicSubnets],
     cloud_init: CloudInitData | None,
 ) -> Resolution:
     targets = _TargetNames()
@@ -169,7 +172,7 @@ def _assemble(
             volume=cloud_init.volume,
             bus=cdrom_bus,
             target=targets.next(cdrom_bus.value),
-            digest=cloud_init_digest(cloud_init),
+            digest=_seed_digest(ctx, cloud_init),
         )
     console = ctx.machine.spec.console
     try:
@@ -198,10 +201,21 @@ def _assemble(
             cloud_init=cloud_init,
             autostart=ctx.machine.spec.autostart,
             shutdown_timeout_seconds=ctx.machine.spec.graceful_shutdown_timeout_seconds,
+            nic_subnets=tuple(subnets),
         )
     except ValidationError as error:
         return Resolution(machine=None, problems=tuple(validation_problems(error, VM)))
     return Resolution(machine=machine)
+
+
+def _seed_digest(ctx: Context, data: CloudInitData) -> str:
+    """The keyed digest; a domain made before digests were keyed keeps its unkeyed one while it
+    still describes the seed, so an upgrade reports no cloud-init change on running machines."""
+    keyed = cloud_init_digest(data, key=ctx.seed_key)
+    existing = ctx.existing_seed_digest
+    if existing is not None and existing != keyed and existing == legacy_cloud_init_digest(data):
+        return existing
+    return keyed
 
 
 def _parse(
@@ -254,12 +268,18 @@ def resolve_machine(
     secrets: SecretData,
     host: HostOffer,
     domain_name: str | None = None,
+    existing_macs: frozenset[str] = frozenset(),
+    seed_key: str = "",
+    existing_seed_digest: str | None = None,
     unreadable_secrets: frozenset[str] = frozenset(),
     secrets_deferred: bool = False,
 ) -> Resolution:
     """Resolve a linked VM + LibvirtMachine pair for `host`. Raw dicts are parsed here, so a spec
     the models refuse becomes a problem to report rather than an exception. `domain_name` is the
-    name the machine's domain already has (by default, the one derived from its identity)."""
+    name the machine's domain already has (by default, the one derived from its identity);
+    `existing_macs` the MACs its definition holds (see naming), `existing_seed_digest` its
+    cloud-init digest. `seed_key` keys the cloud-init digest: the VirtualMachine's uid, which
+    libvirt never sees."""
     problems: list[Problem] = []
     vm = _parse(VirtualMachineSpec, vm_spec, f"{VM}.spec", problems)
     libvirt_machine = _parse(LibvirtMachine, machine, LM, problems)
@@ -273,6 +293,9 @@ def resolve_machine(
         secrets=secrets,
         host=host,
         domain_name=domain_name,
+        existing_macs=existing_macs,
+        seed_key=seed_key,
+        existing_seed_digest=existing_seed_digest,
         unreadable_secrets=unreadable_secrets,
         secrets_deferred=secrets_deferred,
     )

@@ -16,10 +16,10 @@ from libvirt_provider.constants import (
     REASON_NOT_AVAILABLE_ON_HOST,
     REASON_REFERENCE_NOT_FOUND,
 )
-from libvirt_provider.naming import mac_address
+from libvirt_provider.naming import machine_mac_address
 from libvirt_provider.resolve.cloudinit import NetworkInterfaceConfig
 from libvirt_provider.resolve.context import VM, Context, check_reference, validation_problems
-from libvirt_provider.resolved import Interface, InterfaceKind
+from libvirt_provider.resolved import Interface, InterfaceKind, NicSubnets
 
 
 def _default_network(ctx: Context, where: str) -> LibvirtNetwork | None:
@@ -39,14 +39,16 @@ def _default_network(ctx: Context, where: str) -> LibvirtNetwork | None:
 
 def resolve_interfaces(
     ctx: Context, image: LibvirtImage | None
-) -> tuple[list[Interface], list[NetworkInterfaceConfig], bool]:
-    """NICs, their guest-side configuration, and whether that needs a network-config."""
+) -> tuple[list[Interface], list[NetworkInterfaceConfig], bool, list[NicSubnets]]:
+    """NICs, their guest-side configuration, whether that needs a network-config, and the
+    subnets of the NICs whose network names them."""
     declared = (ctx.vm.network.interfaces if ctx.vm.network else None) or []
     wanted: list[tuple[str, VmInterface | None]] = [(i.name, i) for i in declared] or [
         ("default", None)
     ]
     nics: list[Interface] = []
     configs: list[NetworkInterfaceConfig] = []
+    subnets: list[NicSubnets] = []
     customised = False
     default_model = image.spec.guest.nic_model if image is not None else NicModel.VIRTIO
     for name, spec in wanted:
@@ -74,10 +76,12 @@ def resolve_interfaces(
         if nic is None:
             continue
         nics.append(nic)
+        if network.spec.subnets:
+            subnets.append(NicSubnets(interface=name, subnets=tuple(network.spec.subnets)))
         config = _guest_config(nic=nic, spec=spec, network=network)
         configs.append(config)
         customised = customised or bool(config.addresses or config.dhcp6 or not config.dhcp4)
-    return nics, configs, customised
+    return nics, configs, customised, subnets
 
 
 def _interface(
@@ -102,7 +106,7 @@ def _interface(
     try:
         return Interface(
             name=name,
-            mac=mac_address(ctx.machine.metadata.uid, name),
+            mac=machine_mac_address(ctx.machine.metadata.uid, name, existing=ctx.existing_macs),
             kind=kind,
             source=device,
             direct_mode=mode,

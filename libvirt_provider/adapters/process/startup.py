@@ -18,7 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["ConfigError", "check_config", "check_libvirt_uri"]
+from libvirt_provider.constants import HOST_LABEL, HOST_NAME_MAX_LENGTH, HOST_NAME_PATTERN
+
+__all__ = ["ConfigError", "check_config", "check_host_name", "check_libvirt_uri"]
 
 # Drivers whose domains the provider can render (qemu) or measure against (test); transports
 # libvirt's remote driver knows.
@@ -38,6 +40,22 @@ class PathFlags:
     kubeconfig: str | None
     libvirt_uri: str
     console_log_dir: str | None
+
+
+def check_host_name(host: str) -> None:
+    """The host's name becomes the value of the host label on its machines and the tail of its
+    Lease's name: one Kubernetes refuses would make every bind and heartbeat fail."""
+    where = f"--host {host!r}"
+    if len(host) > HOST_NAME_MAX_LENGTH:
+        raise ConfigError(
+            f"{where}: {len(host)} characters; a host's name is at most {HOST_NAME_MAX_LENGTH} "
+            f"(it is the value of the {HOST_LABEL} label): pass a shorter --host"
+        )
+    if re.fullmatch(HOST_NAME_PATTERN, host) is None:
+        raise ConfigError(
+            f"{where}: a host's name is a DNS subdomain in lower case (letters, digits, '-' "
+            "and '.', starting and ending with a letter or digit), like a node's name"
+        )
 
 
 def check_libvirt_uri(uri: str) -> None:

@@ -1,6 +1,7 @@
 """Hostile and careless input against the real API server and libvirtd (the hardening issue).
 
-- Quantities that once froze or wedged the daemon are refused by the API server itself.
+- Quantities that once froze or wedged the daemon are refused by the API server itself, and so
+  are host names too long for the host label.
 - Deleting a machine whose image and cloud-init Secret went first (a namespace being deleted)
   keeps the disk marked `deleteOnTermination: false` and removes the rest.
 - Relabelling a running machine to another host changes nothing: its daemon selects it by
@@ -73,6 +74,25 @@ def test_quantities_that_once_froze_the_daemon_are_refused_by_the_api(
             GROUP, V, "libvirtmachineclasses", machine_class
         ),
         "spec.memory",
+    )
+
+
+def test_host_names_the_host_label_cannot_hold_are_refused_by_the_api(
+    api_client: client.ApiClient, ns: str
+) -> None:
+    # 64 characters: too long for the host label's value (and, past 240, for the Lease's name).
+    long_name = "h" * 64
+    custom = client.CustomObjectsApi(api_client)
+    _, lm = pair(ns, "far-" + uuid.uuid4().hex[:6])
+    lm["spec"]["host"] = long_name
+    _refused(
+        lambda: custom.create_namespaced_custom_object(GROUP, V, ns, "libvirtmachines", lm),
+        "spec.host",
+    )
+    host = {"apiVersion": f"{GROUP}/{V}", "kind": "LibvirtHost", "metadata": {"name": long_name}}
+    _refused(
+        lambda: custom.create_cluster_custom_object(GROUP, V, "libvirthosts", host),
+        "at most 63 characters",
     )
 
 

@@ -7,6 +7,7 @@ is also reported in the LibvirtImage's `status.hosts`, where every host keeps it
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -258,3 +259,41 @@ def test_import_progress_shows_on_the_image_and_the_waiting_machine(
         server.release.set()
         server.httpd.shutdown()
         delete_image(api_client, name)
+
+
+def test_an_image_whose_virtual_size_exceeds_its_disk_builds_nothing(
+    api_client: client.ApiClient, virt: libvirt.virConnect, lab: LabInfo, ns: str, tmp_path: Path
+) -> None:
+    # A qcow2 of a few hundred KiB announcing an 8 GiB disk, for a 1 GiB boot disk: the overlay
+    # used to be grown to 8 GiB, beyond what allocation and the pool's free space counted.
+    image = tmp_path / "huge.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(image), "8G"], check=True)
+    sha256 = hashlib.sha256(image.read_bytes()).hexdigest()
+    server = Server(tmp_path)
+    name = "huge-" + uuid.uuid4().hex[:6]
+    create_image(api_client, name, f"{server.url}/huge.qcow2", sha256)
+    try:
+        docs = pair(ns, "swollen")
+        docs[0]["spec"]["bootDisk"]["source"]["image"]["name"] = name
+        docs[0]["spec"]["bootDisk"]["sizeGiB"] = 1
+        create(api_client, docs)
+        cond = eventually(
+            lambda: (
+                (c := condition(get(api_client, ns, "swollen", vm=False), "InfrastructureReady"))
+                and "virtual size" in c.get("message", "")
+                and c
+            ),
+            timeout=120,
+            interval=1,
+            what="the oversized image reported on the machine",
+        )
+        assert cond["status"] == "False"
+        assert "virtual size of 8 GiB, more than disk 'boot' asks (1 GiB)" in cond["message"]
+        assert "sizeGiB to at least 8" in cond["message"]
+        domain = domain_of(api_client, ns, "swollen")
+        assert domain not in domain_names(virt)
+        assert machine_volumes(virt, lab, f"{domain}--") == []
+    finally:
+        server.httpd.shutdown()
+        delete_image(api_client, name)
+        drop_base(virt, lab, sha256)

@@ -13,6 +13,7 @@ from libvirt_provider.adapters.process.startup import (
     ConfigError,
     PathFlags,
     check_config,
+    check_host_name,
     check_libvirt_uri,
 )
 
@@ -95,3 +96,24 @@ def test_a_relative_console_log_dir_is_refused() -> None:
         check_config(
             PathFlags(kubeconfig=None, libvirt_uri="qemu:///system", console_log_dir="consoles")
         )
+
+
+def test_a_host_name_too_long_for_the_host_label_refuses_to_start() -> None:
+    host = "h" * 64
+    out = _run(f"--host={host}", "--libvirt-uri=test:///default")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert f"--host {host!r}: 64 characters" in lines[0]
+    assert "at most 63" in lines[0]
+
+
+@pytest.mark.parametrize("host", ["Node-1", "node_1", "-node", "node.", "a" * 241])
+def test_host_names_kubernetes_would_refuse_are_refused(host: str) -> None:
+    with pytest.raises(ConfigError, match="--host"):
+        check_host_name(host)
+
+
+@pytest.mark.parametrize("host", ["node-1", "kvm1.example.com", "a" * 63])
+def test_usual_host_names_pass(host: str) -> None:
+    check_host_name(host)

@@ -498,3 +498,26 @@ def test_an_unreachable_api_server_is_a_retry_not_an_exception() -> None:
 
     store.get_machine = unreachable  # type: ignore[method-assign,assignment]
     assert make_reconciler(store, hv).reconcile(KEY) == Outcome(retry=True)
+
+
+def test_an_image_larger_than_its_disk_is_refused_not_grown_beyond_the_counted_size() -> None:
+    # The boot disk asks 1 GiB (reconciling's VM); the image's virtual size is 3 GiB. The overlay
+    # used to be grown to 3 GiB, beyond what allocation and the pool's free space counted.
+    store = make_store()
+    hv = FakeHypervisor(facts=HOST)
+    hv.add_volume("vmapi-lab", "guest.qcow2", capacity_bytes=3 << 30)
+    make_reconciler(store, hv).reconcile(KEY)
+    assert UID not in hv.domains
+    assert owned_volumes(hv) == []
+    ready = {c["type"]: c for c in store.machines["web"]["status"]["conditions"]}[
+        "InfrastructureReady"
+    ]
+    assert ready["status"] == "False"
+    assert "virtual size of 3 GiB, more than disk 'boot' asks (1 GiB)" in ready["message"]
+    assert "sizeGiB to at least 3" in ready["message"]
+
+
+def test_an_overlay_is_made_at_the_disks_size_over_a_smaller_image() -> None:
+    store, hv = make_store(), make_hypervisor()
+    make_reconciler(store, hv).reconcile(KEY)
+    assert hv.volumes[("vmapi-lab", f"{DOMAIN}--boot.qcow2")].capacity_bytes == 1 << 30

@@ -6,6 +6,7 @@ from typing import Any
 
 from catalog.network import AddressSourcePolicy
 from generic.formats import merge_patch
+from libvirt_provider.constants import ADDRESSES_PER_NIC, MAX_REPORTED_ADDRESSES
 from libvirt_provider.driver.types import AddressSource, InterfaceAddress
 from libvirt_provider.machine.status import (
     NicAddressPlan,
@@ -74,6 +75,60 @@ def test_a_stopped_machine_has_no_addresses() -> None:
     previous = [{"interface": "eth0", "type": "InternalIP", "address": "10.0.0.5"}]
     observed = {AddressSource.LEASE: [addr(MAC0, "10.0.0.5", AddressSource.LEASE)]}
     assert select_addresses(NICS, observed, previous, running=False) == []
+
+
+def test_a_guest_reporting_hundreds_of_addresses_stays_within_the_status_bound() -> None:
+    # Ten NICs (the most a VM has), each with 100 addresses from the agent: the status used to
+    # carry all 1,000 and every write failed the CRD's bound of 64.
+    nics = [
+        NicAddressPlan(f"eth{n}", f"52:54:00:00:01:{n:02x}", AddressSourcePolicy.AGENT)
+        for n in range(10)
+    ]
+    observed = {
+        AddressSource.AGENT: [
+            addr(nic.mac, f"10.{n}.0.{i}", AddressSource.AGENT)
+            for n, nic in enumerate(nics)
+            for i in range(1, 101)
+        ]
+    }
+    got = select_addresses(nics, observed, [], running=True)
+    assert len(got) == 10 * ADDRESSES_PER_NIC <= MAX_REPORTED_ADDRESSES
+    assert {a["interface"] for a in got} == {nic.name for nic in nics}
+
+
+def test_the_agent_is_believed_only_for_addresses_that_can_be_the_guests_own() -> None:
+    nic = NicAddressPlan("eth1", MAC1, AddressSourcePolicy.AGENT)
+    observed = {
+        AddressSource.AGENT: [
+            addr(MAC1, ip, AddressSource.AGENT)
+            for ip in ("127.0.0.1", "169.254.1.1", "224.0.0.1", "0.0.0.0", "not-an-ip")
+        ]
+        + [addr(MAC1, ip, AddressSource.AGENT, family="ipv6") for ip in ("fe80::1", "::1")]
+    }
+    assert select_addresses([nic], observed, [], running=True) == []
+
+
+def test_a_network_naming_its_subnets_bounds_what_the_agent_and_arp_may_claim() -> None:
+    nic = NicAddressPlan(
+        "eth1", MAC1, AddressSourcePolicy.ANY, subnets=("10.0.1.0/24", "fd01::/64")
+    )
+    claimed = [
+        addr(MAC1, "10.0.1.7", AddressSource.AGENT),
+        addr(MAC1, "10.9.9.9", AddressSource.AGENT),  # another tenant's, say
+        addr(MAC1, "fd01::7", AddressSource.AGENT, family="ipv6"),
+        addr(MAC1, "fd02::7", AddressSource.AGENT, family="ipv6"),
+    ]
+    got = select_addresses([nic], {AddressSource.AGENT: claimed}, [], running=True)
+    assert [a["address"] for a in got] == ["10.0.1.7", "fd01::7"]
+    arp = {AddressSource.ARP: [addr(MAC1, "192.168.5.5", AddressSource.ARP)]}
+    assert select_addresses([nic], arp, [], running=True) == []
+
+
+def test_a_libvirt_networks_lease_is_taken_as_it_is() -> None:
+    nic = NicAddressPlan("eth0", MAC0, AddressSourcePolicy.LEASE, subnets=("10.0.1.0/24",))
+    observed = {AddressSource.LEASE: [addr(MAC0, "10.0.0.5", AddressSource.LEASE)]}
+    got = select_addresses([nic], observed, [], running=True)
+    assert [a["address"] for a in got] == ["10.0.0.5"]
 
 
 READY = Readiness(True, "Running", "ok", True, "UpToDate", "matches")

@@ -14,6 +14,7 @@ from libvirt_provider.resolve.cloudinit import (
     NetworkInterfaceConfig,
     build_cidata_iso,
     cloud_init_digest,
+    legacy_cloud_init_digest,
     network_config,
 )
 from libvirt_provider.resolved import CloudInitData
@@ -77,10 +78,23 @@ def test_without_user_data_the_seed_carries_an_empty_cloud_config_and_no_network
     assert "public-keys" not in yaml.safe_load(files["meta-data"])
 
 
-def test_the_digest_follows_the_content_and_nothing_else() -> None:
-    assert cloud_init_digest(seed()) == cloud_init_digest(seed())
-    assert cloud_init_digest(seed()) != cloud_init_digest(seed(hostname="web-2"))
-    assert cloud_init_digest(seed()) != cloud_init_digest(seed(user_data=SecretBytes(b"x")))
+def test_the_digest_follows_the_content_and_its_key_and_nothing_else() -> None:
+    def digest(data: CloudInitData, key: str = "vm-uid") -> str:
+        return cloud_init_digest(data, key=key)
+
+    assert digest(seed()) == digest(seed())
+    assert digest(seed()) != digest(seed(hostname="web-2"))
+    assert digest(seed()) != digest(seed(user_data=SecretBytes(b"x")))
+    assert digest(seed()) != digest(seed(), key="another-vm-uid")
+
+
+def test_the_digest_cannot_confirm_a_guess_of_the_user_data_without_its_key() -> None:
+    # Whoever reads the domain's metadata (libvirt's read-only socket) sees the digest and can
+    # rebuild every other input of the seed; without the VM's uid a guess is not confirmed.
+    shown = cloud_init_digest(seed(), key="0b5ec0de-vm-uid")
+    guesses = [cloud_init_digest(seed(), key=key) for key in ("", "web", "default/web")]
+    assert shown not in guesses
+    assert shown != legacy_cloud_init_digest(seed())
 
 
 def test_secret_contents_stay_out_of_reprs() -> None:

@@ -10,6 +10,7 @@ import yaml
 from lxml import etree
 
 from catalog.constants import GROUP
+from catalog.network import LibvirtNetwork
 from generic.constants import REASON_UNSUPPORTED_BY_PROVIDER
 from libvirt_provider import constants as c
 from libvirt_provider.domainxml import render_domain_xml
@@ -184,6 +185,39 @@ class TestAValidPairResolvesCompletely:
         )
         assert (mv.kind, mv.source, mv.direct_mode) == (InterfaceKind.DIRECT, "eth0", "vepa")
         assert len({a.mac, br.mac, mv.mac}) == 3
+
+    def test_a_networks_subnets_go_with_its_nics_and_nowhere_else(self) -> None:
+        nets = [
+            b.network("lab"),
+            b.network(
+                "br",
+                source={"bridge": "br0"},
+                default=False,
+                subnets=["10.0.1.9/24", "fd01::/64"],
+            ),
+        ]
+        vm = b.vm_spec(
+            network={
+                "interfaces": [
+                    {"name": "a", "network": b.ref("LibvirtNetwork", "lab")},
+                    {"name": "b", "network": b.ref("LibvirtNetwork", "br")},
+                ]
+            }
+        )
+        machine = resolve(vm=vm, networks=nets).machine
+        assert machine is not None
+        assert [(n.interface, n.subnets) for n in machine.nic_subnets] == [
+            ("b", ("10.0.1.0/24", "fd01::/64"))
+        ]
+
+    def test_a_subnet_that_is_no_cidr_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="each subnet is a CIDR"):
+            LibvirtNetwork.model_validate(
+                {
+                    "metadata": {"name": "br"},
+                    "spec": {"source": {"bridge": "br0"}, "subnets": ["10.0.0.0/33"]},
+                }
+            )
 
 
 class TestCloudInit:
