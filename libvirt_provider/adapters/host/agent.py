@@ -26,11 +26,13 @@ from pydantic import ValidationError
 from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import API_ERRORS, REQUEST_TIMEOUT, ApiFailure, KubeApi, failure_of
 from generic.background import BackgroundLoop
+from generic.formats import parse_micro_time
 from libvirt_provider import constants as c
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.types import HostInventory
 from libvirt_provider.errors import ProviderError
 from libvirt_provider.host_api import LibvirtHostSpec, LibvirtHostStatus
+from libvirt_provider.hosts.heartbeat import takeover_refused
 from libvirt_provider.hosts.inventory import Demand, host_status
 from libvirt_provider.hosts.placement import ZONE_LABEL
 
@@ -88,6 +90,8 @@ class HostAgent:
         self._allocations = allocations
         self._interval = interval
         self._last_inventory: tuple[float, HostInventory] | None = None
+        # Why the heartbeat Lease is not ours (held, fresh, by someone else), or None.
+        self._lease_refused: str | None = None
         self._loop = BackgroundLoop(f"host-agent-{host}", self._run)
         self.informer = ClusterInformer(
             api,
@@ -116,6 +120,10 @@ class HostAgent:
         labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
         zone = labels.get(ZONE_LABEL)
         return zone if isinstance(zone, str) else None
+
+    def lease_problem(self) -> str | None:
+        """Why this daemon does not renew its host's heartbeat Lease (a readiness check)."""
+        return self._lease_refused
 
     def allocations_changed(self) -> None:
         """A machine of this host was resolved anew or went away: the allocated figures are
@@ -157,23 +165,53 @@ class HostAgent:
             "renewTime": now,
         }
         try:
-            self._leases.patch_namespaced_lease(
-                name, self._namespace, {"spec": spec}, _request_timeout=REQUEST_TIMEOUT
+            lease = self._leases.read_namespaced_lease(
+                name, self._namespace, _request_timeout=REQUEST_TIMEOUT
             )
         except API_ERRORS as err:
             if failure_of(err) is not ApiFailure.NOT_FOUND:
                 raise
-            body = {
-                "metadata": {
-                    "name": name,
-                    "labels": {c.HOST_LABEL: self._host},
-                    "namespace": self._namespace,
-                },
-                "spec": {**spec, "acquireTime": now},
-            }
-            self._leases.create_namespaced_lease(
-                self._namespace, body, _request_timeout=REQUEST_TIMEOUT
+            lease = None
+        if lease is not None:
+            held = lease.get("spec") or {}
+            refused = takeover_refused(
+                self._host,
+                held.get("holderIdentity"),
+                parse_micro_time(held.get("renewTime")),
+                held.get("leaseDurationSeconds"),
+                now,
             )
+            if refused != self._lease_refused:
+                if refused is not None:
+                    log.error("host %s: %s", self._host, refused)
+                else:
+                    log.info("host %s: the heartbeat Lease is this daemon's again", self._host)
+            self._lease_refused = refused
+            if refused is not None:
+                return
+            # The version read: a claim taken meanwhile makes this write conflict, not win.
+            self._leases.patch_namespaced_lease(
+                name,
+                self._namespace,
+                {
+                    "metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]},
+                    "spec": spec,
+                },
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            return
+        self._lease_refused = None
+        body = {
+            "metadata": {
+                "name": name,
+                "labels": {c.HOST_LABEL: self._host},
+                "namespace": self._namespace,
+            },
+            "spec": {**spec, "acquireTime": now},
+        }
+        self._leases.create_namespaced_lease(
+            self._namespace, body, _request_timeout=REQUEST_TIMEOUT
+        )
 
     def _sync(self) -> None:
         if not self.informer.wait_synced(0):
@@ -191,6 +229,9 @@ class HostAgent:
         if self._on_spec is not None:
             self._on_spec(spec)
         inventory, problem = self._inventory()
+        reason = c.REASON_LIBVIRT_UNAVAILABLE
+        if self._lease_refused is not None:
+            problem, reason = self._lease_refused, c.REASON_HEARTBEAT_LEASE_HELD
         link = self._link() if self._link is not None else None
         current = obj.get("status") or {}
         try:
@@ -208,6 +249,7 @@ class HostAgent:
             generation=meta.get("generation"),
             now=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             connection=link,
+            problem_reason=reason,
         )
         if link is not None:
             self._report_link(obj, previous, link)
