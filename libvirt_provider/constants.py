@@ -84,7 +84,6 @@ __all__ = [
     "REASON_GUEST_AGENT_RESPONDING",
     "REASON_GUEST_AGENT_UNRESPONSIVE",
     "REASON_GUEST_NOT_COMPLYING",
-    "REASON_HEARTBEAT_LEASE_HELD",
     "REASON_HOST_CHANGED",
     "REASON_HOST_NOT_READY",
     "REASON_HOST_READY",
@@ -129,9 +128,6 @@ HOST_SHORT_NAMES: Final = ("lvh",)
 HOST_CONDITION_READY: Final = "Ready"
 REASON_HOST_READY: Final = "HostReady"
 REASON_LIBVIRT_UNAVAILABLE: Final = "LibvirtUnavailable"
-# The host's heartbeat Lease is held, and renewed, by someone else (a remote host's claim, or a
-# second daemon with the same --host): this daemon does not take it over.
-REASON_HEARTBEAT_LEASE_HELD: Final = "HeartbeatLeaseHeld"
 # Each host's daemon renews the Lease `<prefix><host>` in its own namespace, as a kubelet renews its
 # node's; placement counts a host whose Lease is older than the grace as not ready.
 HEARTBEAT_LEASE_PREFIX: Final = "libvirt-host-"

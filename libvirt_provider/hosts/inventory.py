@@ -145,12 +145,10 @@ def host_status(
     generation: int | None,
     now: str,
     connection: tuple[str, str] | None = None,
-    problem_reason: str = REASON_LIBVIRT_UNAVAILABLE,
 ) -> dict[str, Any]:
     """The status body to write. Without an inventory (libvirtd unreachable) the last known
     figures stay and only Ready turns False. `connection` (a remote host's: the `Connected`
-    reason and message) adds the `Connected` condition; `problem_reason` is Ready's reason for
-    `problem`."""
+    reason and message) adds the `Connected` condition."""
     ready = problem is None and inventory is not None
     body: dict[str, Any] = (
         previous.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -193,9 +191,7 @@ def host_status(
         cpus=allocated.cpus, memory=format_size(allocated.memory), machines=machines
     ).model_dump(by_alias=True, mode="json")
     old = {c.type: c for c in (previous.conditions or [])} if previous is not None else {}
-    reason = (
-        REASON_HOST_READY if ready else (problem_reason if problem else REASON_LIBVIRT_UNAVAILABLE)
-    )
+    reason = REASON_HOST_READY if ready else REASON_LIBVIRT_UNAVAILABLE
     message = "the daemon runs and reaches libvirtd" if ready else (problem or "no inventory")
     status = "True" if ready else "False"
     before = old.get(CONDITION_READY)

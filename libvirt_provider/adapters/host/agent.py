@@ -216,6 +216,10 @@ class HostAgent:
     def _sync(self) -> None:
         if not self.informer.wait_synced(0):
             return
+        if self._lease_refused is not None:
+            # The host is someone else's (a remote host's replica, or another daemon with this
+            # --host): its object is theirs to write, and two writers would flap it.
+            return
         obj = self.informer.get(self._host)
         if obj is None:
             if self._creates:
@@ -229,9 +233,6 @@ class HostAgent:
         if self._on_spec is not None:
             self._on_spec(spec)
         inventory, problem = self._inventory()
-        reason = c.REASON_LIBVIRT_UNAVAILABLE
-        if self._lease_refused is not None:
-            problem, reason = self._lease_refused, c.REASON_HEARTBEAT_LEASE_HELD
         link = self._link() if self._link is not None else None
         current = obj.get("status") or {}
         try:
@@ -249,7 +250,6 @@ class HostAgent:
             generation=meta.get("generation"),
             now=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             connection=link,
-            problem_reason=reason,
         )
         if link is not None:
             self._report_link(obj, previous, link)

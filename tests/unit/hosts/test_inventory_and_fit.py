@@ -111,16 +111,6 @@ class TestHostStatus:
         assert (ready["status"], ready["reason"]) == ("False", "LibvirtUnavailable")
         assert ready["lastTransitionTime"] == "2026-12-02T00:01:00Z"
 
-    def test_a_heartbeat_lease_held_elsewhere_turns_ready_false_with_its_reason(self) -> None:
-        held = status(problem="the heartbeat Lease is held", problem_reason="HeartbeatLeaseHeld")
-        assert held["capacity"] == status()["capacity"]
-        (ready,) = held["conditions"]
-        assert (ready["status"], ready["reason"], ready["message"]) == (
-            "False",
-            "HeartbeatLeaseHeld",
-            "the heartbeat Lease is held",
-        )
-
     def test_a_users_edit_of_the_figures_is_put_back(self) -> None:
         first = status()
         edited = {**first, "allocatable": {"cpus": 999, "memory": "1Ei"}}

@@ -231,6 +231,17 @@ def test_a_fresh_lease_held_by_a_remote_claim_is_not_taken_over(server: StubApiS
     assert "does not take it over" in problem
 
 
+def test_a_daemon_refused_the_lease_leaves_the_hosts_object_to_its_holder(
+    server: StubApiServer,
+) -> None:
+    _held_by(server, "remote-replica-1", dt.datetime.now(dt.UTC))
+    beating = agent(server)
+    beating._beat()
+    beating.informer.wait_synced = lambda _timeout: True  # type: ignore[method-assign]
+    beating._sync()  # would create the missing LibvirtHost, were the host this daemon's
+    assert [r.method for r in server.requests] == ["GET"]
+
+
 def test_a_stale_lease_of_another_holder_is_taken(server: StubApiServer) -> None:
     old = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=c.HEARTBEAT_GRACE_SECONDS + 5)
     path = _held_by(server, "remote-replica-1", old)
