@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import yaml
@@ -47,6 +49,29 @@ class NetworkInterfaceConfig:
     gateway6: str | None = None
 
 
+# The latest digests, by their inputs. A machine's passes resolve its seed again and again from the
+# same Secret data (the daemon keeps the decoded bytes of an unchanged Secret: the very objects,
+# whose hash Python caches), so each pass finds its digests here instead of hashing up to 1 MiB of
+# user-data twice. Kept few: a key holds its contents.
+_DIGESTS_KEPT = 32
+_digests: OrderedDict[tuple[object, ...], str] = OrderedDict()
+_digests_lock = threading.Lock()
+
+
+def _remembered(key: tuple[object, ...], compute: Callable[[], str]) -> str:
+    with _digests_lock:
+        known = _digests.get(key)
+        if known is not None:
+            _digests.move_to_end(key)
+            return known
+    value = compute()
+    with _digests_lock:
+        _digests[key] = value
+        while len(_digests) > _DIGESTS_KEPT:
+            _digests.popitem(last=False)
+    return value
+
+
 def instance_id(
     uid: str,
     *,
@@ -62,17 +87,17 @@ def instance_id(
     must therefore carry a new id, or a real guest keeps using what it read first; equal content
     gives the same id, so an unchanged seed never makes the guest start over.
     """
-    digest = hashlib.sha256()
-    for part in (
-        hostname or "",
-        "\n".join(ssh_public_keys),
-        user_data,
-        network_config,
-    ):
-        raw = b"\xff" if part is None else part.encode() if isinstance(part, str) else part
-        digest.update(f"{len(raw)}\x00".encode())
-        digest.update(raw)
-    return f"{uid}-{digest.hexdigest()[:12]}"
+    parts = (hostname or "", "\n".join(ssh_public_keys), user_data, network_config)
+
+    def compute() -> str:
+        digest = hashlib.sha256()
+        for part in parts:
+            raw = b"\xff" if part is None else part.encode() if isinstance(part, str) else part
+            digest.update(f"{len(raw)}\x00".encode())
+            digest.update(raw)
+        return digest.hexdigest()
+
+    return f"{uid}-{_remembered(('instance', *parts), compute)[:12]}"
 
 
 def meta_data(data: CloudInitData) -> bytes:
@@ -127,11 +152,16 @@ def _files(data: CloudInitData) -> list[tuple[str, bytes]]:
 
 def cloud_init_digest(data: CloudInitData) -> str:
     """sha256 over the seed's files: equal digests mean an equivalent ISO (timestamps aside)."""
-    digest = hashlib.sha256()
-    for name, content in _files(data):
-        digest.update(f"{name}\x00{len(content)}\x00".encode())
-        digest.update(content)
-    return digest.hexdigest()
+    files = _files(data)
+
+    def compute() -> str:
+        digest = hashlib.sha256()
+        for name, content in files:
+            digest.update(f"{name}\x00{len(content)}\x00".encode())
+            digest.update(content)
+        return digest.hexdigest()
+
+    return _remembered(("seed", *files), compute)
 
 
 def build_cidata_iso(data: CloudInitData) -> bytes:

@@ -64,7 +64,11 @@ def test_secret_data_is_read_encoded_and_refusals_have_their_meaning(
     server.put(f"{SECRETS}/boot", {"data": {"userdata": b64("#cloud-config\n")}})
     adapter = KubeAdapter(server.api_client(), host="h1")
 
-    assert adapter.get_secret_data("ns", "boot") == {"userdata": b64("#cloud-config\n")}
+    read = adapter.get_secret_data("ns", "boot")
+    assert read is not None
+    assert read.data == {"userdata": b64("#cloud-config\n")}
+    # The version the cache keys on.
+    assert read.version == server.get(f"{SECRETS}/boot")["metadata"]["resourceVersion"]  # type: ignore[index]
     assert adapter.get_secret_data("ns", "absent") is None
     server.fail("GET", f"{SECRETS}/boot", 403)
     with pytest.raises(AccessDeniedError, match="reading Secret 'boot' in namespace 'ns' is"):
@@ -84,7 +88,9 @@ def test_secret_data_is_read_encoded_and_refusals_have_their_meaning(
 
 def test_an_empty_secret_has_no_data(server: StubApiServer) -> None:
     server.put(f"{SECRETS}/empty", {"type": "Opaque"})
-    assert KubeAdapter(server.api_client(), host="h1").get_secret_data("ns", "empty") == {}
+    read = KubeAdapter(server.api_client(), host="h1").get_secret_data("ns", "empty")
+    assert read is not None
+    assert read.data == {}
 
 
 # -- a remote host's credentials -----------------------------------------------------------------
