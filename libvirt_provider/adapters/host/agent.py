@@ -92,6 +92,7 @@ class HostAgent:
         self._last_inventory: tuple[float, HostInventory] | None = None
         # Why the heartbeat Lease is not ours (held, fresh, by someone else), or None.
         self._lease_refused: str | None = None
+        self._refused_by: str | None = None
         self._loop = BackgroundLoop(f"host-agent-{host}", self._run)
         self.informer = ClusterInformer(
             api,
@@ -181,12 +182,14 @@ class HostAgent:
                 held.get("leaseDurationSeconds"),
                 now,
             )
-            if refused != self._lease_refused:
+            # Logged once per holder (the message's age moves with every beat).
+            holder = str(held.get("holderIdentity")) if refused is not None else None
+            if holder != self._refused_by:
                 if refused is not None:
                     log.error("host %s: %s", self._host, refused)
                 else:
                     log.info("host %s: the heartbeat Lease is this daemon's again", self._host)
-            self._lease_refused = refused
+            self._lease_refused, self._refused_by = refused, holder
             if refused is not None:
                 return
             # The version read: a claim taken meanwhile makes this write conflict, not win.
@@ -200,7 +203,7 @@ class HostAgent:
                 _request_timeout=REQUEST_TIMEOUT,
             )
             return
-        self._lease_refused = None
+        self._lease_refused = self._refused_by = None
         body = {
             "metadata": {
                 "name": name,

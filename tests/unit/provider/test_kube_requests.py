@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import logging
 import re
 import socket
 from collections.abc import Iterator
@@ -225,7 +226,9 @@ def _held_by(server: StubApiServer, holder: str, renewed: dt.datetime) -> str:
     return path
 
 
-def test_a_fresh_lease_held_by_a_remote_claim_is_not_taken_over(server: StubApiServer) -> None:
+def test_a_fresh_lease_held_by_a_remote_claim_is_not_taken_over(
+    server: StubApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
     path = _held_by(server, "remote-replica-1", dt.datetime.now(dt.UTC))
     beating = agent(server)
     beating._beat()
@@ -235,6 +238,15 @@ def test_a_fresh_lease_held_by_a_remote_claim_is_not_taken_over(server: StubApiS
     assert problem is not None
     assert "held by remote-replica-1" in problem
     assert "does not take it over" in problem
+    # Told once per holder in the log, not at every beat.
+    assert [r.levelno for r in caplog.records if "take it over" in r.getMessage()] == [
+        logging.ERROR
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        beating._beat()
+        beating._beat()
+    assert not [r for r in caplog.records if "does not take it over" in r.getMessage()]
 
 
 def test_a_daemon_refused_the_lease_leaves_the_hosts_object_to_its_holder(
