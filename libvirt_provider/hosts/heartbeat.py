@@ -30,6 +30,7 @@ __all__ = [
     "host_not_ready",
     "list_again",
     "renewals",
+    "takeover_refused",
 ]
 
 HEARTBEATS_FRESH_SECONDS = 3.0
@@ -42,6 +43,34 @@ _STAYS = "the machine's state is unknown; it stays on its host and is not recrea
 def fresh(renewed: dt.datetime | None, now: dt.datetime) -> bool:
     """A heartbeat renewed at `renewed` still vouches for its host at `now`."""
     return renewed is not None and (now - renewed).total_seconds() <= HEARTBEAT_GRACE_SECONDS
+
+
+def takeover_refused(
+    host: str,
+    holder: object,
+    renewed: dt.datetime | None,
+    duration: object,
+    now: dt.datetime,
+) -> str | None:
+    """Why this host's daemon must not take its heartbeat Lease, or None when it may renew it.
+
+    The Lease is the daemon's while it holds it, nobody holds it, or its holder stopped renewing
+    it (its duration, or the heartbeat grace when it names none, has passed since `renewed`).
+    A fresh Lease held by anyone else (a remote host's claim, held by a remote-mode replica, or
+    another daemon started with the same `--host`) is theirs: taking it over would let a node
+    named like a remote host steal that host's heartbeat, and placement's view of it.
+    """
+    if not holder or holder == host:
+        return None
+    grace = duration if isinstance(duration, int) and duration > 0 else HEARTBEAT_GRACE_SECONDS
+    if renewed is None or (now - renewed).total_seconds() > grace:
+        return None
+    return (
+        f"the heartbeat Lease of host {host} is held by {holder}, renewed "
+        f"{max(0, int((now - renewed).total_seconds()))} s ago (a remote host's claim, or another "
+        f"daemon started with --host {host}): this daemon does not take it over; give it "
+        "another --host (or node name)"
+    )
 
 
 def list_again(

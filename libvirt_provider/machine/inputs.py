@@ -11,6 +11,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import cast, get_args
@@ -30,7 +33,7 @@ from libvirt_provider.machine.status import recorded_retained, retained_volumes
 from libvirt_provider.machine.store import MachineStore, Obj
 from libvirt_provider.resolve import Resolution, resolve_machine
 
-__all__ = ["InputReader", "LinkedVm", "PowerIntent", "power_intent"]
+__all__ = ["InputReader", "LinkedVm", "PowerIntent", "SecretCache", "power_intent"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,7 @@ class InputReader:
         # but cannot run guests is told to offer only "qemu").
         self._domain_types = domain_types
         self._console_log_dir = console_log_dir
+        self._secret_cache = SecretCache(store)
 
     def linked_vm(self, obj: Obj, machine: LibvirtMachine) -> LinkedVm:
         meta = machine.metadata
@@ -100,7 +104,7 @@ class InputReader:
         existing_seed_digest: str | None = None,
     ) -> Resolution:
         catalog = self._catalog.catalog()
-        secrets, unreadable = self._secrets(machine.metadata.namespace, vm)
+        secrets, unreadable = self._secrets(machine.metadata.namespace, vm, obj)
         return resolve_machine(
             vm_name=str((vm.get("metadata") or {}).get("name")),
             vm_spec=vm.get("spec") or {},
@@ -177,21 +181,118 @@ class InputReader:
             return facts
         return replace(facts, domain_types=facts.domain_types & self._domain_types)
 
-    def _secrets(self, namespace: str, vm: Obj) -> tuple[dict[str, dict[str, bytes]], set[str]]:
+    def _secrets(
+        self, namespace: str, vm: Obj, machine: Obj | None = None
+    ) -> tuple[dict[str, dict[str, bytes]], set[str]]:
         """The Secrets the VM's cloud-init names, and the names the daemon may not read there; a
         missing or unreadable one is simply absent (a problem the resolver reports)."""
         cloud_init = ((vm.get("spec") or {}).get("bootstrap") or {}).get("cloudInit") or {}
         found: dict[str, dict[str, bytes]] = {}
         unreadable: set[str] = set()
+        edit = (_edit_mark(vm), _edit_mark(machine))
         for selector in (cloud_init.get("userData"), cloud_init.get("networkData")):
             name = selector.get("name") if isinstance(selector, dict) else None
             if not isinstance(name, str) or name in found or name in unreadable:
                 continue
             try:
-                raw = self._store.get_secret_data(namespace, name)
+                data = self._secret_cache.data(namespace, name, edit)
             except AccessDeniedError:
                 unreadable.add(name)
                 continue
-            if raw is not None:
-                found[name] = {k: base64.b64decode(v) for k, v in raw.items()}
+            if data is not None:
+                found[name] = data
         return found, unreadable
+
+
+# A Secret read by a pass is reused, without another GET, by the passes after it for this long
+# unless either object of the pair is edited meanwhile. Secrets are not watched (that needs list
+# on every Secret): a change is noticed within this time, or at once when the pair is touched.
+SECRET_REREAD_SECONDS = 60.0
+# The decoded data kept, in all (a Secret holds at most 1 MiB): past it, the least recently used
+# go. A Secret bigger than it is decoded on every read, as before.
+SECRET_CACHE_BYTES = 16 * 1024 * 1024
+
+
+def _edit_mark(obj: Obj | None) -> tuple[object, ...]:
+    """What changes when a user edits the object (not its status, which every pass writes)."""
+    meta = (obj or {}).get("metadata") or {}
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        repr(sorted((meta.get("labels") or {}).items())),
+        repr(sorted((meta.get("annotations") or {}).items())),
+    )
+
+
+@dataclass
+class _Cached:
+    version: str
+    data: dict[str, bytes]
+    size: int
+    read_at: float
+    edit: tuple[object, ...]
+
+
+class SecretCache:
+    """The cloud-init Secrets as the machine passes read them: by `get` of the named Secret only.
+
+    A Secret whose resourceVersion is the one read before keeps its decoded data, the very same
+    bytes objects, so the seed built from it is not hashed or rendered again
+    (`resolve.cloudinit` remembers the digests of the latest contents). Passes that only wait
+    (for an address, a power state) reuse the last read for `SECRET_REREAD_SECONDS` instead of
+    reading it again; a pass for an edit of the VM or the machine reads it afresh. Nothing is
+    kept for a Secret that is missing or unreadable, so its creation, or the RoleBinding that
+    opts its namespace in, is seen at the next try.
+    """
+
+    def __init__(
+        self,
+        store: MachineStore,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        reread_seconds: float = SECRET_REREAD_SECONDS,
+        max_bytes: int = SECRET_CACHE_BYTES,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._reread = reread_seconds
+        self._max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, str], _Cached] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def data(self, namespace: str, name: str, edit: tuple[object, ...]) -> dict[str, bytes] | None:
+        """The Secret's decoded data, None when it does not exist; AccessDeniedError where the
+        daemon may not read it."""
+        key = (namespace, name)
+        now = self._clock()
+        with self._lock:
+            cached = self._entries.get(key)
+            if cached is not None and cached.edit == edit and now - cached.read_at < self._reread:
+                self._entries.move_to_end(key)
+                return cached.data
+        try:
+            read = self._store.get_secret_data(namespace, name)
+        except AccessDeniedError:
+            self._forget(key)
+            raise
+        if read is None:
+            self._forget(key)
+            return None
+        with self._lock:
+            cached = self._entries.get(key)
+            if cached is not None and read.version and cached.version == read.version:
+                cached.read_at, cached.edit = now, edit
+                self._entries.move_to_end(key)
+                return cached.data
+            data = {k: base64.b64decode(v) for k, v in read.data.items()}
+            size = sum(len(v) for v in data.values())
+            self._entries.pop(key, None)
+            if read.version and size <= self._max_bytes:
+                self._entries[key] = _Cached(read.version, data, size, now, edit)
+                while sum(e.size for e in self._entries.values()) > self._max_bytes:
+                    self._entries.popitem(last=False)
+            return data
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._entries.pop(key, None)

@@ -8,9 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["EventSink", "MachineKey", "MachineStore", "Obj"]
+__all__ = ["EventSink", "MachineKey", "MachineStore", "Obj", "SecretData"]
 
 Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SecretData:
+    """A Secret as read: its resourceVersion (equal versions, equal data) and its data, base64."""
+
+    version: str
+    data: dict[str, str]
 
 
 @dataclass(frozen=True, order=True)
@@ -30,7 +38,11 @@ class MachineStore(EventSink, Protocol):
 
     def get_virtual_machine(self, namespace: str, name: str) -> Obj | None: ...
     def list_cluster(self, plural: str) -> list[Obj]: ...
-    def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None: ...
+    def get_secret_data(self, namespace: str, name: str) -> SecretData | None:
+        """The Secret's resourceVersion and base64-encoded data; None when it does not exist.
+        Raises AccessDeniedError where the daemon may not read Secrets."""
+        ...
+
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None: ...
     def set_finalizers(self, obj: Obj, finalizers: list[str], *, host: str | None = None) -> None:
         """Set the machine's finalizers (and `spec.host`, when given) if its finalizers are still

@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import io
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import yaml
@@ -49,6 +51,29 @@ class NetworkInterfaceConfig:
     gateway6: str | None = None
 
 
+# The latest digests, by their inputs. A machine's passes resolve its seed again and again from the
+# same Secret data (the daemon keeps the decoded bytes of an unchanged Secret: the very objects,
+# whose hash Python caches), so each pass finds its digests here instead of hashing up to 1 MiB of
+# user-data twice. Kept few: a key holds its contents.
+_DIGESTS_KEPT = 32
+_digests: OrderedDict[tuple[object, ...], str] = OrderedDict()
+_digests_lock = threading.Lock()
+
+
+def _remembered(key: tuple[object, ...], compute: Callable[[], str]) -> str:
+    with _digests_lock:
+        known = _digests.get(key)
+        if known is not None:
+            _digests.move_to_end(key)
+            return known
+    value = compute()
+    with _digests_lock:
+        _digests[key] = value
+        while len(_digests) > _DIGESTS_KEPT:
+            _digests.popitem(last=False)
+    return value
+
+
 def instance_id(
     uid: str,
     *,
@@ -64,17 +89,17 @@ def instance_id(
     must therefore carry a new id, or a real guest keeps using what it read first; equal content
     gives the same id, so an unchanged seed never makes the guest start over.
     """
-    digest = hashlib.sha256()
-    for part in (
-        hostname or "",
-        "\n".join(ssh_public_keys),
-        user_data,
-        network_config,
-    ):
-        raw = b"\xff" if part is None else part.encode() if isinstance(part, str) else part
-        digest.update(f"{len(raw)}\x00".encode())
-        digest.update(raw)
-    return f"{uid}-{digest.hexdigest()[:12]}"
+    parts = (hostname or "", "\n".join(ssh_public_keys), user_data, network_config)
+
+    def compute() -> str:
+        digest = hashlib.sha256()
+        for part in parts:
+            raw = b"\xff" if part is None else part.encode() if isinstance(part, str) else part
+            digest.update(f"{len(raw)}\x00".encode())
+            digest.update(raw)
+        return digest.hexdigest()
+
+    return f"{uid}-{_remembered(('instance', *parts), compute)[:12]}"
 
 
 def meta_data(data: CloudInitData) -> bytes:
@@ -132,20 +157,30 @@ def cloud_init_digest(data: CloudInitData, *, key: str) -> str:
     digests mean an equivalent ISO (timestamps aside). The digest sits in the domain's metadata,
     which libvirt's read-only socket shows to anyone on the host; unkeyed, it let them confirm a
     guess of the user-data (a password, a token) offline. The key is nowhere in libvirt."""
-    digest = hmac.new(key.encode(), digestmod=hashlib.sha256)
-    _feed(digest, data)
-    return digest.hexdigest()
+    files = _files(data)
+
+    def compute() -> str:
+        digest = hmac.new(key.encode(), digestmod=hashlib.sha256)
+        _feed(digest, files)
+        return digest.hexdigest()
+
+    return _remembered(("seed", key, *files), compute)
 
 
 def legacy_cloud_init_digest(data: CloudInitData) -> str:
     """The unkeyed sha256 domains made before `cloud_init_digest` carry (see the resolver)."""
-    digest = hashlib.sha256()
-    _feed(digest, data)
-    return digest.hexdigest()
+    files = _files(data)
+
+    def compute() -> str:
+        digest = hashlib.sha256()
+        _feed(digest, files)
+        return digest.hexdigest()
+
+    return _remembered(("legacy-seed", *files), compute)
 
 
-def _feed(digest: hmac.HMAC | hashlib._Hash, data: CloudInitData) -> None:
-    for name, content in _files(data):
+def _feed(digest: hmac.HMAC | hashlib._Hash, files: Sequence[tuple[str, bytes]]) -> None:
+    for name, content in files:
         digest.update(f"{name}\x00{len(content)}\x00".encode())
         digest.update(content)
 

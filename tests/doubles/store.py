@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from libvirt_provider.errors import AccessDeniedError, NotFoundError, StateConflictError
+from libvirt_provider.machine.store import SecretData
 
 Obj = dict[str, Any]
 
@@ -19,6 +22,7 @@ class MemoryStore:
     secrets: dict[str, dict[str, str]] = field(default_factory=dict)
     # Namespaces whose Secrets the daemon may not read (not opted in by a RoleBinding).
     secrets_forbidden_in: set[str] = field(default_factory=set)
+    secret_reads: int = 0
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
     # Reads the reconciler asked to be fresh (from the API server, in production).
@@ -36,10 +40,16 @@ class MemoryStore:
     def list_cluster(self, plural: str) -> list[Obj]:
         return copy.deepcopy(self.catalog.get(plural, []))
 
-    def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+    def get_secret_data(self, namespace: str, name: str) -> SecretData | None:
+        self.secret_reads += 1
         if namespace in self.secrets_forbidden_in:
             raise AccessDeniedError(f"reading Secret {name!r} in namespace {namespace!r}")
-        return self.secrets.get(name)
+        data = self.secrets.get(name)
+        if data is None:
+            return None
+        # A version that changes with the content, as the API server's resourceVersion does.
+        version = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return SecretData(version=version, data=dict(data))
 
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
         _apply_merge_patch(self.machines[name].setdefault("status", {}), status)

@@ -26,11 +26,13 @@ from pydantic import ValidationError
 from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import API_ERRORS, REQUEST_TIMEOUT, ApiFailure, KubeApi, failure_of
 from generic.background import BackgroundLoop
+from generic.formats import parse_micro_time
 from libvirt_provider import constants as c
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.types import HostInventory
 from libvirt_provider.errors import ProviderError
 from libvirt_provider.host_api import LibvirtHostSpec, LibvirtHostStatus
+from libvirt_provider.hosts.heartbeat import takeover_refused
 from libvirt_provider.hosts.inventory import Demand, host_status
 from libvirt_provider.hosts.placement import ZONE_LABEL
 
@@ -88,6 +90,9 @@ class HostAgent:
         self._allocations = allocations
         self._interval = interval
         self._last_inventory: tuple[float, HostInventory] | None = None
+        # Why the heartbeat Lease is not ours (held, fresh, by someone else), or None.
+        self._lease_refused: str | None = None
+        self._refused_by: str | None = None
         self._loop = BackgroundLoop(f"host-agent-{host}", self._run)
         self.informer = ClusterInformer(
             api,
@@ -116,6 +121,10 @@ class HostAgent:
         labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
         zone = labels.get(ZONE_LABEL)
         return zone if isinstance(zone, str) else None
+
+    def lease_problem(self) -> str | None:
+        """Why this daemon does not renew its host's heartbeat Lease (a readiness check)."""
+        return self._lease_refused
 
     def allocations_changed(self) -> None:
         """A machine of this host was resolved anew or went away: the allocated figures are
@@ -157,26 +166,62 @@ class HostAgent:
             "renewTime": now,
         }
         try:
-            self._leases.patch_namespaced_lease(
-                name, self._namespace, {"spec": spec}, _request_timeout=REQUEST_TIMEOUT
+            lease = self._leases.read_namespaced_lease(
+                name, self._namespace, _request_timeout=REQUEST_TIMEOUT
             )
         except API_ERRORS as err:
             if failure_of(err) is not ApiFailure.NOT_FOUND:
                 raise
-            body = {
-                "metadata": {
-                    "name": name,
-                    "labels": {c.HOST_LABEL: self._host},
-                    "namespace": self._namespace,
-                },
-                "spec": {**spec, "acquireTime": now},
-            }
-            self._leases.create_namespaced_lease(
-                self._namespace, body, _request_timeout=REQUEST_TIMEOUT
+            lease = None
+        if lease is not None:
+            held = lease.get("spec") or {}
+            refused = takeover_refused(
+                self._host,
+                held.get("holderIdentity"),
+                parse_micro_time(held.get("renewTime")),
+                held.get("leaseDurationSeconds"),
+                now,
             )
+            # Logged once per holder (the message's age moves with every beat).
+            holder = str(held.get("holderIdentity")) if refused is not None else None
+            if holder != self._refused_by:
+                if refused is not None:
+                    log.error("host %s: %s", self._host, refused)
+                else:
+                    log.info("host %s: the heartbeat Lease is this daemon's again", self._host)
+            self._lease_refused, self._refused_by = refused, holder
+            if refused is not None:
+                return
+            # The version read: a claim taken meanwhile makes this write conflict, not win.
+            self._leases.patch_namespaced_lease(
+                name,
+                self._namespace,
+                {
+                    "metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]},
+                    "spec": spec,
+                },
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            return
+        self._lease_refused = self._refused_by = None
+        body = {
+            "metadata": {
+                "name": name,
+                "labels": {c.HOST_LABEL: self._host},
+                "namespace": self._namespace,
+            },
+            "spec": {**spec, "acquireTime": now},
+        }
+        self._leases.create_namespaced_lease(
+            self._namespace, body, _request_timeout=REQUEST_TIMEOUT
+        )
 
     def _sync(self) -> None:
         if not self.informer.wait_synced(0):
+            return
+        if self._lease_refused is not None:
+            # The host is someone else's (a remote host's replica, or another daemon with this
+            # --host): its object is theirs to write, and two writers would flap it.
             return
         obj = self.informer.get(self._host)
         if obj is None:

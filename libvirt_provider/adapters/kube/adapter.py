@@ -40,6 +40,7 @@ from libvirt_provider.errors import (
     RetryableError,
     StateConflictError,
 )
+from libvirt_provider.machine.store import SecretData
 
 __all__ = ["KubeAdapter"]
 
@@ -185,8 +186,8 @@ class KubeAdapter:
             )
         return list(listing.get("items") or [])
 
-    def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
-        """The Secret's base64-encoded data; None when the Secret does not exist.
+    def get_secret_data(self, namespace: str, name: str) -> SecretData | None:
+        """The Secret's resourceVersion and base64-encoded data; None when it does not exist.
 
         Raises AccessDeniedError when the daemon may not read Secrets in `namespace` (it reads
         them only where a RoleBinding opts the namespace in; see docs/security.md)."""
@@ -202,7 +203,10 @@ class KubeAdapter:
                 )
         except NotFoundError:
             return None
-        return {k: str(v) for k, v in (secret.get("data") or {}).items()}
+        return SecretData(
+            version=str((secret.get("metadata") or {}).get("resourceVersion") or ""),
+            data={k: str(v) for k, v in (secret.get("data") or {}).items()},
+        )
 
     # -- writes ------------------------------------------------------------------------------
 

@@ -143,6 +143,7 @@ def _local_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mode
         readiness=[
             ("libvirt", bounded(libvirt_problem, seconds=3, what="libvirtd")),
             ("kubernetes", bounded(unit.store.access_problem, seconds=7, what="the API server")),
+            ("heartbeat", unit.agent.lease_problem),
         ],
         hosts=lambda: [(cfg.host, hypervisor)],
         together=unit.stop_steps(),

@@ -46,6 +46,30 @@ def test_the_pod_becomes_ready_and_kubectl_logs_shows_the_daemon(
     assert f"libvirt-provider on host {node}: libvirt qemu:///system" in logs
 
 
+def test_the_daemon_runs_without_capabilities_under_the_runtimes_seccomp_filter(
+    lab: LabInfo, daemonset: client.V1Pod
+) -> None:
+    # What the kubelet and runc really applied, read in the container's own /proc: no effective,
+    # permitted or bounding capability, and a seccomp filter (mode 2). The pod reached Ready on
+    # exactly this, so libvirt's socket and the console folder need no capability.
+    status = kubectl(
+        lab,
+        "-n",
+        NAMESPACE,
+        "exec",
+        daemonset.metadata.name,
+        "--",
+        "/opt/provider/bin/python",
+        "-c",
+        "print(open('/proc/1/status').read())",
+    )
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    for cap in ("CapEff", "CapPrm", "CapBnd"):
+        assert int(fields[cap].strip(), 16) == 0, f"{cap}: {fields[cap].strip()}"
+    assert fields["Seccomp"].strip() == "2"
+    assert fields["Uid"].split()[0] == "0"
+
+
 def test_the_sample_pair_becomes_ready_with_an_address_through_the_pod(
     api_client: client.ApiClient, virt: libvirt.virConnect, ns: str, node: str
 ) -> None:

@@ -14,6 +14,7 @@ from libvirt_provider.hosts.heartbeat import (
     host_not_ready,
     list_again,
     renewals,
+    takeover_refused,
 )
 from libvirt_provider.hosts.placement import HostView
 from libvirt_provider.hosts.report import Report
@@ -162,3 +163,21 @@ class TestStranded:
             f"no LibvirtHost named kvm-a exists (its daemon never ran, or the host was "
             f"removed): {STAYS}",
         )
+
+
+def test_a_lease_is_refused_only_while_another_holder_keeps_it_fresh() -> None:
+    # A node named like a remote host does not take over that host's claim (issue 24, item 9).
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    recent = now - dt.timedelta(seconds=5)
+    old = now - dt.timedelta(seconds=GRACE + 1)
+    assert takeover_refused("h1", "h1", recent, 40, now) is None
+    assert takeover_refused("h1", None, recent, 40, now) is None
+    assert takeover_refused("h1", "", recent, 40, now) is None
+    assert takeover_refused("h1", "replica-a", old, 40, now) is None
+    assert takeover_refused("h1", "replica-a", None, 40, now) is None
+    refused = takeover_refused("h1", "replica-a", recent, 40, now)
+    assert refused is not None
+    assert "held by replica-a, renewed 5 s ago" in refused
+    # Its own duration counts; without one, the heartbeat grace.
+    assert takeover_refused("h1", "replica-a", recent, 3, now) is None
+    assert takeover_refused("h1", "replica-a", recent, None, now) is not None

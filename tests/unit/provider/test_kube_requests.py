@@ -8,6 +8,8 @@ own errors as before the client underneath changed.
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import logging
 import re
 import socket
 from collections.abc import Iterator
@@ -65,7 +67,11 @@ def test_secret_data_is_read_encoded_and_refusals_have_their_meaning(
     server.put(f"{SECRETS}/boot", {"data": {"userdata": b64("#cloud-config\n")}})
     adapter = KubeAdapter(server.api_client(), host="h1")
 
-    assert adapter.get_secret_data("ns", "boot") == {"userdata": b64("#cloud-config\n")}
+    read = adapter.get_secret_data("ns", "boot")
+    assert read is not None
+    assert read.data == {"userdata": b64("#cloud-config\n")}
+    # The version the cache keys on.
+    assert read.version == server.get(f"{SECRETS}/boot")["metadata"]["resourceVersion"]  # type: ignore[index]
     assert adapter.get_secret_data("ns", "absent") is None
     server.fail("GET", f"{SECRETS}/boot", 403)
     with pytest.raises(AccessDeniedError, match="reading Secret 'boot' in namespace 'ns' is"):
@@ -85,7 +91,9 @@ def test_secret_data_is_read_encoded_and_refusals_have_their_meaning(
 
 def test_an_empty_secret_has_no_data(server: StubApiServer) -> None:
     server.put(f"{SECRETS}/empty", {"type": "Opaque"})
-    assert KubeAdapter(server.api_client(), host="h1").get_secret_data("ns", "empty") == {}
+    read = KubeAdapter(server.api_client(), host="h1").get_secret_data("ns", "empty")
+    assert read is not None
+    assert read.data == {}
 
 
 # -- a remote host's credentials -----------------------------------------------------------------
@@ -172,33 +180,114 @@ def test_the_heartbeat_creates_its_lease_once_then_patches_it(server: StubApiSer
         "renewTime": "<time>",
     }
     strategic = "application/strategic-merge-patch+json"
+    created = {
+        "metadata": {
+            "name": f"{c.HEARTBEAT_LEASE_PREFIX}h1",
+            "labels": {c.HOST_LABEL: "h1"},
+            "namespace": "sys",
+        },
+        "spec": {**spec, "acquireTime": "<time>"},
+    }
+    version = server.get(lease)["metadata"]["resourceVersion"]  # type: ignore[index]
     assert sent(server) == [
-        ("PATCH", lease, strategic, {"spec": spec}),
-        (
-            "POST",
-            LEASES,
-            None,
-            {
-                "metadata": {
-                    "name": f"{c.HEARTBEAT_LEASE_PREFIX}h1",
-                    "labels": {c.HOST_LABEL: "h1"},
-                    "namespace": "sys",
-                },
-                "spec": {**spec, "acquireTime": "<time>"},
-            },
-        ),
-        ("PATCH", lease, strategic, {"spec": spec}),
-    ]
+        ("GET", lease, None, None),
+        ("POST", LEASES, None, created),
+        ("GET", lease, None, None),
+        # The version read: a claim taken in between makes this write conflict, not win.
+        ("PATCH", lease, strategic, {"metadata": {"resourceVersion": str(int(version) - 1)},
+                                     "spec": spec}),
+    ]  # fmt: skip
     # MicroTime: microseconds, as the client library writes a datetime.
-    assert re.search(r"\.\d{6}", server.requests[0].body["spec"]["renewTime"])
+    assert re.search(r"\.\d{6}", server.requests[1].body["spec"]["renewTime"])
+    assert beating.lease_problem() is None
 
 
 def test_a_heartbeat_refused_is_raised_to_the_loop(server: StubApiServer) -> None:
-    server.fail("PATCH", f"{LEASES}/{c.HEARTBEAT_LEASE_PREFIX}h1", 403)
+    server.fail("GET", f"{LEASES}/{c.HEARTBEAT_LEASE_PREFIX}h1", 403)
     with pytest.raises(Exception) as refused:  # noqa: PT011 (the client's own, logged by _run)
         agent(server)._beat()
     assert getattr(refused.value, "status", None) == 403
     assert len(server.requests) == 1
+
+
+def _held_by(server: StubApiServer, holder: str, renewed: dt.datetime) -> str:
+    path = f"{LEASES}/{c.HEARTBEAT_LEASE_PREFIX}h1"
+    server.put(
+        path,
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": f"{c.HEARTBEAT_LEASE_PREFIX}h1", "namespace": "sys"},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": int(c.HEARTBEAT_GRACE_SECONDS),
+                "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            },
+        },
+    )
+    return path
+
+
+def test_a_fresh_lease_held_by_a_remote_claim_is_not_taken_over(
+    server: StubApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _held_by(server, "remote-replica-1", dt.datetime.now(dt.UTC))
+    beating = agent(server)
+    beating._beat()
+    assert [r.method for r in server.requests] == ["GET"]
+    assert server.get(path)["spec"]["holderIdentity"] == "remote-replica-1"  # type: ignore[index]
+    problem = beating.lease_problem()
+    assert problem is not None
+    assert "held by remote-replica-1" in problem
+    assert "does not take it over" in problem
+    # Told once per holder in the log, not at every beat.
+    assert [r.levelno for r in caplog.records if "take it over" in r.getMessage()] == [
+        logging.ERROR
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        beating._beat()
+        beating._beat()
+    assert not [r for r in caplog.records if "does not take it over" in r.getMessage()]
+
+
+def test_a_daemon_refused_the_lease_leaves_the_hosts_object_to_its_holder(
+    server: StubApiServer,
+) -> None:
+    _held_by(server, "remote-replica-1", dt.datetime.now(dt.UTC))
+    beating = agent(server)
+    beating._beat()
+    beating.informer.wait_synced = lambda _timeout: True  # type: ignore[method-assign]
+    beating._sync()  # would create the missing LibvirtHost, were the host this daemon's
+    assert [r.method for r in server.requests] == ["GET"]
+
+
+def test_a_stale_lease_of_another_holder_is_taken(server: StubApiServer) -> None:
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=c.HEARTBEAT_GRACE_SECONDS + 5)
+    path = _held_by(server, "remote-replica-1", old)
+    beating = agent(server)
+    beating._beat()
+    assert server.get(path)["spec"]["holderIdentity"] == "h1"  # type: ignore[index]
+    assert beating.lease_problem() is None
+
+
+def test_a_claim_taken_between_read_and_renewal_makes_the_renewal_conflict(
+    server: StubApiServer,
+) -> None:
+    path = _held_by(server, "h1", dt.datetime.now(dt.UTC))
+    beating = agent(server)
+    real_read = beating._leases.read_namespaced_lease
+
+    def read_then_claimed(*args: Any, **kwargs: Any) -> Any:
+        lease = real_read(*args, **kwargs)
+        _held_by(server, "remote-replica-1", dt.datetime.now(dt.UTC))
+        return lease
+
+    beating._leases.read_namespaced_lease = read_then_claimed  # type: ignore[method-assign]
+    with pytest.raises(Exception) as conflict:  # noqa: PT011 (the client's own, logged by _run)
+        beating._beat()
+    assert getattr(conflict.value, "status", None) == 409
+    assert server.get(path)["spec"]["holderIdentity"] == "remote-replica-1"  # type: ignore[index]
 
 
 def test_the_libvirthost_is_created_and_one_created_meanwhile_is_no_error(
