@@ -208,11 +208,16 @@ def test_a_node_daemons_token_writes_its_own_host_only(
             GROUP, V, ns, c.MACHINE_PLURAL, "theirs", {"status": {"conditions": []}}
         )
     )
+    # An owner that exists: with one that does not, the garbage collector would delete the
+    # machine, which is why adoption is the leader's only.
+    holder = client.CoreV1Api(api_client).create_namespaced_config_map(
+        ns, {"metadata": {"name": "owner"}}
+    )
     owner = {
-        "apiVersion": "vm-api.io/v1alpha1",
-        "kind": "VirtualMachine",
-        "name": "ghost",
-        "uid": str(uuid.uuid4()),
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": holder.metadata.uid,
     }
     _refused(lambda: patch("theirs", {"metadata": {"ownerReferences": [owner]}}))
     body = _refused(
