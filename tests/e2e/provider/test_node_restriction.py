@@ -35,13 +35,25 @@ def _refused(call: Callable[[], Any]) -> str:
     return str(err.value.body)
 
 
+@pytest.fixture(scope="module")
+def installed(lab: LabInfo, api_client: client.ApiClient) -> None:
+    """The CRDs, and deploy/'s RBAC and node restriction, once for the module."""
+    install_api(lab, api_client)
+    apply(
+        lab,
+        REPO / "deploy" / "namespace.yaml",
+        REPO / "deploy" / "rbac.yaml",
+        REPO / "deploy" / "node-restriction.yaml",
+        REPO / "deploy" / "remote" / "rbac.yaml",
+    )
+
+
 @pytest.fixture
-def world(lab: LabInfo, api_client: client.ApiClient, tmp_path: Path) -> Iterator[dict[str, Any]]:
+def world(
+    installed: None, lab: LabInfo, api_client: client.ApiClient, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
     """A node `mine` with a Pod of the daemons' ServiceAccount, a host `other`, a namespace, and
     a client with the Pod's token."""
-    install_api(lab, api_client)
-    apply(lab, REPO / "deploy" / "namespace.yaml", REPO / "deploy" / "rbac.yaml")
-    apply(lab, REPO / "deploy" / "node-restriction.yaml", REPO / "deploy" / "remote" / "rbac.yaml")
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
     suffix = uuid.uuid4().hex[:8]
@@ -245,7 +257,7 @@ def test_a_node_daemons_token_writes_its_own_host_only(
 
 
 def test_the_remote_service_account_cannot_delete_machines_nor_create_hosts(
-    api_client: client.ApiClient, world: dict[str, Any]
+    api_client: client.ApiClient, installed: None
 ) -> None:
     auth = client.AuthorizationV1Api(api_client)
     user = f"system:serviceaccount:{SYSTEM}:libvirt-provider-remote"
@@ -269,10 +281,10 @@ def test_the_remote_service_account_cannot_delete_machines_nor_create_hosts(
 
     # RBAC changes reach the authorizer's cache shortly after they are written.
     eventually(
-        lambda: not allowed("delete", "libvirtmachines", namespace=world["ns"]),
+        lambda: not allowed("delete", "libvirtmachines", namespace="default"),
         timeout=30,
         what="the remote account refused machine deletion",
     )
     assert not allowed("create", "libvirthosts")
     assert allowed("patch", "libvirthosts", "status")
-    assert allowed("patch", "libvirtmachines", "status", namespace=world["ns"])
+    assert allowed("patch", "libvirtmachines", "status", namespace="default")
