@@ -111,10 +111,21 @@ def service_account_kubeconfig(
     *,
     account: str = "libvirt-provider",
     namespace: str = "vm-api-system",
+    bound_pod: Any = None,
 ) -> None:
-    """A kubeconfig at `path` for the lab's API server with a token of `account`."""
+    """A kubeconfig at `path` for the lab's API server with a token of `account`; with
+    `bound_pod` (a Pod of `namespace`, as read back), a token bound to it, which carries the node
+    name the Pod is scheduled on, as the tokens of a DaemonSet's pods do."""
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if bound_pod is not None:
+        spec["boundObjectRef"] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": bound_pod.metadata.name,
+            "uid": bound_pod.metadata.uid,
+        }
     token = client.CoreV1Api(api_client).create_namespaced_service_account_token(
-        account, namespace, {"spec": {"expirationSeconds": 3600}}
+        account, namespace, {"spec": spec}
     )
     admin = yaml.safe_load(Path(lab.kubeconfig).read_text())
     cluster = admin["clusters"][0]

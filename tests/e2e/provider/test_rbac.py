@@ -61,6 +61,9 @@ def test_the_daemon_runs_on_its_service_accounts_rbac_alone(
     lab: LabInfo, api_client: client.ApiClient, virt: libvirt.virConnect, ns: str, tmp_path: Path
 ) -> None:
     apply(lab, REPO / "deploy" / "namespace.yaml", REPO / "deploy" / "rbac.yaml")
+    # The node restriction too; this token is bound to no Pod, so it carries no node name and
+    # the policy leaves it as RBAC alone allows (test_node_restriction.py covers bound tokens).
+    apply(lab, REPO / "deploy" / "node-restriction.yaml")
     kubeconfig = tmp_path / "provider.kubeconfig"
     service_account_kubeconfig(lab, api_client, kubeconfig)
     daemon, log = start_daemon(

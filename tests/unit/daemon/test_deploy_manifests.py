@@ -80,3 +80,21 @@ def test_nothing_in_deploy_exposes_the_metrics_port() -> None:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") in ("Service", "ServiceMonitor", "PodMonitor"):
                 assert str(metrics_port) not in yaml.safe_dump(doc), path
+
+
+def test_the_node_restriction_names_the_daemonsets_account_and_is_installed() -> None:
+    """The policies match requests by user name: a renamed ServiceAccount or namespace would
+    leave every node's daemon unrestricted, silently."""
+    daemonset = yaml.safe_load((REPO / "deploy" / "daemonset.yaml").read_text())
+    account = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
+    user = f"system:serviceaccount:{daemonset['metadata']['namespace']}:{account}"
+    docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "node-restriction.yaml").read_text())]
+    policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    bindings = {d["spec"]["policyName"] for d in docs if d["kind"].endswith("PolicyBinding")}
+    assert len(policies) == 2
+    for policy in policies:
+        assert policy["metadata"]["name"] in bindings
+        (condition,) = policy["spec"]["matchConditions"]
+        assert f"request.userInfo.username == '{user}'" in condition["expression"]
+    kustomization = yaml.safe_load((REPO / "deploy" / "kustomization.yaml").read_text())
+    assert "node-restriction.yaml" in kustomization["resources"]

@@ -1,0 +1,290 @@
+"""A node daemon's credentials reach its own host only (deploy/node-restriction.yaml), and the
+remote ServiceAccount holds only what remote mode uses (deploy/remote/rbac.yaml).
+
+No daemon and no guest: a Node object and a Pod bound to it (no kubelet: the Pod stays Pending)
+give a token of the node daemons' ServiceAccount bound to that Pod, which carries the node's name
+as a DaemonSet pod's token does; the test writes with it directly, against machines and hosts
+that no daemon serves.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from libvirt_provider import constants as c
+from tests.support.factories import pair
+from tests.support.kube import GROUP, V, apply, install_api, service_account_kubeconfig
+from tests.support.lab_access import REPO, LabInfo
+from tests.support.waiting import eventually
+
+SYSTEM = "vm-api-system"
+ELECTION = "vm-api-generic-controller"
+
+
+def _refused(call: Callable[[], Any]) -> str:
+    with pytest.raises(ApiException) as err:
+        call()
+    assert err.value.status == 403, err.value.body
+    return str(err.value.body)
+
+
+@pytest.fixture(scope="module")
+def installed(lab: LabInfo, api_client: client.ApiClient) -> None:
+    """The CRDs, and deploy/'s RBAC and node restriction, once for the module."""
+    install_api(lab, api_client)
+    apply(
+        lab,
+        REPO / "deploy" / "namespace.yaml",
+        REPO / "deploy" / "rbac.yaml",
+        REPO / "deploy" / "node-restriction.yaml",
+        REPO / "deploy" / "remote" / "rbac.yaml",
+    )
+
+
+@pytest.fixture
+def world(
+    installed: None, lab: LabInfo, api_client: client.ApiClient, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
+    """A node `mine` with a Pod of the daemons' ServiceAccount, a host `other`, a namespace, and
+    a client with the Pod's token."""
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    suffix = uuid.uuid4().hex[:8]
+    mine, other, ns = f"nr-mine-{suffix}", f"nr-other-{suffix}", f"nr-{suffix}"
+    core.create_node({"metadata": {"name": mine}})
+    core.create_namespace({"metadata": {"name": ns}})
+    pod = core.create_namespaced_pod(
+        SYSTEM,
+        {
+            "metadata": {"name": f"provider-{suffix}"},
+            "spec": {
+                "nodeName": mine,
+                "serviceAccountName": "libvirt-provider",
+                "containers": [{"name": "provider", "image": "vm-api/libvirt-provider:0.1.0"}],
+            },
+        },
+    )
+    for host in (mine, other):
+        custom.create_cluster_custom_object(
+            GROUP,
+            V,
+            c.HOST_PLURAL,
+            {
+                "apiVersion": f"{GROUP}/{V}",
+                "kind": "LibvirtHost",
+                "metadata": {"name": host},
+                "spec": {},
+            },
+        )
+    kubeconfig = tmp_path / "node.kubeconfig"
+    service_account_kubeconfig(lab, api_client, kubeconfig, bound_pod=pod)
+    coordination = client.CoordinationV1Api(api_client)
+    election_before = _lease_or_none(coordination, ELECTION)
+    yield {
+        "mine": mine,
+        "other": other,
+        "ns": ns,
+        "as_node": config.new_client_from_config(str(kubeconfig)),
+    }
+    # The election Lease as it was (a daemon of another test may campaign for it).
+    if election_before is None:
+        _ignore_missing(lambda: coordination.delete_namespaced_lease(ELECTION, SYSTEM))
+    else:
+        coordination.patch_namespaced_lease(
+            ELECTION, SYSTEM, {"spec": {"holderIdentity": election_before.spec.holder_identity}}
+        )
+    for lease in (f"libvirt-host-{mine}", f"libvirt-host-{other}"):
+        _ignore_missing(lambda lease=lease: coordination.delete_namespaced_lease(lease, SYSTEM))
+    core.delete_namespaced_pod(pod.metadata.name, SYSTEM, grace_period_seconds=0)
+    for host in (mine, other):
+        custom.delete_cluster_custom_object(GROUP, V, c.HOST_PLURAL, host)
+    core.delete_namespace(ns)
+    core.delete_node(mine)
+
+
+def _lease_or_none(leases: client.CoordinationV1Api, name: str) -> Any:
+    try:
+        return leases.read_namespaced_lease(name, SYSTEM)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _ignore_missing(call: Callable[[], Any]) -> None:
+    try:
+        call()
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def _machine(
+    api: client.ApiClient, ns: str, name: str, *, host: str | None, label: str | None
+) -> Any:
+    body = pair(ns, name)[1]
+    labels = body["metadata"].setdefault("labels", {})
+    labels.pop(c.HOST_LABEL, None)
+    if label:
+        labels[c.HOST_LABEL] = label
+    if host:
+        body["spec"]["host"] = host
+    return client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, V, ns, c.MACHINE_PLURAL, body
+    )
+
+
+def test_a_node_daemons_token_writes_its_own_host_only(
+    api_client: client.ApiClient, world: dict[str, Any]
+) -> None:
+    mine, other, ns = world["mine"], world["other"], world["ns"]
+    node = client.CustomObjectsApi(world["as_node"])
+    leases = client.CoordinationV1Api(world["as_node"])
+    status = {"status": {"conditions": []}}
+
+    # Hosts: its own status, not another's; no LibvirtHost under another name.
+    node.patch_cluster_custom_object_status(GROUP, V, c.HOST_PLURAL, mine, status)
+    body = _refused(
+        lambda: node.patch_cluster_custom_object_status(GROUP, V, c.HOST_PLURAL, other, status)
+    )
+    assert "may write only its own LibvirtHost" in body
+    _refused(
+        lambda: node.create_cluster_custom_object(
+            GROUP,
+            V,
+            c.HOST_PLURAL,
+            {
+                "apiVersion": f"{GROUP}/{V}",
+                "kind": "LibvirtHost",
+                "metadata": {"name": f"{other}-forged"},
+                "spec": {},
+            },
+        )
+    )
+
+    # Heartbeat Leases: its own, not another host's.
+    def lease(name: str, holder: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"holderIdentity": holder}}
+
+    leases.create_namespaced_lease(SYSTEM, lease(f"libvirt-host-{mine}", mine))
+    _refused(lambda: leases.create_namespaced_lease(SYSTEM, lease(f"libvirt-host-{other}", other)))
+    client.CoordinationV1Api(api_client).create_namespaced_lease(
+        SYSTEM, lease(f"libvirt-host-{other}", other)
+    )
+    _refused(
+        lambda: leases.patch_namespaced_lease(
+            f"libvirt-host-{other}", SYSTEM, {"spec": {"holderIdentity": mine}}
+        )
+    )
+    _refused(lambda: leases.delete_namespaced_lease(f"libvirt-host-{mine}", SYSTEM))
+
+    # The election Lease: held by another node first.
+    admin_leases = client.CoordinationV1Api(api_client)
+    if _lease_or_none(admin_leases, ELECTION) is None:
+        admin_leases.create_namespaced_lease(SYSTEM, lease(ELECTION, f"{other}-7"))
+    else:
+        admin_leases.patch_namespaced_lease(
+            ELECTION, SYSTEM, {"spec": {"holderIdentity": f"{other}-7"}}
+        )
+    _refused(
+        lambda: leases.patch_namespaced_lease(
+            ELECTION, SYSTEM, {"spec": {"holderIdentity": f"{other}-8"}}
+        )
+    )
+
+    # Machines: one bound to another host (spec.host and label), one pinned there by label only,
+    # one on this host, one unbound.
+    theirs = _machine(api_client, ns, "theirs", host=other, label=other)
+    pinned = _machine(api_client, ns, "pinned", host=None, label=other)
+    _machine(api_client, ns, "own", host=mine, label=mine)
+    _machine(api_client, ns, "free", host=None, label=None)
+
+    def patch(name: str, body: dict[str, Any]) -> Any:
+        return node.patch_namespaced_custom_object(GROUP, V, ns, c.MACHINE_PLURAL, name, body)
+
+    relabel = {"metadata": {"labels": {c.HOST_LABEL: mine}}}
+    body = _refused(lambda: patch("theirs", relabel))
+    assert f"bound to {other}" in body
+    _refused(lambda: patch("pinned", relabel))
+    _refused(lambda: patch("pinned", {"spec": {"host": mine}}))  # re-pin
+    _refused(lambda: patch("theirs", {"metadata": {"finalizers": ["x.io/held"]}}))
+    _refused(
+        lambda: node.patch_namespaced_custom_object_status(
+            GROUP, V, ns, c.MACHINE_PLURAL, "theirs", {"status": {"conditions": []}}
+        )
+    )
+    # An owner that exists: with one that does not, the garbage collector would delete the
+    # machine, which is why adoption is the leader's only.
+    holder = client.CoreV1Api(api_client).create_namespaced_config_map(
+        ns, {"metadata": {"name": "owner"}}
+    )
+    owner = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": holder.metadata.uid,
+    }
+    _refused(lambda: patch("theirs", {"metadata": {"ownerReferences": [owner]}}))
+    body = _refused(
+        lambda: node.delete_namespaced_custom_object(GROUP, V, ns, c.MACHINE_PLURAL, "theirs")
+    )
+    assert "does not hold the election Lease" in body
+
+    # Its own machine: status, finalizer, spec.host recorded; an unbound one may be bound.
+    node.patch_namespaced_custom_object_status(
+        GROUP, V, ns, c.MACHINE_PLURAL, "own", {"status": {"conditions": []}}
+    )
+    patch("own", {"metadata": {"finalizers": ["x.io/held"]}})
+    patch("own", {"metadata": {"finalizers": None}})
+    patch("free", {"metadata": {"labels": {c.HOST_LABEL: mine}}, "spec": {"host": mine}})
+    node.delete_namespaced_custom_object(GROUP, V, ns, c.MACHINE_PLURAL, "own")
+
+    # Leader: once this node holds the election Lease (in its own name), it may adopt and
+    # delete another host's machine, as the generic controller does; still not re-pin it.
+    leases.patch_namespaced_lease(ELECTION, SYSTEM, {"spec": {"holderIdentity": f"{mine}-42"}})
+    _refused(lambda: patch("pinned", {"spec": {"host": mine}}))
+    patch("theirs", {"metadata": {"ownerReferences": [owner]}})
+    node.delete_namespaced_custom_object(GROUP, V, ns, c.MACHINE_PLURAL, "theirs")
+    assert theirs["spec"]["host"] == other
+    assert pinned["metadata"]["labels"][c.HOST_LABEL] == other
+
+
+def test_the_remote_service_account_cannot_delete_machines_nor_create_hosts(
+    api_client: client.ApiClient, installed: None
+) -> None:
+    auth = client.AuthorizationV1Api(api_client)
+    user = f"system:serviceaccount:{SYSTEM}:libvirt-provider-remote"
+
+    def allowed(verb: str, resource: str, subresource: str = "", namespace: str = "") -> bool:
+        attributes = {"group": GROUP, "resource": resource, "verb": verb}
+        if subresource:
+            attributes["subresource"] = subresource
+        if namespace:
+            attributes["namespace"] = namespace
+        review = auth.create_subject_access_review(
+            {
+                "spec": {
+                    "user": user,
+                    "groups": ["system:serviceaccounts"],
+                    "resourceAttributes": attributes,
+                }
+            }
+        )
+        return bool(review.status.allowed)
+
+    # RBAC changes reach the authorizer's cache shortly after they are written.
+    eventually(
+        lambda: not allowed("delete", "libvirtmachines", namespace="default"),
+        timeout=30,
+        what="the remote account refused machine deletion",
+    )
+    assert not allowed("create", "libvirthosts")
+    assert allowed("patch", "libvirthosts", "status")
+    assert allowed("patch", "libvirtmachines", "status", namespace="default")
