@@ -214,6 +214,7 @@ def test_a_node_daemons_token_writes_its_own_host_only(
     assert f"bound to {other}" in body
     _refused(lambda: patch("pinned", relabel))
     _refused(lambda: patch("pinned", {"spec": {"host": mine}}))  # re-pin
+    _refused(lambda: patch("pinned", {"spec": {"host": other, "autostart": True}}))
     _refused(lambda: patch("theirs", {"metadata": {"finalizers": ["x.io/held"]}}))
     _refused(
         lambda: node.patch_namespaced_custom_object_status(
@@ -254,6 +255,8 @@ def test_a_node_daemons_token_writes_its_own_host_only(
     node.delete_namespaced_custom_object(GROUP, V, ns, c.MACHINE_PLURAL, "theirs")
     assert theirs["spec"]["host"] == other
     assert pinned["metadata"]["labels"][c.HOST_LABEL] == other
+    # The placer (any node's, leader or not) records spec.host from a label-only pin.
+    assert patch("pinned", {"spec": {"host": other}})["spec"]["host"] == other
 
 
 def test_the_remote_service_account_cannot_delete_machines_nor_create_hosts(

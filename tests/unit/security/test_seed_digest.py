@@ -88,6 +88,8 @@ def test_a_domain_with_the_unkeyed_digest_is_not_reported_changed_after_the_upgr
     assert b"hunter2" in hv.uploads[iso]
     # A changed seed gets the keyed digest (at the next power cycle, as any seed change).
     store.secrets["boot"] = {"user-data": base64.b64encode(b"#cloud-config\n# v2\n").decode()}
+    # Touched, so the pass reads the Secret again instead of reusing its last read.
+    store.machines["web"]["metadata"].setdefault("labels", {})["touched"] = "1"
     reconciler.reconcile(KEY)
     up = _up_to_date(store)
     assert (up["status"], up["reason"]) == ("False", "RequiresPowerOff")
