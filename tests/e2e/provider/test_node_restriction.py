@@ -134,6 +134,7 @@ def _machine(
     labels.pop(c.HOST_LABEL, None)
     if label:
         labels[c.HOST_LABEL] = label
+    body["spec"].pop("host", None)
     if host:
         body["spec"]["host"] = host
     return client.CustomObjectsApi(api).create_namespaced_custom_object(
