@@ -28,6 +28,16 @@ SYSTEM = "vm-api-system"
 ELECTION = "vm-api-generic-controller"
 
 
+def _dry_run_refused(call: Callable[[], Any]) -> bool:
+    try:
+        call()
+    except ApiException as err:
+        if err.status == 403:
+            return True
+        raise
+    return False
+
+
 def _refused(call: Callable[[], Any]) -> str:
     with pytest.raises(ApiException) as err:
         call()
@@ -85,14 +95,22 @@ def world(
         )
     kubeconfig = tmp_path / "node.kubeconfig"
     service_account_kubeconfig(lab, api_client, kubeconfig, bound_pod=pod)
+    as_node = config.new_client_from_config(str(kubeconfig))
+    # A policy just created, and a Lease its binding reads as a parameter, reach admission a
+    # moment after they are written: the test waits for each through a dry run, which admission
+    # judges like the real request but which changes nothing.
+    eventually(
+        lambda: _dry_run_refused(
+            lambda: client.CustomObjectsApi(as_node).patch_cluster_custom_object_status(
+                GROUP, V, c.HOST_PLURAL, other, {"status": {"conditions": []}}, dry_run="All"
+            )
+        ),
+        timeout=30,
+        what="the node restriction enforced",
+    )
     coordination = client.CoordinationV1Api(api_client)
     election_before = _lease_or_none(coordination, ELECTION)
-    yield {
-        "mine": mine,
-        "other": other,
-        "ns": ns,
-        "as_node": config.new_client_from_config(str(kubeconfig)),
-    }
+    yield {"mine": mine, "other": other, "ns": ns, "as_node": as_node}
     # The election Lease as it was (a daemon of another test may campaign for it).
     if election_before is None:
         _ignore_missing(lambda: coordination.delete_namespaced_lease(ELECTION, SYSTEM))
@@ -116,6 +134,16 @@ def _lease_or_none(leases: client.CoordinationV1Api, name: str) -> Any:
         if err.status == 404:
             return None
         raise
+
+
+def _elect(api_client: client.ApiClient, holder: str) -> None:
+    """The election Lease held by `holder`, as an admin writes it."""
+    leases = client.CoordinationV1Api(api_client)
+    if _lease_or_none(leases, ELECTION) is None:
+        body = {"metadata": {"name": ELECTION}, "spec": {"holderIdentity": holder}}
+        leases.create_namespaced_lease(SYSTEM, body)
+    else:
+        leases.patch_namespaced_lease(ELECTION, SYSTEM, {"spec": {"holderIdentity": holder}})
 
 
 def _ignore_missing(call: Callable[[], Any]) -> None:
@@ -145,7 +173,7 @@ def _machine(
 def test_a_node_daemons_token_writes_its_own_host_only(
     api_client: client.ApiClient, world: dict[str, Any]
 ) -> None:
-    mine, other, ns = world["mine"], world["other"], world["ns"]
+    mine, other = world["mine"], world["other"]
     node = client.CustomObjectsApi(world["as_node"])
     leases = client.CoordinationV1Api(world["as_node"])
     status = {"status": {"conditions": []}}
@@ -186,19 +214,22 @@ def test_a_node_daemons_token_writes_its_own_host_only(
     )
     _refused(lambda: leases.delete_namespaced_lease(f"libvirt-host-{mine}", SYSTEM))
 
-    # The election Lease: held by another node first.
-    admin_leases = client.CoordinationV1Api(api_client)
-    if _lease_or_none(admin_leases, ELECTION) is None:
-        admin_leases.create_namespaced_lease(SYSTEM, lease(ELECTION, f"{other}-7"))
-    else:
-        admin_leases.patch_namespaced_lease(
-            ELECTION, SYSTEM, {"spec": {"holderIdentity": f"{other}-7"}}
-        )
+    # The election Lease: held by another node, not to be taken in another's name.
+    _elect(api_client, f"{other}-7")
     _refused(
         lambda: leases.patch_namespaced_lease(
             ELECTION, SYSTEM, {"spec": {"holderIdentity": f"{other}-8"}}
         )
     )
+
+
+def test_a_node_daemons_token_changes_its_own_hosts_machines_only(
+    api_client: client.ApiClient, world: dict[str, Any]
+) -> None:
+    mine, other, ns = world["mine"], world["other"], world["ns"]
+    node = client.CustomObjectsApi(world["as_node"])
+    leases = client.CoordinationV1Api(world["as_node"])
+    _elect(api_client, f"{other}-7")
 
     # Machines: one bound to another host (spec.host and label), one pinned there by label only,
     # one on this host, one unbound.
@@ -233,7 +264,17 @@ def test_a_node_daemons_token_writes_its_own_host_only(
         "name": "owner",
         "uid": holder.metadata.uid,
     }
-    _refused(lambda: patch("theirs", {"metadata": {"ownerReferences": [owner]}}))
+    adopt = {"metadata": {"ownerReferences": [owner]}}
+
+    def adoption_refused() -> bool:
+        return _dry_run_refused(
+            lambda: node.patch_namespaced_custom_object(
+                GROUP, V, ns, c.MACHINE_PLURAL, "theirs", adopt, dry_run="All"
+            )
+        )
+
+    eventually(adoption_refused, timeout=30, what="the election Lease seen by admission")
+    _refused(lambda: patch("theirs", adopt))
     body = _refused(
         lambda: node.delete_namespaced_custom_object(GROUP, V, ns, c.MACHINE_PLURAL, "theirs")
     )
@@ -251,8 +292,9 @@ def test_a_node_daemons_token_writes_its_own_host_only(
     # Leader: once this node holds the election Lease (in its own name), it may adopt and
     # delete another host's machine, as the generic controller does; still not re-pin it.
     leases.patch_namespaced_lease(ELECTION, SYSTEM, {"spec": {"holderIdentity": f"{mine}-42"}})
+    eventually(lambda: not adoption_refused(), timeout=30, what="the new holder seen by admission")
     _refused(lambda: patch("pinned", {"spec": {"host": mine}}))
-    patch("theirs", {"metadata": {"ownerReferences": [owner]}})
+    patch("theirs", adopt)
     node.delete_namespaced_custom_object(GROUP, V, ns, c.MACHINE_PLURAL, "theirs")
     assert theirs["spec"]["host"] == other
     assert pinned["metadata"]["labels"][c.HOST_LABEL] == other
