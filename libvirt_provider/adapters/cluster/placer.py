@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import queue
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -108,6 +109,9 @@ class Placer:
         # never holds up the decisions; a report is written only when its reason or message
         # changes (`Reported`), so the queue stays short.
         self._reporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reporter")
+        # Machines whose report could not be written, handed back to the placer's thread (the
+        # only one that touches `_reported` and `_waiting_for`) to be said again.
+        self._unreported: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._loop = BackgroundLoop("placer", self._run)
 
         def informer(
@@ -199,6 +203,10 @@ class Placer:
         waiting = False
         decided = 0
         self._waiting_for.full_pass(now)
+        while not self._unreported.empty():
+            key = self._unreported.get_nowait()
+            self._reported.forget(key)
+            self._waiting_for.forget(key)
         capacity = capacity_state(views, found.ledger)
         # Machines not judged yet (new ones) first: a machine that fits is not held up by those
         # that were just looked at again.
@@ -405,9 +413,7 @@ class Placer:
                 self._store.patch_machine_status(str(meta["namespace"]), str(meta["name"]), patch)
             except Exception as err:
                 log.info("reporting on %s failed: %s", machines.key_of(obj), err)
-                # Said again on the next look.
-                self._reported.forget(machines.key_of(obj))
-                self._waiting_for.forget(machines.key_of(obj))
+                self._unreported.put(machines.key_of(obj))  # said again on the next look
         try:
             self._store.event(obj, reason=report.reason, message=report.message, warning=True)
         except Exception as err:
