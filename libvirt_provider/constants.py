@@ -98,6 +98,7 @@ __all__ = [
     "REASON_INVALID_SPEC",
     "REASON_LIBVIRT_UNAVAILABLE",
     "REASON_LINK_MISMATCH",
+    "REASON_NOT_ADMITTED",
     "REASON_NOT_AVAILABLE_ON_HOST",
     "REASON_NOT_LINKED",
     "REASON_OWNED_BY_ANOTHER",
@@ -242,6 +243,9 @@ REASON_HOST_CHANGED: Final = "HostChanged"
 REASON_HOST_LABEL_RESTORED: Final = "HostLabelRestored"
 # The machine's host stopped renewing its heartbeat: its state is unknown, and it is not moved.
 REASON_HOST_NOT_READY: Final = "HostNotReady"
+# The machine's host does not admit it (cordoned, full, not matching what the machine asks): it is
+# built nowhere and counted nowhere until the host admits it (`hosts/admission.py`).
+REASON_NOT_ADMITTED: Final = "NotAdmitted"
 # The machine's host is served, but its daemon cannot reach the host's libvirtd (a remote host's
 # network, credentials or host key): its state is unknown, and it is not moved.
 REASON_HOST_UNREACHABLE: Final = "HostUnreachable"

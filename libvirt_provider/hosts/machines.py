@@ -19,13 +19,15 @@ from pydantic import ValidationError
 
 from catalog.lookup import Catalog
 from generic.api import VirtualMachineSpec
-from generic.constants import LINK_ANNOTATION
+from generic.conditions import find_condition
+from generic.constants import CONDITION_INFRASTRUCTURE_READY, LINK_ANNOTATION
 from generic.formats import parse_time, validation_details
 from libvirt_provider.api import LibvirtMachine, SpreadBy
 from libvirt_provider.constants import (
     HOST_LABEL,
     REASON_HOST_LABEL_RESTORED,
     REASON_INVALID_SPEC,
+    REASON_NOT_ADMITTED,
 )
 from libvirt_provider.hosts.fit import ResolverFit
 from libvirt_provider.hosts.inventory import Demand
@@ -46,8 +48,10 @@ __all__ = [
     "key_of",
     "linked_vm_key",
     "machine_event_wakes",
+    "not_admitted",
     "older_than",
     "per_host_pools",
+    "request_of",
     "spread_group",
     "unplaced",
     "vm_event_wakes",
@@ -155,6 +159,16 @@ def host_record_event(record: HostRecord) -> Event | None:
     )
 
 
+def not_admitted(obj: Obj) -> bool:
+    """The machine's host refused it and it has no domain: it takes nothing there (placement
+    does not count it; the host's daemon does not either)."""
+    status = obj.get("status") or {}
+    if status.get("providerID"):
+        return False
+    ready = find_condition(status.get("conditions"), CONDITION_INFRASTRUCTURE_READY) or {}
+    return ready.get("reason") == REASON_NOT_ADMITTED
+
+
 def older_than(obj: Obj, seconds: float, *, now: dt.datetime) -> bool:
     """True when the object was created at least `seconds` before `now` (or its creation time is
     unknown)."""
@@ -196,15 +210,20 @@ def ask(
         catalog=catalog,
         per_host_pools=per_host_pools,
     )
+    return Asked(request_of(machine, spec), fit)
+
+
+def request_of(machine: LibvirtMachine, vm: VirtualMachineSpec) -> Request:
+    """What the machine asks of any host it goes to (placement's filters and a host's
+    admission read the same)."""
     placement = machine.spec.placement
-    request = Request(
+    return Request(
         namespace=machine.metadata.namespace,
-        failure_domain=spec.failure_domain,
+        failure_domain=vm.failure_domain,
         selector=placement.host_selector if placement else None,
         spread_group=placement.spread_group if placement else None,
         spread_by=placement.spread_by if placement else SpreadBy.HOST,
     )
-    return Asked(request, fit)
 
 
 def per_host_pools(catalog: Catalog) -> frozenset[str]:

@@ -34,6 +34,7 @@ __all__ = [
     "Request",
     "Usage",
     "decide",
+    "host_misfit",
     "selector_matches",
 ]
 
@@ -220,6 +221,35 @@ def _share(host: HostView, usage: Usage, demand: Demand) -> float:
     return (cpu + memory) / 2
 
 
+def _open_to(request: Request, host: HostView) -> Misfit | None:
+    """The filters that do not depend on what the machine takes: readiness, cordon, failure
+    domain, selector."""
+    if not host.ready:
+        return Misfit("not ready")
+    if host.unschedulable:
+        return Misfit("cordoned")
+    domain = request.failure_domain
+    if domain is not None and domain not in (host.name, host.zone):
+        return Misfit(f"not in failure domain {domain}")
+    if not selector_matches(request.selector, host.labels):
+        return Misfit("not matching hostSelector")
+    return None
+
+
+def host_misfit(request: Request, host: HostView, found: Fit, usage: Usage) -> Misfit | None:
+    """Why `host` may not take the machine, or None when it may: every filter of placement but
+    the choice of host, in order (the first that fails is the reason). `found` is what the
+    machine takes there, or why it cannot be built there; `usage` what the host holds already.
+    Placement runs it for every host; a host's daemon for itself, before it builds a machine
+    bound to it (`admission`), so no path builds what placement would refuse."""
+    refused = _open_to(request, host)
+    if refused is not None:
+        return refused
+    if isinstance(found, Misfit):
+        return found
+    return _capacity(host, usage, found)
+
+
 def decide(
     request: Request,
     hosts: Sequence[HostView],
@@ -239,29 +269,17 @@ def decide(
         zones = {h.name: h.zone for h in hosts}
         for name, count in members.items():
             zone_members[zones.get(name)] += count
-    domain = request.failure_domain
     for host in hosts:
-        if not host.ready:
-            misfits.append(Misfit("not ready"))
-            continue
-        if host.unschedulable:
-            misfits.append(Misfit("cordoned"))
-            continue
-        if domain is not None and domain not in (host.name, host.zone):
-            misfits.append(Misfit(f"not in failure domain {domain}"))
-            continue
-        if not selector_matches(request.selector, host.labels):
-            misfits.append(Misfit("not matching hostSelector"))
-            continue
-        found = fit(host)
-        if isinstance(found, Misfit):
-            misfits.append(found)
-            continue
         usage = ledger.usage(host.name)
-        short = _capacity(host, usage, found)
-        if short is not None:
-            misfits.append(short)
+        # The filters in `host_misfit`'s order; `fit` (a resolution) only for the hosts open.
+        misfit = _open_to(request, host)
+        if misfit is None:
+            found = fit(host)
+            misfit = found if isinstance(found, Misfit) else _capacity(host, usage, found)
+        if misfit is not None:
+            misfits.append(misfit)
             continue
+        assert isinstance(found, Demand)
         spread = zone_members[host.zone] if by_zone else members[host.name]
         score = (spread, _share(host, usage, found), host.name)
         if best is None or score < best:

@@ -3,7 +3,8 @@ that have a host, and which machines to place.
 
 Every machine with a host is booked in the ledger at the demand it takes there (pending while
 its volumes are not created, i.e. until it reports a providerID), and is no longer *assumed*: the
-copies show it now. Assumed bindings the copies do not show yet are booked too. The ledger is
+copies show it now. A machine its host refused to admit (`NotAdmitted`, no domain) takes nothing
+there and is not booked. Assumed bindings the copies do not show yet are booked too. The ledger is
 built only when some machine waits to be placed: it serves decisions only.
 """
 
@@ -23,6 +24,7 @@ from libvirt_provider.hosts.machines import (
     host_of,
     host_record,
     key_of,
+    not_admitted,
     spread_group,
     unplaced,
 )
@@ -89,7 +91,7 @@ def survey(
         )
         if record is not None or report is not None:
             fixes.append(Fix(obj, record, report))
-        if not waiting:
+        if not waiting or not_admitted(obj):
             continue
         status = obj.get("status") or {}
         ledger.put(

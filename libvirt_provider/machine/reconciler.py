@@ -16,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
 from generic import constants as vmapi
+from generic.api import VirtualMachineSpec
 from generic.conditions import find_condition
 from generic.formats import format_time, merge_patch, validation_message
 from generic.workqueue import Outcome
@@ -37,9 +38,12 @@ from libvirt_provider.errors import (
     RetryableError,
     StateConflictError,
 )
-from libvirt_provider.hosts.inventory import Demand, demand_of, total
+from libvirt_provider.hosts.inventory import Demand, demand_of
+from libvirt_provider.hosts.machines import request_of
+from libvirt_provider.hosts.placement import HostView
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.agent_backoff import AgentBackoff
+from libvirt_provider.machine.book import HostBook
 from libvirt_provider.machine.create import Creation
 from libvirt_provider.machine.inputs import InputReader, PowerIntent, power_intent
 from libvirt_provider.machine.power import observed_power_state
@@ -107,8 +111,10 @@ class MachineReconciler:
         zone: Callable[[], str | None] = lambda: None,
         on_allocations_change: Callable[[], None] = lambda: None,
         agent_backoff: AgentBackoff | None = None,
+        host_view: Callable[[], HostView | None] | None = None,
+        built: Callable[[], Iterable[MachineKey]] = lambda: (),
+        on_capacity_freed: Callable[[], None] = lambda: None,
     ) -> None:
-        self._allocations_changed = on_allocations_change
         images = images or ImageImporter(hypervisor)
         self._store = store
         self._hv = hypervisor
@@ -132,21 +138,23 @@ class MachineReconciler:
         )
         # When each machine's current run of failed passes began (see _problem).
         self._failing_since: dict[str, dt.datetime] = {}
-        # What each machine of this host takes (namespace/name -> demand), as last resolved:
-        # the "allocated" figures of the host's LibvirtHost.
-        self._demands: dict[str, Demand] = {}
-
-    def _record_demand(self, key: str, demand: Demand | None) -> None:
-        before = self._demands.pop(key, None) if demand is None else self._demands.get(key)
-        if demand is not None:
-            self._demands[key] = demand
-        if before != demand:
-            self._allocations_changed()
+        # What this host holds and has admitted: the "allocated" figures of its LibvirtHost.
+        self._book = HostBook(
+            host, view=host_view, on_change=on_allocations_change, on_freed=on_capacity_freed
+        )
+        # The machines of this host whose status shows a domain (from the watch), and those
+        # passed once since the daemon started: a machine is admitted only once every machine
+        # with a domain here is counted, so a restart never admits against a half-empty book.
+        self._built = built
+        self._passed: set[str] = set()
 
     def allocations(self) -> tuple[Demand, int]:
         """The sum of what this host's machines take, and how many there are."""
-        demands = list(self._demands.values())
-        return total(demands), len(demands)
+        return self._book.allocations()
+
+    def refused(self) -> list[MachineKey]:
+        """The machines this host last refused to admit."""
+        return [MachineKey(*key.split("/", 1)) for key in self._book.refused()]
 
     def reconcile(self, key: MachineKey) -> Outcome:
         try:
@@ -162,6 +170,8 @@ class MachineReconciler:
             return self._pass(key)
         except _StaleCopyError:
             return AGAIN
+        finally:
+            self._passed.add(f"{key.namespace}/{key.name}")
 
     def _fresh(self, obj: Obj) -> None:
         """The rule for reads: a pass works from the watch-fed copy of the machine, but creating
@@ -179,7 +189,7 @@ class MachineReconciler:
     def _pass(self, key: MachineKey) -> Outcome:
         obj = self._store.get_machine(key.namespace, key.name)
         if obj is None:
-            self._record_demand(f"{key.namespace}/{key.name}", None)
+            self._book.drop(f"{key.namespace}/{key.name}")
             return DONE
         meta = obj.get("metadata") or {}
         if (obj.get("spec") or {}).get("host") != self._host:
@@ -261,14 +271,38 @@ class MachineReconciler:
             return Report(report.readiness, domain_uuid=existing.uuid, power_state=state), outcome
         plan = resolution.machine
         meta = machine.metadata
-        self._record_demand(f"{meta.namespace}/{meta.name}", demand_of(plan))
+        key = f"{meta.namespace}/{meta.name}"
         if existing is None:
+            refused = self._admission(key, machine, vm, plan)
+            if refused is not None:
+                # Looked at again with backoff, and at once when the host's spec changes or
+                # capacity is freed (the host unit wakes the refused machines).
+                return self._failed(obj, vm, c.REASON_NOT_ADMITTED, refused), RETRY
             return self._create(obj, vm, plan, intent)
+        self._book.record(key, demand_of(plan))
         try:
             return self._bring_up_to_date(obj, plan, intent, existing.uuid, current=current)
         except ProviderError as err:
             report = self._failed(obj, vm, *self._problem(obj, err))
             return Report(report.readiness, domain_uuid=existing.uuid), RETRY
+
+    def _admission(
+        self, key: str, machine: LibvirtMachine, vm: Obj, plan: ResolvedMachine
+    ) -> str | None:
+        """None when the host admits the machine (booked from now on), else why not."""
+        uncounted = self._uncounted()
+        if uncounted:
+            return (
+                f"host {self._host} is counting the machines it runs (after a start, "
+                f"{uncounted} not yet); the machine is admitted once they are counted"
+            )
+        spec = VirtualMachineSpec.model_validate(vm.get("spec") or {})
+        return self._book.admit(key, request_of(machine, spec), demand_of(plan))
+
+    def _uncounted(self) -> int:
+        """How many machines of this host that have a domain have not been passed since the
+        daemon started (each is booked by its first pass)."""
+        return sum(1 for k in self._built() if f"{k.namespace}/{k.name}" not in self._passed)
 
     def _create(
         self, obj: Obj, vm: Obj, plan: ResolvedMachine, intent: PowerIntent
@@ -378,7 +412,7 @@ class MachineReconciler:
             return RETRY
         self._power.forget(uuid)
         self._failing_since.pop(uuid, None)
-        self._record_demand(f"{meta.get('namespace')}/{meta.get('name')}", None)
+        self._book.drop(f"{meta.get('namespace')}/{meta.get('name')}")
         remaining = [f for f in meta.get("finalizers") or [] if f != c.FINALIZER]
         try:
             self._store.set_finalizers(obj, remaining)

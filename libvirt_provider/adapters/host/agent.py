@@ -34,9 +34,10 @@ from libvirt_provider.errors import ProviderError
 from libvirt_provider.host_api import LibvirtHostSpec, LibvirtHostStatus
 from libvirt_provider.hosts.heartbeat import takeover_refused
 from libvirt_provider.hosts.inventory import Demand, host_status
-from libvirt_provider.hosts.placement import ZONE_LABEL
+from libvirt_provider.hosts.placement import ZONE_LABEL, HostView
+from libvirt_provider.hosts.view import host_view
 
-__all__ = ["HostAgent", "heartbeat_lease_name"]
+__all__ = ["HostAgent", "admission_terms", "heartbeat_lease_name"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,22 @@ HostEvents = Callable[[dict[str, Any], str, str, bool], None]
 FIRST_SYNC_SECONDS = 10.0
 # The shortest time between two passes (each reads libvirt's inventory).
 MIN_SYNC_SECONDS = 1.0
+
+
+def admission_terms(obj: dict[str, Any] | None) -> object:
+    """What of a LibvirtHost a machine is admitted against (`hosts/admission.py`): its spec,
+    labels, allocatable and pools. When it changes, the machines the host refused are looked
+    at again; the allocated figures (changed by every machine built) are not part of it."""
+    if obj is None:
+        return None
+    status = obj.get("status") or {}
+    return (
+        repr(obj.get("spec")),
+        repr(sorted(((obj.get("metadata") or {}).get("labels") or {}).items())),
+        repr(status.get("allocatable")),
+        repr((status.get("capacity") or {}).get("pools")),
+        repr(status.get("offers")),
+    )
 
 
 def heartbeat_lease_name(host: str) -> str:
@@ -75,6 +92,7 @@ class HostAgent:
         link: LinkState | None = None,
         on_spec: SpecListener | None = None,
         events: HostEvents | None = None,
+        on_admission_change: Callable[[], None] = lambda: None,
     ) -> None:
         # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor; and
         # its LibvirtHost is the user's declaration: deleted, it must stay deleted.
@@ -94,13 +112,23 @@ class HostAgent:
         self._lease_refused: str | None = None
         self._refused_by: str | None = None
         self._loop = BackgroundLoop(f"host-agent-{host}", self._run)
+        self._admission_change = on_admission_change
+        self._admission_terms: object = None
+
+        def changed(_type: str, obj: dict[str, Any] | None) -> None:
+            self._loop.wake()
+            terms = admission_terms(obj)
+            if terms != self._admission_terms:
+                self._admission_terms = terms
+                self._admission_change()
+
         self.informer = ClusterInformer(
             api,
             group=c.GROUP,
             version=c.VERSION,
             plural=c.HOST_PLURAL,
             field_selector=f"metadata.name={host}",
-            on_change=lambda _type, _obj: self._loop.wake(),
+            on_change=changed,
         )
 
     def start(self) -> None:
@@ -121,6 +149,15 @@ class HostAgent:
         labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
         zone = labels.get(ZONE_LABEL)
         return zone if isinstance(zone, str) else None
+
+    def view(self) -> HostView | None:
+        """This host as placement sees it, from its LibvirtHost (what it admits machines
+        against); its own heartbeat counts as fresh: this daemon is the one renewing it."""
+        obj = self.informer.get(self._host)
+        if obj is None:
+            return None
+        now = dt.datetime.now(dt.UTC)
+        return host_view(obj, now, now)
 
     def lease_problem(self) -> str | None:
         """Why this daemon does not renew its host's heartbeat Lease (a readiness check)."""

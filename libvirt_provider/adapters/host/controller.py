@@ -134,6 +134,11 @@ class MachineController:
         if key is not None:
             self.queue.add(key)
 
+    def wake(self, keys: list[MachineKey]) -> None:
+        """Wake these machines now (those the host refused, when it may admit them now)."""
+        for key in keys:
+            self.queue.add(key)
+
     def wake_all(self) -> None:
         with self._lock:
             keys = list(self._known)

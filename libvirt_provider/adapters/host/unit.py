@@ -121,6 +121,7 @@ class HostUnit:
             link=link if remote else None,
             on_spec=self.apply_spec,
             events=host_event if remote else None,
+            on_admission_change=lambda: controller.wake(reconciler.refused()),
         )
         reconciler = MachineReconciler(
             store=self.store,
@@ -132,6 +133,9 @@ class HostUnit:
             console_log_dir=None if remote else settings.console_log_dir,
             zone=self.agent.zone,
             on_allocations_change=self.agent.allocations_changed,
+            host_view=self.agent.view,
+            built=self.store.built_machines,
+            on_capacity_freed=lambda: controller.wake(reconciler.refused()),
         )
         self.controller = controller = MachineController(reconciler, workers=settings.workers)
         hypervisor.add_lifecycle_listener(controller.on_domain_event)

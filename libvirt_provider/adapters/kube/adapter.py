@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
@@ -40,7 +41,7 @@ from libvirt_provider.errors import (
     RetryableError,
     StateConflictError,
 )
-from libvirt_provider.machine.store import SecretData
+from libvirt_provider.machine.store import MachineKey, SecretData
 
 __all__ = ["KubeAdapter"]
 
@@ -82,15 +83,31 @@ class KubeAdapter:
         # A machine's pass reads what its VM asks for, never the VM's status (the generic
         # controller's to write): not keeping it saves a third of each copy.
         self.vms = Copies(keep=without_status)
+        # This host's machines whose status shows a domain (a providerID): the ones a restarted
+        # daemon must count before it admits a new machine (`machine/book.py`).
+        self._built: set[MachineKey] = set()
+        self._built_lock = threading.Lock()
 
     # -- watch-fed copies --------------------------------------------------------------------
 
     def observe_machine(self, obj: Obj, *, deleted: bool) -> None:
         meta = obj.get("metadata") or {}
+        key = MachineKey(str(meta.get("namespace")), str(meta.get("name")))
+        built = not deleted and bool((obj.get("status") or {}).get("providerID"))
+        with self._built_lock:
+            if built:
+                self._built.add(key)
+            else:
+                self._built.discard(key)
         if deleted:
-            self.machines.drop(str(meta.get("namespace")), str(meta.get("name")))
+            self.machines.drop(key.namespace, key.name)
         else:
             self.machines.put(obj)
+
+    def built_machines(self) -> list[MachineKey]:
+        """This host's machines whose status shows a domain, as the watch last showed them."""
+        with self._built_lock:
+            return list(self._built)
 
     def observe_vm(self, obj: Obj, *, deleted: bool, wanted: bool) -> None:
         """A VirtualMachine's event; kept only for a machine of this host (`wanted`) or when a

@@ -1,0 +1,92 @@
+"""What this host holds, and which machines it has admitted (`hosts/admission.py` decides).
+
+The book is the host's "allocated" figures (the LibvirtHost's status) and the ledger a new
+machine is admitted against: every machine whose domain exists here, and every machine admitted
+and still being built. A machine refused is in neither. Admission checks and books in one step
+under a lock, so two machines admitted on two workers at once account for each other.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from libvirt_provider.hosts.admission import Booked, refusal
+from libvirt_provider.hosts.inventory import Demand, total
+from libvirt_provider.hosts.placement import HostView, Request
+
+__all__ = ["HostBook"]
+
+
+class HostBook:
+    """`view` is the host as its LibvirtHost shows it; None admits every machine (a reconciler
+    built without a host agent: unit tests of other concerns)."""
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        view: Callable[[], HostView | None] | None,
+        on_change: Callable[[], None] = lambda: None,
+        on_freed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._host = host
+        self._view = view
+        self._changed = on_change
+        self._freed = on_freed
+        self._lock = threading.Lock()
+        self._booked: dict[str, Booked] = {}
+        self._refused: set[str] = set()
+
+    def admit(self, key: str, request: Request, demand: Demand) -> str | None:
+        """Book the machine `key` (no domain yet) and return None, or why the host refuses it.
+        A machine admitted before is not judged again: only its demand is brought up to date."""
+        with self._lock:
+            held = self._booked.get(key)
+            if held is None and self._view is not None:
+                others = self._booked.values()
+                why = refusal(self._host, request, self._view(), demand, others)
+                if why is not None:
+                    self._refused.add(key)
+                    return why
+            self._refused.discard(key)
+            self._booked[key] = Booked(demand, pending=True)
+        if held is None or held.demand != demand:
+            self._changed()
+        return None
+
+    def record(self, key: str, demand: Demand) -> None:
+        """The machine `key` has a domain here: it is held, whatever admission would say now."""
+        self._put(key, Booked(demand, pending=False))
+
+    def drop(self, key: str) -> None:
+        """The machine `key` is gone from this host (deleted, or never admitted)."""
+        self._put(key, None)
+
+    def _put(self, key: str, entry: Booked | None) -> None:
+        with self._lock:
+            before = self._booked.pop(key, None)
+            if entry is not None:
+                self._booked[key] = entry
+            self._refused.discard(key)
+        if (before is None) != (entry is None) or (
+            before is not None and entry is not None and before.demand != entry.demand
+        ):
+            self._changed()
+        if before is not None and (
+            entry is None
+            or entry.demand.cpus < before.demand.cpus
+            or entry.demand.memory < before.demand.memory
+        ):
+            self._freed()
+
+    def refused(self) -> list[str]:
+        """The machines last refused (woken when capacity is freed or the host's spec changes)."""
+        with self._lock:
+            return sorted(self._refused)
+
+    def allocations(self) -> tuple[Demand, int]:
+        """The sum of what the machines held here take, and how many there are."""
+        with self._lock:
+            demands = [entry.demand for entry in self._booked.values()]
+        return total(demands), len(demands)

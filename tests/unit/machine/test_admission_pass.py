@@ -1,0 +1,79 @@
+"""The reconciler admits a machine before it builds it, and builds nothing it refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from generic.workqueue import Outcome
+from libvirt_provider.hosts.placement import HostView
+from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
+from tests.support.builders import HOST, UID
+from tests.support.reconciling import KEY, make_hypervisor, make_store, owned_volumes
+
+GI = 2**30
+
+
+def view(**fields: Any) -> HostView:
+    base: dict[str, Any] = {
+        "name": HOST.hostname,
+        "labels": {},
+        "ready": True,
+        "unschedulable": False,
+        "cpus": 8,
+        "memory": 8 * GI,
+        "pools": {"vmapi-lab": 100 * GI, "fast": 100 * GI},
+    }
+    base.update(fields)
+    return HostView(**base)
+
+
+def ready_condition(store: Any) -> dict[str, Any]:
+    conditions = store.machines["web"]["status"]["conditions"]
+    return next(c for c in conditions if c["type"] == "InfrastructureReady")
+
+
+def test_a_machine_pinned_to_a_cordoned_host_is_refused_then_built_once_uncordoned() -> None:
+    store, hv = make_store(), make_hypervisor()
+    host = [view(unschedulable=True)]
+    reconciler = MachineReconciler(
+        store=store, hypervisor=hv, host=HOST.hostname, host_view=lambda: host[0]
+    )
+    assert reconciler.reconcile(KEY) == Outcome(retry=True)
+    assert hv.domains == {}
+    assert owned_volumes(hv) == []
+    ready = ready_condition(store)
+    assert (ready["status"], ready["reason"]) == ("False", "NotAdmitted")
+    assert "the host is cordoned" in ready["message"]
+    assert [r for kind, r, _ in store.events if kind == "LibvirtMachine"] == ["NotAdmitted"]
+    assert reconciler.allocations()[1] == 0
+    assert [(k.namespace, k.name) for k in reconciler.refused()] == [(KEY.namespace, KEY.name)]
+    host[0] = view()
+    reconciler.reconcile(KEY)
+    assert UID in hv.domains
+    assert reconciler.allocations()[1] == 1
+    assert reconciler.refused() == []
+
+
+def test_a_machine_that_does_not_fit_the_hosts_memory_is_refused() -> None:
+    store, hv = make_store(), make_hypervisor()
+    reconciler = MachineReconciler(
+        store=store, hypervisor=hv, host=HOST.hostname, host_view=lambda: view(memory=128 * 2**20)
+    )
+    reconciler.reconcile(KEY)
+    assert hv.domains == {}
+    assert "insufficient memory (needs 256Mi)" in ready_condition(store)["message"]
+
+
+def test_after_a_start_nothing_is_admitted_until_the_machines_with_a_domain_are_counted() -> None:
+    store, hv = make_store(), make_hypervisor()
+    # The watch shows `other` with a domain here; no pass has counted it yet.
+    other = MachineKey(KEY.namespace, "other")
+    reconciler = MachineReconciler(
+        store=store, hypervisor=hv, host=HOST.hostname, host_view=view, built=lambda: [other]
+    )
+    reconciler.reconcile(KEY)
+    assert hv.domains == {}
+    assert "counting the machines it runs" in ready_condition(store)["message"]
+    reconciler.reconcile(other)  # (gone from the store meanwhile) passed once: counted
+    reconciler.reconcile(KEY)
+    assert UID in hv.domains
