@@ -202,7 +202,9 @@ def run(args: argparse.Namespace) -> int:
         os.environ["PYTHONPATH"] = str(Path(args.code).resolve())
         os.chdir(args.code)
     try:
-        daemons = Daemons(lab, uri, 1, host_prefix=HOST_PREFIX, log_prefix="waiting-pile-")
+        daemons = Daemons(
+            lab, uri, 1, host_prefix=HOST_PREFIX, log_prefix="waiting-pile-", host_spec=None
+        )
     finally:
         os.chdir(here)
     try:

@@ -38,17 +38,18 @@ class HostBook:
         self._booked: dict[str, Booked] = {}
         self._refused: set[str] = set()
 
-    def admit(self, key: str, request: Request, demand: Demand) -> str | None:
-        """Book the machine `key` (no domain yet) and return None, or why the host refuses it.
+    def admit(self, key: str, request: Request, demand: Demand) -> tuple[str, bool] | None:
+        """Book the machine `key` (no domain yet) and return None, or why the host refuses it
+        and whether that is the daemon's start (no inventory of its own yet: passes in seconds).
         A machine admitted before is not judged again: only its demand is brought up to date."""
         with self._lock:
             held = self._booked.get(key)
             if held is None and self._view is not None:
-                others = self._booked.values()
-                why = refusal(self._host, request, self._view(), demand, others)
+                view = self._view()
+                why = refusal(self._host, request, view, demand, self._booked.values())
                 if why is not None:
                     self._refused.add(key)
-                    return why
+                    return why, view is None
             self._refused.discard(key)
             self._booked[key] = Booked(demand, pending=True)
         if held is None or held.demand != demand:

@@ -275,9 +275,13 @@ class MachineReconciler:
         if existing is None:
             refused = self._admission(key, machine, vm, plan)
             if refused is not None:
+                message, transient = refused
+                if transient:
+                    # The daemon's first seconds: no Warning, looked at again shortly.
+                    return Report(failed(c.REASON_NOT_ADMITTED, message)), CONVERGING
                 # Looked at again with backoff, and at once when the host's spec changes or
                 # capacity is freed (the host unit wakes the refused machines).
-                return self._failed(obj, vm, c.REASON_NOT_ADMITTED, refused), RETRY
+                return self._failed(obj, vm, c.REASON_NOT_ADMITTED, message), RETRY
             return self._create(obj, vm, plan, intent)
         self._book.record(key, demand_of(plan))
         try:
@@ -288,14 +292,15 @@ class MachineReconciler:
 
     def _admission(
         self, key: str, machine: LibvirtMachine, vm: Obj, plan: ResolvedMachine
-    ) -> str | None:
-        """None when the host admits the machine (booked from now on), else why not."""
+    ) -> tuple[str, bool] | None:
+        """None when the host admits the machine (booked from now on), else why not and whether
+        that passes by itself within seconds (the daemon is starting)."""
         uncounted = self._uncounted()
         if uncounted:
             return (
                 f"host {self._host} is counting the machines it runs (after a start, "
                 f"{uncounted} not yet); the machine is admitted once they are counted"
-            )
+            ), True
         spec = VirtualMachineSpec.model_validate(vm.get("spec") or {})
         return self._book.admit(key, request_of(machine, spec), demand_of(plan))
 

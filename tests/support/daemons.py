@@ -17,10 +17,11 @@ import sys
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from kubernetes import client
+from kubernetes import client, config
 
-from tests.support.hosts import host_ready
+from tests.support.hosts import LAB_HOST_SPEC, declare_host, host_ready
 from tests.support.kube import SYSTEM_NAMESPACE
 from tests.support.lab_access import REPO, LabHost, LabInfo, LabRemote
 from tests.support.waiting import eventually
@@ -50,10 +51,15 @@ def start_daemon(
     crash_point: str | None = None,
     generic_namespaces: tuple[str, ...] = (),
     libvirt_uri: str | None = None,
+    host_spec: dict[str, Any] | None = LAB_HOST_SPEC,
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """`libvirt-provider` against the lab, its output in a fresh log; its embedded generic
-    controller serves `generic_namespaces` (patterns), or every namespace.
+    controller serves `generic_namespaces` (patterns), or every namespace. `host_spec` is
+    merged into the host's LibvirtHost first (None: the LibvirtHost is left as it is).
     """
+    if host_spec is not None:
+        with config.new_client_from_config(lab.kubeconfig) as admin:
+            declare_host(admin, host, host_spec)
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "VMAPI_CRASH_POINT")}
     if crash_point:
         env["VMAPI_CRASH_POINT"] = crash_point
@@ -129,6 +135,7 @@ class Fleet:
             log_name=f"e2e-placement-{host.name}{'-crash' if crash_point else ''}.log",
             lease_namespace=SYSTEM_NAMESPACE,
             crash_point=crash_point,
+            host_spec=None,  # placement's tests set their hosts' spec
         )
         health_base(proc, log)
         daemon = Daemon(host, proc, log)
@@ -147,6 +154,7 @@ class Fleet:
                     libvirt_uri=host.uri,
                     log_name=f"e2e-placement-{host.name}.log",
                     lease_namespace=SYSTEM_NAMESPACE,
+                    host_spec=None,
                 ),
             )
             for host in hosts

@@ -88,7 +88,10 @@ def test_the_book_admits_once_and_counts_only_what_it_holds() -> None:
     )
     assert book.admit("t/a", REQUEST, SMALL) is None
     assert book.admit("t/b", REQUEST, SMALL) is None
-    assert book.admit("t/c", REQUEST, SMALL) is not None
+    refused = book.admit("t/c", REQUEST, SMALL)
+    assert refused is not None
+    assert "insufficient memory" in refused[0]
+    assert refused[1] is False  # not the daemon's start: a refusal to report
     assert book.refused() == ["t/c"]
     assert book.allocations() == (Demand(cpus=2, memory=GI // 2), 2)
     # Admitted once: a cordon set while `a` is still being built does not refuse it.
@@ -102,6 +105,13 @@ def test_the_book_admits_once_and_counts_only_what_it_holds() -> None:
     host[0] = view(memory=GI // 2)
     assert book.admit("t/c", REQUEST, SMALL) is None
     assert book.refused() == []
+
+
+def test_a_host_without_an_inventory_yet_refuses_for_the_moment() -> None:
+    book = HostBook("kvm-a", view=lambda: None)
+    refused = book.admit("t/a", REQUEST, SMALL)
+    assert refused is not None
+    assert refused[1] is True
 
 
 def test_a_book_without_a_view_admits_everything() -> None:
