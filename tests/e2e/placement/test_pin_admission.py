@@ -15,7 +15,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
-from tests.e2e.placement.test_placement import events_of, leave_100mi, uid_domain
+from tests.e2e.placement.test_placement import leave_100mi, uid_domain
 from tests.support.daemons import Fleet
 from tests.support.factories import unplaced
 from tests.support.hosts import host_object, patch_host
@@ -51,9 +51,12 @@ def test_a_machine_pinned_to_a_cordoned_host_is_refused_then_built_once_uncordon
     assert cond["message"].startswith(
         f"host {target} does not admit this machine: the host is cordoned"
     ), cond
-    warnings = [e for e in events_of(api_client, ns, "sneaky") if e[1] == c.REASON_NOT_ADMITTED]
-    assert warnings
-    assert warnings[0][0] == "Warning"
+    said = [
+        e.type
+        for e in client.CoreV1Api(api_client).list_namespaced_event(ns).items
+        if e.involved_object.kind == c.MACHINE_KIND and e.reason == c.REASON_NOT_ADMITTED
+    ]
+    assert said == ["Warning"], said
     domain = uid_domain(api_client, ns, "sneaky")
     with connections(lab) as conns:
         assert hosts_defining(conns, domain) == []
