@@ -357,7 +357,7 @@ def create_paced(
     lock = threading.Lock()
 
     def create_one(index: int) -> None:
-        vm, lm = pair_docs(ns, index, s.daemons, HOST_PREFIX)
+        vm, lm = pair_docs(ns, index, s.daemons, HOST_PREFIX, shared=s.in_libvirtd)
         with lock:
             started[vm["metadata"]["name"]] = time.monotonic()
         own.add("POST", VMS)

@@ -64,6 +64,7 @@ from libvirt_provider import naming  # noqa: E402
 from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
 from tests.support.lab_access import LAB_SCRIPT, LabInfo, read_lab  # noqa: E402
 from tests.support.testdriver import (  # noqa: E402
+    SHARED_RESOURCES,
     Daemons,
     SharedTestDriver,
     disk_pools,
@@ -80,14 +81,17 @@ VMS, LMS = "virtualmachines", "libvirtmachines"
 # What a resize picks from: the sample catalog's class, and explicit resources (more than the
 # class's CPUs or memory is applied live up to the boot-time ceiling, the rest at the next
 # power-off).
+# The first is what a machine is created with: the test driver inside libvirtd has 3 GiB, and
+# its host admits new machines against it (tests/support/testdriver.py, SHARED_RESOURCES).
 SIZES: tuple[dict[str, Any], ...] = (
+    {"name": None, "resources": SHARED_RESOURCES},
     {"name": "small", "resources": None},
     {"name": None, "resources": {"cpus": 1, "memory": "384Mi"}},
     {"name": None, "resources": {"cpus": 2, "memory": "256Mi"}},
     {"name": None, "resources": {"cpus": 2, "memory": "512Mi"}},
 )
 # What each size defines (vCPUs, memory in KiB); `small` is the sample catalog's class.
-SHAPES = ((1, 256 * 1024), (1, 384 * 1024), (2, 256 * 1024), (2, 512 * 1024))
+SHAPES = ((1, 8 * 1024), (1, 256 * 1024), (1, 384 * 1024), (2, 256 * 1024), (2, 512 * 1024))
 POWER_STATES = {"PoweredOn": libvirt.VIR_DOMAIN_RUNNING, "PoweredOff": libvirt.VIR_DOMAIN_SHUTOFF}
 REQUEST_TIMEOUT = (5.0, 30.0)
 
@@ -251,7 +255,7 @@ class Soak:
         self.provocations.append(creation)
 
         def one(index: int) -> None:
-            vm, lm = pair_docs(self.ns, index, 1, HOST_PREFIX)
+            vm, lm = pair_docs(self.ns, index, 1, HOST_PREFIX, shared=True)
             self.custom.create_namespaced_custom_object(VM_GROUP, V, self.ns, VMS, vm)
             self.custom.create_namespaced_custom_object(GROUP, V, self.ns, LMS, lm)
 

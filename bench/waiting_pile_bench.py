@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         os.chdir(args.code)
     try:
         daemons = Daemons(
-            lab, uri, 1, host_prefix=HOST_PREFIX, log_prefix="waiting-pile-", host_spec=None
+            lab, uri, 1, host_prefix=HOST_PREFIX, log_prefix="waiting-pile-", declare=False
         )
     finally:
         os.chdir(here)
