@@ -327,6 +327,10 @@ class MachineReconciler:
             return Report(readiness, retained=retained_record(plan)), CONVERGING
         self._fresh(obj)
         uuid = self._creation.create(obj, plan, intent.desired)
+        # Its volumes exist now: the pools' free space shows them from the host's next inventory
+        # (placement counts a machine's volumes the same way, until it has a providerID).
+        meta = obj.get("metadata") or {}
+        self._book.record(f"{meta.get('namespace')}/{meta.get('name')}", demand_of(plan))
         # Assessed in the same pass, as any existing domain is: a machine that is already where
         # it should be (an instant start, a machine created powered off) is reported so at once,
         # saving a status write here and its copy on the VM.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from generic.workqueue import Outcome
@@ -77,3 +78,26 @@ def test_after_a_start_nothing_is_admitted_until_the_machines_with_a_domain_are_
     reconciler.reconcile(other)  # (gone from the store meanwhile) passed once: counted
     reconciler.reconcile(KEY)
     assert UID in hv.domains
+
+
+def test_volumes_count_as_promised_only_until_they_are_created() -> None:
+    """While a machine is being built its volumes are promised space; once they exist, the pool's
+    free space (the host's next inventory) shows them, and they are not counted twice, even when
+    the machine has no later pass."""
+    store, hv = make_store(), make_hypervisor()
+    twin = copy.deepcopy(store.machines["web"])
+    twin["metadata"].update(name="twin", uid="0f0e0d0c-0000-4000-8000-00000000beef")
+    twin["metadata"]["annotations"]["vm-api.io/virtual-machine"] = "twin"
+    store.machines["twin"] = twin
+    store.vms["twin"] = copy.deepcopy(store.vms["web"])
+    store.vms["twin"]["metadata"]["name"] = "twin"
+    store.vms["twin"]["spec"]["infrastructureRef"]["name"] = "twin"
+    # Room for one boot disk of 1 GiB in each pool, as the inventory shows it after `web`'s.
+    host = view(pools={"vmapi-lab": GI, "fast": GI})
+    reconciler = MachineReconciler(
+        store=store, hypervisor=hv, host=HOST.hostname, host_view=lambda: host
+    )
+    reconciler.reconcile(KEY)
+    assert UID in hv.domains
+    reconciler.reconcile(MachineKey(KEY.namespace, "twin"))
+    assert len(hv.domains) == 2, ready_condition(store)
