@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
+from libvirt_provider.hosts.inventory import format_size, parse_size
 from tests.support.kube import GROUP, SYSTEM_NAMESPACE, V, condition, get
 from tests.support.lab_access import LabRemote
 from tests.support.waiting import eventually
@@ -76,6 +77,18 @@ def declare_host(api: client.ApiClient, name: str, spec: dict[str, Any]) -> None
         if err.status != 409:  # its daemon created it meanwhile
             raise
         custom.patch_cluster_custom_object(GROUP, V, HOSTS_PLURAL, name, {"spec": spec})
+
+
+def leave_100mi(api: client.ApiClient, host: str) -> None:
+    """Everything but 100Mi reserved on `host`: no 256Mi machine fits there."""
+    memory = host_object(api, host)["status"]["capacity"]["memory"]  # type: ignore[index]
+    reserve = format_size(parse_size(memory) - 100 * 2**20)
+    patch_host(api, host, {"spec": {"reserved": {"memory": reserve}}})
+    eventually(
+        lambda: (host_object(api, host) or {})["status"]["allocatable"]["memory"] == "100Mi",
+        timeout=30,
+        what=f"{host}'s allocatable memory down to 100Mi",
+    )
 
 
 def reset_host(api: client.ApiClient, name: str) -> None:

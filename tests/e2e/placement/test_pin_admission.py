@@ -15,11 +15,10 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
-from tests.e2e.placement.test_placement import leave_100mi, uid_domain
 from tests.support.daemons import Fleet
 from tests.support.factories import unplaced
-from tests.support.hosts import host_object, patch_host
-from tests.support.kube import GROUP, V, apply, create, kubectl, wait_reason
+from tests.support.hosts import host_object, leave_100mi, patch_host
+from tests.support.kube import GROUP, V, apply, create, domain_of, kubectl, wait_reason
 from tests.support.lab_access import REPO, LabInfo
 from tests.support.virt import connections, hosts_defining
 from tests.support.waiting import eventually
@@ -57,7 +56,7 @@ def test_a_machine_pinned_to_a_cordoned_host_is_refused_then_built_once_uncordon
         if e.involved_object.kind == c.MACHINE_KIND and e.reason == c.REASON_NOT_ADMITTED
     ]
     assert said == ["Warning"], said
-    domain = uid_domain(api_client, ns, "sneaky")
+    domain = domain_of(api_client, ns, "sneaky")
     with connections(lab) as conns:
         assert hosts_defining(conns, domain) == []
         assert allocated_machines(api_client, target) == before
@@ -90,12 +89,12 @@ def test_a_machine_pinned_to_a_full_host_takes_nothing_and_placement_goes_on(
     )
     assert vm_cond["message"] == cond["message"]
     with connections(lab) as conns:
-        assert hosts_defining(conns, uid_domain(api_client, ns, "greedy")) == []
+        assert hosts_defining(conns, domain_of(api_client, ns, "greedy")) == []
     assert allocated_machines(api_client, full) == before
     # The refused pin holds no place: once memory frees, it is admitted there.
     patch_host(api_client, full, {"spec": {"reserved": {"memory": "0"}}})
     with connections(lab) as conns:
-        domain = uid_domain(api_client, ns, "greedy")
+        domain = domain_of(api_client, ns, "greedy")
         eventually(
             lambda: hosts_defining(conns, domain) == [full],
             timeout=60,
@@ -224,7 +223,7 @@ def test_the_optional_policy_lets_only_pinners_pin(
             GROUP, V, ns, "libvirtmachines", allowed
         )
     with connections(lab) as conns:
-        domain = uid_domain(api_client, ns, "allowed")
+        domain = domain_of(api_client, ns, "allowed")
         eventually(
             lambda: hosts_defining(conns, domain) == [target],
             timeout=60,

@@ -18,7 +18,7 @@ from libvirt_provider.hosts.inventory import format_size, parse_size
 from libvirt_provider.naming import domain_name
 from tests.support.daemons import Fleet
 from tests.support.factories import pair, unplaced
-from tests.support.hosts import host_object, patch_host, placed_on
+from tests.support.hosts import host_object, leave_100mi, patch_host, placed_on
 from tests.support.kube import (
     GROUP,
     V,
@@ -238,18 +238,6 @@ def test_nothing_fits_waits_with_the_message_then_is_placed_when_a_host_is_uncor
     patch_host(api_client, target, {"spec": {"unschedulable": False}})
     assert placed_on(api_client, ns, "patient") == target
     wait_ready(api_client, ns, "patient", what="the placed machine booted and Ready")
-
-
-def leave_100mi(api: client.ApiClient, host: str) -> None:
-    """Everything but 100Mi reserved on `host`: no 256Mi machine fits there."""
-    memory = host_object(api, host)["status"]["capacity"]["memory"]  # type: ignore[index]
-    reserve = format_size(parse_size(memory) - 100 * 2**20)
-    patch_host(api, host, {"spec": {"reserved": {"memory": reserve}}})
-    eventually(
-        lambda: (host_object(api, host) or {})["status"]["allocatable"]["memory"] == "100Mi",
-        timeout=30,
-        what=f"{host}'s allocatable memory down to 100Mi",
-    )
 
 
 def test_a_waiting_machine_is_told_by_counts_once_then_placed_when_memory_frees(
