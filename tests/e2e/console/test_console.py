@@ -85,6 +85,31 @@ def test_a_bound_user_types_into_the_serial_shell_and_reads_the_answer(
     assert any(f"{marker}-42" in log.read_text(errors="replace") for log in logs)
 
 
+def test_a_client_that_dies_releases_the_console_at_once(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    user = user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=guest_ns, name="crasher")
+    bind_console(api_client, guest_ns, user)
+    marker = "VMAPI-KILLED-" + uuid.uuid4().hex[:8]
+    doomed = Plugin(tmp_kubeconfig, guest_ns, "guest")
+    try:
+        eventually(lambda: _answered(doomed, marker), timeout=60, interval=1.0, what="attached")
+    finally:
+        doomed.process.kill()  # no close frame: only the connection ends
+        doomed.leave()
+    # The API server drops its upstream connection, the daemon sees it end and frees the seat.
+    after = Plugin(tmp_kubeconfig, guest_ns, "guest")
+    try:
+        eventually(
+            lambda: _answered(after, marker + "-after"),
+            timeout=15,
+            interval=1.0,
+            what=f"a session right after a client died (stderr: {after.errors!r})",
+        )
+    finally:
+        assert after.leave() == 0, after.errors
+
+
 def test_a_user_without_the_rolebinding_is_forbidden(
     lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
 ) -> None:
