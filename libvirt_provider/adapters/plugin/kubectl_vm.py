@@ -83,9 +83,10 @@ def _connect(configuration: client.Configuration, path: str) -> websocket.WebSoc
         sslopt["keyfile"] = configuration.key_file
     # Tokens, also those an exec plugin hands out (the client's hook refreshes them), as the
     # kubernetes client itself would send them.
+    settings: dict[str, dict[str, Any]] = dict(configuration.auth_settings())  # type: ignore[arg-type]
     headers = [
         f"{setting['key']}: {setting['value']}"
-        for setting in configuration.auth_settings().values()
+        for setting in settings.values()
         if setting.get("in") == "header" and setting.get("value")
     ]
     ws = websocket.WebSocket(sslopt=sslopt, skip_utf8_validation=True)
