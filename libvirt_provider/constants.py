@@ -322,5 +322,8 @@ CONSOLE_MAX_FRAME: Final = 1 << 20
 # before reading from the guest pauses.
 CONSOLE_READ_CHUNK: Final = 64 * 1024
 CONSOLE_QUEUE_CHUNKS: Final = 256
+# (connect, read) seconds of the console endpoint's calls to the API server (its ConfigMap, the
+# SubjectAccessReview, the machine), so a slow API server never holds a request for long.
+CONSOLE_API_TIMEOUT: Final = (5.0, 10.0)
 # Seconds a console request's headers may take to arrive, and a write to the client may block.
 CONSOLE_IO_TIMEOUT: Final = 30.0

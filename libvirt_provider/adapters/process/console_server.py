@@ -33,11 +33,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from generic.adapters.kubeclient import (
+    API_ERRORS,
+    ApiFailure,
+    KubeApi,
+    describe_failure,
+    failure_of,
+)
 from generic.background import BackgroundLoop
 from libvirt_provider import constants as c
 from libvirt_provider.console.auth import (
@@ -81,6 +87,8 @@ MAX_HEAD = 16 * 1024
 MAX_CONNECTIONS = 64
 # A client that sends nothing (not even a pong) for this many ping intervals is gone.
 SILENT_PINGS = 3
+# Reading the front proxy's trust fails with the API's errors, or on a malformed ConfigMap.
+_TRUST_ERRORS: tuple[type[Exception], ...] = (*API_ERRORS, ValueError)
 
 
 @dataclass(frozen=True)
@@ -119,9 +127,7 @@ class ConsoleServer:
         hosts: Callable[[], list[tuple[str, LibvirtHypervisor]]],
     ) -> None:
         self._settings = settings
-        self._core = client.CoreV1Api(api)
-        self._authz = client.AuthorizationV1Api(api)
-        self._custom = client.CustomObjectsApi(api)
+        self._kube = KubeApi(api)
         self._hosts = hosts
         self._sessions = SessionRegistry()
         self._trust: FrontProxyTrust | None = None
@@ -178,16 +184,18 @@ class ConsoleServer:
 
     def _load_trust(self) -> None:
         try:
-            cm = self._core.read_namespaced_config_map(
-                c.AUTHENTICATION_CONFIGMAP, c.AUTHENTICATION_CONFIGMAP_NAMESPACE
+            cm = self._kube.read_namespaced_config_map(
+                c.AUTHENTICATION_CONFIGMAP,
+                c.AUTHENTICATION_CONFIGMAP_NAMESPACE,
+                _request_timeout=c.CONSOLE_API_TIMEOUT,
             )
-            trust = trust_from_configmap(cm.data or {})
-        except (ApiException, OSError, ValueError) as err:
+            trust = trust_from_configmap(cm.get("data") or {})
+        except _TRUST_ERRORS as err:
             log.warning(
                 "console: cannot read %s/%s (%s); requests are refused until it is read",
                 c.AUTHENTICATION_CONFIGMAP_NAMESPACE,
                 c.AUTHENTICATION_CONFIGMAP,
-                getattr(err, "reason", None) or type(err).__name__,
+                describe_failure(err),
             )
             return
         if trust is None:
@@ -307,30 +315,38 @@ class ConsoleServer:
     def _authorize(self, identity: Identity, route: ConsoleRoute) -> None:
         body = subject_access_review(identity, route.namespace, route.name, route.subresource)
         try:
-            review = self._authz.create_subject_access_review(
-                cast(client.V1SubjectAccessReview, body)
+            review = self._kube.create_subject_access_review(
+                body, _request_timeout=c.CONSOLE_API_TIMEOUT
             )
-        except ApiException as err:
+        except API_ERRORS as err:
             raise _RefusedError(
-                Refusal(503, "ServiceUnavailable", f"cannot check access: {err.reason}")
+                Refusal(503, "ServiceUnavailable", f"cannot check access: {describe_failure(err)}")
             ) from err
-        status = review.status
-        if not (status and status.allowed) or (status and status.denied):
-            reason = (status.reason or "") if status else ""
-            raise _RefusedError(forbidden(identity, route.namespace, route.subresource, reason))
+        status = review.get("status") or {}
+        if not status.get("allowed") or status.get("denied"):
+            raise _RefusedError(
+                forbidden(identity, route.namespace, route.subresource, status.get("reason") or "")
+            )
 
     def _target(self, route: ConsoleRoute) -> tuple[ConsoleTarget, LibvirtHypervisor]:
+        machine: dict[str, Any] | None
         try:
-            machine = cast(
-                "dict[str, Any] | None",
-                self._custom.get_namespaced_custom_object(
-                    c.GROUP, c.VERSION, route.namespace, c.CONSOLE_RESOURCE, route.name
-                ),
+            machine = self._kube.get_namespaced_custom_object(
+                c.GROUP,
+                c.VERSION,
+                route.namespace,
+                c.CONSOLE_RESOURCE,
+                route.name,
+                _request_timeout=c.CONSOLE_API_TIMEOUT,
             )
-        except ApiException as err:
-            if err.status != 404:
+        except API_ERRORS as err:
+            if failure_of(err) is not ApiFailure.NOT_FOUND:
                 raise _RefusedError(
-                    Refusal(503, "ServiceUnavailable", f"cannot read the machine: {err.reason}")
+                    Refusal(
+                        503,
+                        "ServiceUnavailable",
+                        f"cannot read the machine: {describe_failure(err)}",
+                    )
                 ) from err
             machine = None
         hosts = dict(self._hosts())
