@@ -20,21 +20,38 @@ from tests.support.console import (
 )
 from tests.support.daemons import answers, free_port, health_base, start_daemon
 from tests.support.factories import HOST, pair
-from tests.support.kube import NS_PREFIX, apply, create, get, install_api, namespace
+from tests.support.kube import (
+    NS_PREFIX,
+    apply,
+    create,
+    get,
+    install_api,
+    namespace,
+    service_account_kubeconfig,
+)
 from tests.support.lab_access import REPO, LabInfo
 from tests.support.waiting import eventually
 
 
 @pytest.fixture(scope="module")
-def console_port(lab: LabInfo, api_client: client.ApiClient) -> Iterator[int]:
-    """A daemon serving consoles on this port, registered as the APIService, Available."""
+def console_port(
+    lab: LabInfo, api_client: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[int]:
+    """A daemon serving consoles on this port, registered as the APIService, Available. It runs
+    with a token of deploy/'s ServiceAccount, so deploy/'s RBAC (console-rbac.yaml: reviews and
+    the front proxy's ConfigMap) is what the tests prove enough."""
     install_api(lab, api_client)
-    apply(lab, REPO / "deploy" / "namespace.yaml", REPO / "deploy" / "console-rbac.yaml")
+    deploy = REPO / "deploy"
+    apply(lab, deploy / "namespace.yaml", deploy / "rbac.yaml", deploy / "console-rbac.yaml")
+    kubeconfig = tmp_path_factory.mktemp("console") / "provider.kubeconfig"
+    service_account_kubeconfig(lab, api_client, kubeconfig)
     port = free_port()
     proc, log = start_daemon(
         lab,
         host=HOST,
         log_name="e2e-console-daemon.log",
+        kubeconfig=str(kubeconfig),
+        lease_namespace="vm-api-system",
         generic_namespaces=(f"{NS_PREFIX}*",),
         extra_args=console_flags(lab, port),
     )
@@ -42,9 +59,9 @@ def console_port(lab: LabInfo, api_client: client.ApiClient) -> Iterator[int]:
         base = health_base(proc, log)
         eventually(lambda: answers(f"{base}/healthz"), timeout=60, what="the daemon healthy")
         eventually(
-            lambda: "console subresources on" in log.read_text(),
+            lambda: "console: front-proxy trust loaded" in log.read_text(),
             timeout=60,
-            what=f"the daemon serving consoles (log: {log})",
+            what=f"the daemon serving consoles with the front proxy's trust (log: {log})",
         )
         register_apiservice(lab, api_client, port)
         yield port
