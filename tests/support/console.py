@@ -132,11 +132,18 @@ def bind_console(api_client: client.ApiClient, namespace: str, user: str) -> Non
 
 
 class Plugin:
-    """`kubectl vm console` as a user runs it, stdin and stdout through pipes; what it printed
-    is collected by a thread as it comes."""
+    """`kubectl vm console` as a user runs it, stdin and stdout through pipes (or, with
+    `terminal`, a pseudo-terminal, as on a user's screen); what it printed is collected by a
+    thread as it comes."""
 
-    def __init__(self, kubeconfig: Path, namespace: str, name: str) -> None:
+    def __init__(
+        self, kubeconfig: Path, namespace: str, name: str, *, terminal: bool = False
+    ) -> None:
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        self._terminal: int | None = None
+        tty_in: int | None = None
+        if terminal:
+            self._terminal, tty_in = os.openpty()
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -148,8 +155,8 @@ class Plugin:
                 "-n",
                 namespace,
             ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stdin=tty_in if tty_in is not None else subprocess.PIPE,
+            stdout=tty_in if tty_in is not None else subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
             cwd=REPO,
@@ -157,15 +164,27 @@ class Plugin:
         self._out = bytearray()
         self._err = bytearray()
         self._lock = threading.Lock()
+        if tty_in is not None:
+            os.close(tty_in)
+            out: Any = os.fdopen(self._terminal, "rb", buffering=0, closefd=False)
+        else:
+            out = self.process.stdout
         self._threads = [
-            threading.Thread(target=self._collect, args=(self.process.stdout, self._out)),
+            threading.Thread(target=self._collect, args=(out, self._out)),
             threading.Thread(target=self._collect, args=(self.process.stderr, self._err)),
         ]
         for thread in self._threads:
             thread.start()
 
     def _collect(self, pipe: Any, into: bytearray) -> None:
-        for chunk in iter(lambda: pipe.read1(4096), b""):
+        read = pipe.read1 if hasattr(pipe, "read1") else pipe.read
+        while True:
+            try:
+                chunk = read(4096)
+            except OSError:  # a pseudo-terminal whose other side closed
+                return
+            if not chunk:
+                return
             with self._lock:
                 into += chunk
 
@@ -180,6 +199,9 @@ class Plugin:
             return self._err.decode("utf-8", "replace")
 
     def type(self, text: str) -> None:
+        if self._terminal is not None:
+            os.write(self._terminal, text.encode())
+            return
         assert self.process.stdin is not None
         self.process.stdin.write(text.encode())
         self.process.stdin.flush()
@@ -190,6 +212,9 @@ class Plugin:
             with contextlib.suppress(BrokenPipeError):
                 self.process.stdin.close()
         code = self.process.wait(timeout=timeout)
+        if self._terminal is not None:
+            os.close(self._terminal)
+            self._terminal = None
         for thread in self._threads:
             thread.join(timeout)
         return code

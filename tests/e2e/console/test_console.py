@@ -34,7 +34,7 @@ CONSOLE_PATH = (
 )
 
 
-def _answered(plugin: Plugin, marker: str) -> bool:
+def _answered(plugin: Plugin, marker: str, *, end: str = "\n") -> bool:
     """Type a command whose answer only the shell can produce (the typed text holds `$((...))`,
     the answer the number), and whether the answer has come back yet. A plugin that exited
     ends the wait at once."""
@@ -42,7 +42,7 @@ def _answered(plugin: Plugin, marker: str) -> bool:
         raise GiveUp(f"kubectl vm exited {plugin.process.returncode}: {plugin.errors}")
     if f"{marker}-42" in plugin.output:
         return True
-    plugin.type(f"echo {marker}-$((6*7))\n")
+    plugin.type(f"echo {marker}-$((6*7)){end}")
     return f"{marker}-42" in plugin.output
 
 
@@ -83,6 +83,28 @@ def test_a_bound_user_types_into_the_serial_shell_and_reads_the_answer(
     # The serial log file (--console-log-dir) kept logging beside the stream.
     logs = list(console_log_dir(lab).glob("*.serial.log"))
     assert any(f"{marker}-42" in log.read_text(errors="replace") for log in logs)
+
+
+def test_on_a_terminal_the_plugin_is_interactive_and_ctrl_close_bracket_leaves(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    user = user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=guest_ns, name="typist")
+    bind_console(api_client, guest_ns, user)
+    marker = "VMAPI-TTY-" + uuid.uuid4().hex[:8]
+    plugin = Plugin(tmp_kubeconfig, guest_ns, "guest", terminal=True)
+    try:
+        # Raw mode: the line goes to the guest as typed, carriage return and all.
+        eventually(
+            lambda: _answered(plugin, marker, end="\r"),
+            timeout=60,
+            interval=1.0,
+            what=f"the shell answering on a terminal (stderr: {plugin.errors!r})",
+        )
+        assert "Ctrl-] leaves" in plugin.errors
+        plugin.type("\x1d")
+        assert plugin.process.wait(timeout=30) == 0, plugin.errors
+    finally:
+        plugin.leave()
 
 
 def test_a_client_that_dies_releases_the_console_at_once(
