@@ -24,7 +24,8 @@ from tests.support.console import (
     user_kubeconfig,
 )
 from tests.support.daemons import console_log_dir
-from tests.support.kube import namespace
+from tests.support.factories import pair
+from tests.support.kube import create, get, namespace
 from tests.support.lab_access import LabInfo
 from tests.support.waiting import GiveUp, eventually
 
@@ -185,3 +186,26 @@ def test_forged_front_proxy_headers_are_refused_at_the_daemons_port(
     code, body = direct_request(console_port, path, {"X-Remote-User": "mallory"}, cert=real, ca=ca)
     assert code == 403, body
     assert json.loads(body)["message"].startswith('User "mallory" cannot get'), body
+
+
+def test_a_machine_that_is_powered_off_is_a_clear_conflict(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    """Defined but never started: its domain exists, its console cannot be opened."""
+    create(api_client, pair(guest_ns, "stopped", vm_spec={"powerState": "PoweredOff"}))
+
+    def powered_off() -> bool:
+        lm = get(api_client, guest_ns, "stopped", vm=False) or {}
+        status = lm.get("status") or {}
+        return bool(
+            status.get("powerState") == "PoweredOff"
+            and (status.get("providerMetadata") or {}).get("domainUUID")
+        )
+
+    eventually(powered_off, timeout=120, what="LibvirtMachine stopped defined, PoweredOff")
+    user = user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=guest_ns, name="early")
+    bind_console(api_client, guest_ns, user)
+    code, errors = run_plugin(tmp_kubeconfig, guest_ns, "stopped")
+    assert code == 1
+    assert "Error from server (Conflict)" in errors, errors
+    assert "is PoweredOff: its console is open only while it runs" in errors, errors
