@@ -327,3 +327,11 @@ CONSOLE_QUEUE_CHUNKS: Final = 256
 CONSOLE_API_TIMEOUT: Final = (5.0, 10.0)
 # Seconds a console request's headers may take to arrive, and a write to the client may block.
 CONSOLE_IO_TIMEOUT: Final = 30.0
+# The largest request head (request line and headers) the console endpoint reads; connections it
+# serves at once (more are closed when accepted); ping intervals a client may stay silent (not even
+# a pong) before its session ends.
+CONSOLE_MAX_HEAD: Final = 16 * 1024
+CONSOLE_MAX_CONNECTIONS: Final = 64
+CONSOLE_SILENT_PINGS: Final = 3
+# Seconds `kubectl vm` waits for the console's WebSocket handshake.
+CONSOLE_CONNECT_TIMEOUT: Final = 30.0

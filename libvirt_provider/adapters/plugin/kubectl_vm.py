@@ -30,9 +30,6 @@ from libvirt_provider.console.client import console_path, split_at_escape, webso
 
 __all__ = ["build_parser", "main"]
 
-# Seconds the WebSocket handshake may take.
-CONNECT_TIMEOUT = 30.0
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -90,7 +87,7 @@ def _connect(configuration: client.Configuration, path: str) -> websocket.WebSoc
         if setting.get("in") == "header" and setting.get("value")
     ]
     ws = websocket.WebSocket(sslopt=sslopt, skip_utf8_validation=True)
-    ws.settimeout(CONNECT_TIMEOUT)
+    ws.settimeout(c.CONSOLE_CONNECT_TIMEOUT)
     ws.connect(  # type: ignore[no-untyped-call]
         websocket_url(str(configuration.host), path),
         header=headers,

@@ -81,12 +81,6 @@ __all__ = ["ConsoleServer", "ConsoleSettings"]
 
 log = logging.getLogger(__name__)
 
-# The largest request head (request line and headers) read before a request is refused.
-MAX_HEAD = 16 * 1024
-# Connections served at once; more are closed when accepted.
-MAX_CONNECTIONS = 64
-# A client that sends nothing (not even a pong) for this many ping intervals is gone.
-SILENT_PINGS = 3
 # Reading the front proxy's trust fails with the API's errors, or on a malformed ConfigMap.
 _TRUST_ERRORS: tuple[type[Exception], ...] = (*API_ERRORS, ValueError)
 
@@ -133,7 +127,7 @@ class ConsoleServer:
         self._trust: FrontProxyTrust | None = None
         self._context = self._make_context(None)
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._slots = threading.BoundedSemaphore(c.CONSOLE_MAX_CONNECTIONS)
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -418,8 +412,6 @@ class _Bridge:
     """One console session's loop on its connection's thread: the socket and a wake-up pipe in
     one `select`, output queued by libvirt's event thread, pings when idle."""
 
-    _END = b""
-
     def __init__(self, conn: ssl.SSLSocket) -> None:
         self._conn = conn
         self._output: queue.SimpleQueue[bytes | str] = queue.SimpleQueue()
@@ -464,7 +456,7 @@ class _Bridge:
         pinged = heard
         while True:
             now = time.monotonic()
-            if now - heard > c.CONSOLE_PING_SECONDS * SILENT_PINGS:
+            if now - heard > c.CONSOLE_PING_SECONDS * c.CONSOLE_SILENT_PINGS:
                 return "the client stopped answering"
             if now - pinged >= c.CONSOLE_PING_SECONDS:
                 self._send(Opcode.PING, b"vmapi")
@@ -548,7 +540,7 @@ def _common_name(cert: dict[str, Any]) -> str | None:
 def _read_request(conn: ssl.SSLSocket) -> _Request | None:
     data = b""
     while b"\r\n\r\n" not in data:
-        if len(data) > MAX_HEAD:
+        if len(data) > c.CONSOLE_MAX_HEAD:
             _answer(conn, 431, status_body(Refusal(431, "BadRequest", "request head too large")))
             return None
         try:
