@@ -2343,6 +2343,9 @@ def lab_healthy(lab: Lab) -> bool:
     return (
         bool(state.get("ready"))
         and same_hosts
+        # A lab brought up before the API server had the front-proxy flags lacks the aggregation
+        # layer the console tests need: `up` rebuilds it.
+        and (lab.pki / "front-proxy-client.crt").exists()
         and all(isinstance(p, int) and pid_alive(p) for p in pids)
         and all(netns_exists(n) for n in [lab.netns, *(h.netns for h in lab.hosts)])
         and apiserver_ready(lab)
