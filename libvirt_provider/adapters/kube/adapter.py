@@ -21,7 +21,7 @@ from kubernetes import client
 from generic import constants as vmapi
 from generic.adapters.copies import Copies
 from generic.adapters.events import EventRecorder
-from generic.adapters.informer import ClusterInformer, without_status
+from generic.adapters.informer import GENERIC_KEPT, ClusterInformer, lean_slim, slim, without_status
 from generic.adapters.kubeclient import (
     JSON_PATCH,
     REQUEST_TIMEOUT,
@@ -32,6 +32,7 @@ from generic.adapters.kubeclient import (
     tested_replace,
     translated_api_errors,
 )
+from generic.lean import Kept
 from libvirt_provider import constants as c
 from libvirt_provider.errors import (
     AccessDeniedError,
@@ -42,7 +43,13 @@ from libvirt_provider.errors import (
 )
 from libvirt_provider.machine.store import SecretData
 
-__all__ = ["KubeAdapter"]
+__all__ = ["KEPT", "LEAN_KINDS", "KubeAdapter"]
+
+KEPT = GENERIC_KEPT | Kept.of(labels=c.KEPT_LABELS)
+"""The labels and annotations anything in the daemon reads of VMs and LibvirtMachines; the rest,
+which tenants write without bound, is dropped before it is decoded or kept (`generic.lean`)."""
+LEAN_KINDS = (vmapi.KIND, c.MACHINE_KIND)
+"""The kinds whose watch events are decoded lean."""
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -78,10 +85,10 @@ class KubeAdapter:
         self._host = host
         self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
         self._informers: dict[str, ClusterInformer] = {}
-        self.machines = Copies()
+        self.machines = Copies(keep=lean_slim(KEPT, slim))
         # A machine's pass reads what its VM asks for, never the VM's status (the generic
         # controller's to write): not keeping it saves a third of each copy.
-        self.vms = Copies(keep=without_status)
+        self.vms = Copies(keep=lean_slim(KEPT, without_status))
 
     # -- watch-fed copies --------------------------------------------------------------------
 

@@ -40,12 +40,13 @@ from pathlib import Path
 from kubernetes.client import ApiClient
 
 from generic.adapters.kubeclient import load_kube_config
+from generic.adapters.operator import lean_watch_events
 from libvirt_provider.adapters.cluster.leader import GenericLeader, LeaderSettings
 from libvirt_provider.adapters.host.catalog_feed import CatalogFeed
 from libvirt_provider.adapters.host.credentials import default_root, make_root, remove_root
 from libvirt_provider.adapters.host.remote import RemoteHosts
 from libvirt_provider.adapters.host.unit import HostUnit, UnitSettings
-from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.adapters.kube.adapter import KEPT, LEAN_KINDS, KubeAdapter
 from libvirt_provider.adapters.process.call_metrics import register_call_metrics
 from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
 from libvirt_provider.adapters.process.heap import Heap
@@ -206,6 +207,8 @@ def run(cfg: DaemonConfig) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     # Before any thread exists: threads created later share these arenas.
     Heap().limit_arenas(MALLOC_ARENAS)
+    # Before the operators start: kopf's watches of VMs and LibvirtMachines decode them lean.
+    lean_watch_events(LEAN_KINDS, KEPT)
 
     api = load_kube_config(cfg.kubeconfig)
     catalog = CatalogFeed(api)
