@@ -95,7 +95,7 @@ def lean_watch_events(kinds: Iterable[str] = c.LEAN_KINDS, kept: Kept = GENERIC_
 
     shim = types.SimpleNamespace(**{k: getattr(json, k) for k in json.__all__})
     shim.loads = loads
-    kopf_api.json = shim  # type: ignore[assignment]
+    kopf_api.json = shim  # type: ignore[attr-defined,assignment]
 
 
 def register(

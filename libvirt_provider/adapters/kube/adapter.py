@@ -29,6 +29,7 @@ from generic.adapters.kubeclient import (
     ErrorFactory,
     KubeApi,
     failed_test_raises,
+    lean_decoder,
     tested_replace,
     translated_api_errors,
 )
@@ -82,6 +83,8 @@ class KubeAdapter:
 
     def __init__(self, api: client.ApiClient, *, host: str) -> None:
         self._custom = self._core = KubeApi(api)
+        # VMs and LibvirtMachines, which tenants write: their answers are decoded lean.
+        self._tenants = KubeApi(api, decode=lean_decoder(KEPT))
         self._host = host
         self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
         self._informers: dict[str, ClusterInformer] = {}
@@ -139,7 +142,7 @@ class KubeAdapter:
             with _translated():
                 return cast(
                     Obj,
-                    self._custom.get_namespaced_custom_object(
+                    self._tenants.get_namespaced_custom_object(
                         group, version, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT
                     ),
                 )
@@ -219,7 +222,7 @@ class KubeAdapter:
 
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
         with _translated():
-            written = self._custom.patch_namespaced_custom_object_status(
+            written = self._tenants.patch_namespaced_custom_object_status(
                 c.GROUP,
                 c.VERSION,
                 namespace,
@@ -295,7 +298,7 @@ class KubeAdapter:
             "changed meanwhile"
         )
         with _translated(), failed_test_raises(lambda: StateConflictError(changed)):
-            written = self._custom.patch_namespaced_custom_object(
+            written = self._tenants.patch_namespaced_custom_object(
                 c.GROUP,
                 c.VERSION,
                 str(meta.get("namespace")),

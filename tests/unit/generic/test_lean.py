@@ -86,9 +86,10 @@ def test_lean_text_decodes_to_what_lean_keeps_of_labels_and_annotations() -> Non
     # has one (the text is not parsed to know where a map is).
     assert decoded["object"]["spec"]["selector"] == {"labels": {}}
     assert decoded["object"]["status"] == event["object"]["status"]
-    assert decoded["object"]["metadata"]["managedFields"] == event["object"]["metadata"][
-        "managedFields"
-    ]
+    assert (
+        decoded["object"]["metadata"]["managedFields"]
+        == event["object"]["metadata"]["managedFields"]
+    )
     assert decoded["type"] == "MODIFIED"
 
 
@@ -105,15 +106,17 @@ def test_lean_text_leaves_text_without_such_maps_as_it_was() -> None:
 
 
 def test_lean_text_reads_escaped_keys_and_values() -> None:
-    text = _compact({
-        "metadata": {
-            "labels": {
-                "infrastructure.vm-api.io\u002fhost": 'h"1',
-                'we"ird': "x\\",
-                "infrastructure.vm-api.io/hos": "no",
+    text = _compact(
+        {
+            "metadata": {
+                "labels": {
+                    "infrastructure.vm-api.io\u002fhost": 'h"1',
+                    'we"ird': "x\\",
+                    "infrastructure.vm-api.io/hos": "no",
+                }
             }
         }
-    }).replace("/host", "\\u002fhost")
+    ).replace("/host", "\\u002fhost")
     assert "\\u002fhost" in text
     assert json.loads(lean_text(text, KEPT)) == {
         "metadata": {"labels": {"infrastructure.vm-api.io/host": 'h"1'}}
