@@ -196,6 +196,8 @@ STOP_WATCHDOG_MARGIN = 10.0
 # malloc arenas for the whole process, and how often freed heap memory is handed back (see
 # `process.heap`); a trim walks the free lists only, which is cheap next to a pass.
 MALLOC_ARENAS = 2
+# Blocks from this size on are mapped and unmapped on their own, never kept in the heap.
+MMAP_THRESHOLD_BYTES = 256 * 1024
 HEAP_TRIM_SECONDS = 30.0
 
 
@@ -206,7 +208,9 @@ def run(cfg: DaemonConfig) -> int:
     # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a daemon hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     # Before any thread exists: threads created later share these arenas.
-    Heap().limit_arenas(MALLOC_ARENAS)
+    heap = Heap()
+    heap.limit_arenas(MALLOC_ARENAS)
+    heap.fix_mmap_threshold(MMAP_THRESHOLD_BYTES)
     # Before the operators start: kopf's watches of VMs and LibvirtMachines decode them lean.
     lean_watch_events(LEAN_KINDS, KEPT)
 
