@@ -19,6 +19,7 @@ fields it does not know. Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -65,47 +66,61 @@ class Kept:
         return Kept(self.labels | other.labels, self.annotations | other.annotations)
 
 
-# A JSON string, unrolled (`[^"\\]*` runs at C speed, escapes one at a time).
-_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+# A JSON string, unrolled (`[^"\\]*` runs at C speed, escapes one at a time), possessive: a
+# match keeps no backtracking state, however long.
+_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
 # The start of a labels or annotations map, as a key of an object (after `{` or `,`, so never
 # text inside a string, where every quote is escaped).
-_MAP_START = re.compile(r'(?<=[{,])"(labels|annotations)"\s*:\s*\{\s*')
+_MAP_START = re.compile(r'[{,]\s*"(labels|annotations)"\s*:\s*(?=\{)')
+# A whole map of strings, matched in one go.
+_MAP = re.compile(rf"\{{\s*(?:{_STRING}\s*:\s*{_STRING}\s*,?\s*)*+\}}")
 # One pair of a map of strings, and what follows it: `,` (more pairs) or `}` (the end).
-_PAIR = re.compile(rf"({_STRING})\s*:\s*({_STRING})\s*([,}}])\s*")
-_EMPTY_END = re.compile(r"\}")
+_PAIR = re.compile(rf"\s*({_STRING})\s*:\s*({_STRING})\s*([,}}])\s*")
+
+
+@functools.cache
+def _pair_of(key: str) -> re.Pattern[str]:
+    """The pair of `key` in a map's text (a pair starts after `{` or `,`)."""
+    return re.compile(rf'[{{,]\s*("{re.escape(key)}")\s*:\s*({_STRING})')
+
+
+def _kept_pairs(text: str, start: int, end: int, keys: frozenset[str]) -> list[str]:
+    """The pairs of the map `text[start:end]` whose keys are in `keys`, as JSON text."""
+    if not keys:
+        return []
+    if text.find("\\", start, end) < 0:
+        # No escapes anywhere in the map: each kept key is found as it is written.
+        found = (_pair_of(key).search(text, start, end) for key in sorted(keys))
+        return [f"{pair.group(1)}:{pair.group(2)}" for pair in found if pair is not None]
+    pairs: list[str] = []
+    pos = start + 1
+    while (pair := _PAIR.match(text, pos, end)) is not None:
+        key = pair.group(1)
+        # Kept keys need no escapes; a key written with escapes is decoded to compare.
+        if (key[1:-1] if "\\" not in key else json.loads(key)) in keys:
+            pairs.append(f"{key}:{pair.group(2)}")
+        pos = pair.end()
+    return pairs
 
 
 def lean_text(text: str, kept: Kept) -> str:
     """`text` (JSON) with every map of strings under a `"labels"` or `"annotations"` key cut to
     the keys `kept` names for it; the rest of the text as it was. A map that holds anything but
-    strings is left alone (no Kubernetes labels or annotations look like that). The pairs are
-    read one at a time, so the dropped ones never exist together."""
+    strings is left alone (no Kubernetes labels or annotations look like that). The dropped
+    pairs never become Python objects: a map is matched whole, then searched for its kept keys
+    (read pair by pair, one at a time, when it holds escapes)."""
     out: list[str] = []
-    done = 0
-    at = 0
+    done = at = 0
     while (found := _MAP_START.search(text, at)) is not None:
-        keys = kept.labels if found.group(1) == "labels" else kept.annotations
-        pos = found.end()
-        pairs: list[str] = []
-        closed = _EMPTY_END.match(text, pos)
-        end = closed.end() if closed is not None else None
-        while end is None:
-            pair = _PAIR.match(text, pos)
-            if pair is None:
-                break  # not a map of strings: left as it is
-            key = pair.group(1)
-            # Kept keys need no escapes; a key written with escapes is decoded to compare.
-            if keys and (key[1:-1] if "\\" not in key else json.loads(key)) in keys:
-                pairs.append(f"{key}:{pair.group(2)}")
-            pos = pair.end()
-            if pair.group(3) == "}":
-                end = pos
-        if end is None:
+        body = _MAP.match(text, found.end())
+        if body is None:  # not a map of strings: left as it is
             at = found.end()
             continue
-        out.append(text[done : found.start()])
+        keys = kept.labels if found.group(1) == "labels" else kept.annotations
+        pairs = _kept_pairs(text, body.start(), body.end(), keys)
+        out.append(text[done : found.start(1) - 1])  # up to the key's opening quote
         out.append(f'"{found.group(1)}":{{{",".join(pairs)}}}')
-        done = at = end
+        done = at = body.end()
     if not out:
         return text
     out.append(text[done:])

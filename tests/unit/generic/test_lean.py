@@ -6,6 +6,8 @@ import json
 import tracemalloc
 from typing import Any
 
+import pytest
+
 from generic.lean import KEPT_METADATA, Kept, lean, lean_text
 
 KEPT = Kept.of(labels=["infrastructure.vm-api.io/host"], annotations=["vm-api.io/virtual-machine"])
@@ -105,22 +107,20 @@ def test_lean_text_leaves_text_without_such_maps_as_it_was() -> None:
         assert json.loads(lean_text(text, KEPT)) == json.loads(text)
 
 
-def test_lean_text_reads_escaped_keys_and_values() -> None:
-    text = _compact(
-        {
-            "metadata": {
-                "labels": {
-                    "infrastructure.vm-api.io\u002fhost": 'h"1',
-                    'we"ird': "x\\",
-                    "infrastructure.vm-api.io/hos": "no",
-                }
-            }
-        }
-    ).replace("/host", "\\u002fhost")
-    assert "\\u002fhost" in text
-    assert json.loads(lean_text(text, KEPT)) == {
-        "metadata": {"labels": {"infrastructure.vm-api.io/host": 'h"1'}}
+@pytest.mark.parametrize("spaced", [False, True])
+def test_lean_text_reads_escaped_keys_and_values(spaced: bool) -> None:
+    labels = {
+        "infrastructure.vm-api.io/host": 'h"1',
+        'we"ird': "x\\",
+        "infrastructure.vm-api.io/hos": "no",
     }
+    obj = {"metadata": {"labels": labels, "annotations": {"a": "b"}}}
+    text = json.dumps(obj, separators=(", ", ": ") if spaced else (",", ":"))
+    escaped = text.replace("/host", "\\u002fhost")
+    assert "\\u002fhost" in escaped
+    expected = {"metadata": {"labels": {"infrastructure.vm-api.io/host": 'h"1'}, "annotations": {}}}
+    assert json.loads(lean_text(escaped, KEPT)) == expected
+    assert json.loads(lean_text(text, KEPT)) == expected
 
 
 def test_a_fat_object_never_becomes_its_labels() -> None:
