@@ -81,10 +81,16 @@ def lease_namespace(api_client: client.ApiClient) -> Iterator[str]:
     core.delete_namespace(name)
 
 
+def _told(api: client.ApiClient, ns: str, reason: str) -> set[str]:
+    """The objects the leader posted an Event of `reason` about (read instead of the VMs: a
+    list of 50 fat VMs is 60 MB for the API server to write and for this process to read)."""
+    events = client.CoreV1Api(api).list_namespaced_event(ns, field_selector=f"reason={reason}")
+    return {str(e.involved_object.name) for e in events.items}
+
+
 def _answered(api: client.ApiClient, ns: str) -> set[str]:
     """The VMs the leader has answered: each gets a NotAdopted Event."""
-    events = client.CoreV1Api(api).list_namespaced_event(ns, field_selector="reason=NotAdopted")
-    return {e.involved_object.name for e in events.items}
+    return _told(api, ns, "NotAdopted")
 
 
 def test_fat_vms_leave_the_leaders_memory_alone(
@@ -144,6 +150,13 @@ def test_fat_vms_leave_the_leaders_memory_alone(
             finally:
                 for name in names:
                     delete_quietly(custom, VM_GROUP, ns, "virtualmachines", name)
+                # Gone once the leader released each one's finalizer (it says so).
+                eventually(
+                    lambda: _told(api_client, ns, "InfrastructureDeleted") >= set(names),
+                    timeout=240,
+                    interval=1,
+                    what="the leader releasing every fat VM",
+                )
     finally:
         proc.terminate()
         try:
