@@ -4,9 +4,9 @@ Kubernetes does not limit the number of labels an object carries, only its size 
 etcd). A tenant who may create VirtualMachines can make each one a megabyte of labels; the leader
 watches every VM of the cluster (the generic controller's and its own host's kopf watches, the
 placer's informer), so before it kept only what it reads, 14 such VMs took it past the
-DaemonSet's 256 MiB limit. Here FAT_VMS VMs of 40,000 labels each (1.2 MB of JSON apiece) are created
-while a daemon leads, and its resident memory, read from /proc, must move by less than 10 MiB once
-it has answered every one of them.
+DaemonSet's 256 MiB limit. Here FAT_VMS VMs of 40,000 labels each (1.2 MB of JSON apiece) are
+created while a daemon leads, and its resident memory, read from /proc, must move by less than
+10 MiB once it has answered every one of them.
 """
 
 from __future__ import annotations
