@@ -149,6 +149,9 @@ class _Attempt(Generic[T]):
     # The host's addresses, once the attempt's thread resolved them.
     addresses: frozenset[str] = frozenset()
     abandoned: bool = False
+    # Set, under `lock`, before the gate lets the endpoint's next attempt start: from then on a
+    # TCP connection to the peer that is not in `sockets_before` may be the next attempt's.
+    finished: bool = False
     result: T | None = None
     error: BaseException | None = None
     thread: threading.Thread | None = None
@@ -172,16 +175,21 @@ class _Attempt(Generic[T]):
                 with contextlib.suppress(Exception):
                     self.close(opened)
         finally:
+            with self.lock:
+                self.finished = True
             _GATE.end(self.key)
 
     def alive(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
 
     def cut(self) -> int:
-        """Shut down the attempt's TCP connection to the host; how many sockets were."""
-        if self.peer is None or not self.addresses:
-            return 0
-        return _shut_down_sockets(self.addresses, self.peer[1], exclude=self.sockets_before)
+        """Shut down the attempt's TCP connection to the host; how many sockets were. Never once
+        the attempt has finished: the sweeper may still hold it when the next attempt to the
+        endpoint has opened its own connection, which this must not touch."""
+        with self.lock:
+            if self.finished or self.peer is None or not self.addresses:
+                return 0
+            return _shut_down_sockets(self.addresses, self.peer[1], exclude=self.sockets_before)
 
 
 _GATE = AttemptGate()

@@ -10,6 +10,7 @@ abandoned attempt does not depend on it.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,8 @@ from libvirt_provider import constants as c
 from libvirt_provider.driver.connect_attempts import (
     AttemptGate,
     BusyError,
+    _Attempt,
+    _socket_inodes,
     attempt_key,
     in_flight,
     open_with_deadline,
@@ -217,3 +220,25 @@ def test_a_remote_host_behind_a_black_hole_is_unreachable_and_attempts_end(pki: 
         eventually(lambda: not in_flight(uri), timeout=30, what="the attempt ended")
         eventually(lambda: hole.open_connections() == 0, timeout=30, what="its socket closed")
         hypervisor.close()
+
+
+def test_a_finished_attempt_never_cuts_the_next_attempts_connection() -> None:
+    """The sweeper may still hold an attempt whose thread is ending when the gate has already let
+    the endpoint's next attempt connect: cutting then would shut down the new connection (its
+    open failed as a TLS error, not as Unreachable). Once finished, an attempt cuts nothing."""
+    with BlackHole() as hole:
+        before = _socket_inodes()
+        with socket.create_connection(("127.0.0.1", hole.port)) as following:
+            eventually(lambda: hole.open_connections() == 1, timeout=10, what="accepted")
+            old: _Attempt[object] = _Attempt(
+                key=("127.0.0.1", hole.port),
+                peer=("127.0.0.1", hole.port),
+                sockets_before=before,
+                close=lambda _conn: None,
+                addresses=frozenset({"127.0.0.1"}),
+                finished=True,
+            )
+            assert old.cut() == 0
+            following.sendall(b"still open")
+            old.finished = False  # the same attempt still running would cut it
+            assert old.cut() == 1
