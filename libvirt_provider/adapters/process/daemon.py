@@ -49,6 +49,10 @@ from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.adapters.process.call_metrics import register_call_metrics
 from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
 from libvirt_provider.adapters.process.heap import Heap
+from libvirt_provider.adapters.process.machine_metrics import (
+    MachineSource,
+    register_machine_metrics,
+)
 from libvirt_provider.adapters.process.signals import StopSignals
 from libvirt_provider.adapters.runtime.shutdown import Shutdown, Step
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
@@ -109,6 +113,8 @@ class Mode:
     readiness: list[tuple[str, Check]]
     # The hosts whose libvirt calls /metrics counts.
     hosts: Callable[[], list[tuple[str, LibvirtHypervisor]]]
+    # The hosts whose machines /metrics reports, and who those machines are.
+    machines: Callable[[], list[MachineSource]]
     # Stop steps run beside the common ones, then in order after them.
     together: list[Step]
     then: list[Step]
@@ -146,6 +152,7 @@ def _local_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mode
             ("heartbeat", unit.agent.lease_problem),
         ],
         hosts=lambda: [(cfg.host, hypervisor)],
+        machines=lambda: [MachineSource(cfg.host, hypervisor, unit.store.machine_identities)],
         together=unit.stop_steps(),
         then=[("the libvirt connection", hypervisor.close)],
         description=f"on host {cfg.host}: libvirt {cfg.libvirt_uri}",
@@ -182,6 +189,10 @@ def _remote_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mod
         liveness=[("remote hosts", supervisor), ("remote host controllers", remote.problem)],
         readiness=[("kubernetes", bounded(store.access_problem, seconds=7, what="the API server"))],
         hosts=remote.hypervisors,
+        machines=lambda: [
+            MachineSource(name, unit.hypervisor, unit.store.machine_identities)
+            for name, unit in remote.units()
+        ],
         together=[("the remote hosts", remote.stop)],
         then=[("the credential files", lambda: remove_root(root))],
         description=f"in remote mode as {identity}: serving LibvirtHosts with spec.connection",
@@ -211,6 +222,7 @@ def run(cfg: DaemonConfig) -> int:
     catalog = CatalogFeed(api)
     mode = _remote_mode(cfg, api, catalog) if cfg.remote else _local_mode(cfg, api, catalog)
     register_call_metrics(mode.hosts)
+    register_machine_metrics(mode.machines)
     leader = (
         GenericLeader(leader_settings(cfg, mode.name), api, mode.store) if cfg.generic else None
     )
