@@ -42,6 +42,7 @@ from libvirt_provider.errors import (
     StateConflictError,
 )
 from libvirt_provider.machine.store import MachineKey, SecretData
+from libvirt_provider.metrics.fleet import MachineState, machine_state
 from libvirt_provider.metrics.machine_stats import MachineIdentity
 
 __all__ = ["KubeAdapter"]
@@ -114,6 +115,11 @@ class KubeAdapter:
         """Who each of this host's machines is and which domain it has, from the watch-fed
         copies (no API call): what /metrics needs to name a domain's statistics."""
         return self.machines.project(_identity)
+
+    def machine_states(self) -> list[MachineState]:
+        """Each of this host's machines' power state and InfrastructureReady reason, from the
+        watch-fed copies (no API call)."""
+        return self.machines.project(machine_state)
 
     def observe_vm(self, obj: Obj, *, deleted: bool, wanted: bool) -> None:
         """A VirtualMachine's event; kept only for a machine of this host (`wanted`) or when a

@@ -49,8 +49,9 @@ from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.adapters.process.call_metrics import register_call_metrics
 from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
 from libvirt_provider.adapters.process.heap import Heap
+from libvirt_provider.adapters.process.host_metrics import register_host_metrics
 from libvirt_provider.adapters.process.machine_metrics import (
-    MachineSource,
+    HostSource,
     register_machine_metrics,
 )
 from libvirt_provider.adapters.process.signals import StopSignals
@@ -114,7 +115,7 @@ class Mode:
     # The hosts whose libvirt calls /metrics counts.
     hosts: Callable[[], list[tuple[str, LibvirtHypervisor]]]
     # The hosts whose machines /metrics reports, and who those machines are.
-    machines: Callable[[], list[MachineSource]]
+    machines: Callable[[], list[HostSource]]
     # Stop steps run beside the common ones, then in order after them.
     together: list[Step]
     then: list[Step]
@@ -152,7 +153,7 @@ def _local_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mode
             ("heartbeat", unit.agent.lease_problem),
         ],
         hosts=lambda: [(cfg.host, hypervisor)],
-        machines=lambda: [MachineSource(cfg.host, hypervisor, unit.store.machine_identities)],
+        machines=lambda: [_host_source(unit)],
         together=unit.stop_steps(),
         then=[("the libvirt connection", hypervisor.close)],
         description=f"on host {cfg.host}: libvirt {cfg.libvirt_uri}",
@@ -189,13 +190,21 @@ def _remote_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mod
         liveness=[("remote hosts", supervisor), ("remote host controllers", remote.problem)],
         readiness=[("kubernetes", bounded(store.access_problem, seconds=7, what="the API server"))],
         hosts=remote.hypervisors,
-        machines=lambda: [
-            MachineSource(name, unit.hypervisor, unit.store.machine_identities)
-            for name, unit in remote.units()
-        ],
+        machines=lambda: [_host_source(unit) for _name, unit in remote.units()],
         together=[("the remote hosts", remote.stop)],
         then=[("the credential files", lambda: remove_root(root))],
         description=f"in remote mode as {identity}: serving LibvirtHosts with spec.connection",
+    )
+
+
+def _host_source(unit: HostUnit) -> HostSource:
+    """What /metrics reads of one served host: all of it held in memory but the bulk call."""
+    return HostSource(
+        host=unit.host,
+        hypervisor=unit.hypervisor,
+        machines=unit.store.machine_identities,
+        machine_states=unit.store.machine_states,
+        host_object=lambda: unit.agent.informer.get(unit.host),
     )
 
 
@@ -225,6 +234,9 @@ def run(cfg: DaemonConfig) -> int:
     register_machine_metrics(mode.machines)
     leader = (
         GenericLeader(leader_settings(cfg, mode.name), api, mode.store) if cfg.generic else None
+    )
+    register_host_metrics(
+        mode.machines, leading=lambda: leader.leading if leader is not None else None
     )
     liveness = list(mode.liveness)
     if leader is not None:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -31,6 +32,7 @@ from prometheus_client.registry import Collector
 from libvirt_provider import constants as c
 from libvirt_provider.driver.base import DomainStatistics
 from libvirt_provider.driver.types import DomainStats
+from libvirt_provider.metrics.fleet import MachineState
 from libvirt_provider.metrics.machine_stats import (
     FAMILIES,
     Family,
@@ -40,7 +42,7 @@ from libvirt_provider.metrics.machine_stats import (
     machine_samples,
 )
 
-__all__ = ["MachineSource", "MachineStatsCollector", "register_machine_metrics"]
+__all__ = ["HostSource", "MachineStatsCollector", "register_machine_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +50,18 @@ _PREFIX = f"{c.METRICS_PREFIX}_machine_stats"
 
 
 @dataclass(frozen=True)
-class MachineSource:
-    """One served host: its name, its libvirt connection and its machines' identities."""
+class HostSource:
+    """One served host, as /metrics reads it: its name, its libvirt connection, its machines'
+    identities and states (watch-fed copies) and its LibvirtHost (the agent's watch)."""
 
     host: str
     hypervisor: DomainStatistics
     machines: Callable[[], list[MachineIdentity]]
+    machine_states: Callable[[], list[MachineState]] = list
+    host_object: Callable[[], Mapping[str, Any] | None] = lambda: None
 
 
-Sources = Callable[[], Iterable[MachineSource]]
+Sources = Callable[[], Iterable[HostSource]]
 Metric = GaugeMetricFamily | CounterMetricFamily
 
 
@@ -111,7 +116,7 @@ class MachineStatsCollector(Collector):
         yield from families.values()
         yield from (partial, seconds, machines)
 
-    def _start(self, source: MachineSource) -> _HostCall | None:
+    def _start(self, source: HostSource) -> _HostCall | None:
         """The host's call, started unless the previous one is still waiting (None then)."""
         with self._calls_lock:
             call = self._calls.get(source.host)

@@ -98,6 +98,23 @@ def test_the_machines_disk_nic_and_memory_series_carry_its_name(daemon: str, gue
     assert series[("vmapi_machine_stats_partial", (("host", HOST),))] == 0.0
 
 
+def test_the_host_its_machines_and_the_leader_are_reported(daemon: str, guest: Guest) -> None:
+    series = _scrape(daemon)
+    host = (("host", HOST),)
+    assert series[("vmapi_host_ready", host)] == 1.0
+    assert series[("vmapi_host_allocatable_cpus", host)] > 0
+    assert series[("vmapi_host_allocated_machines", host)] >= 1
+    assert any(m == "vmapi_host_pool_available_bytes" for m, _ in series)
+    running = {
+        dict(labels)["reason"]: v
+        for (m, labels), v in series.items()
+        if m == "vmapi_host_machines" and ("power_state", "PoweredOn") in labels
+    }
+    assert sum(running.values()) >= 1, f"no running machine counted: {running}"
+    # The module's daemon leads the generic controller (the fixture waited for it).
+    assert series[("vmapi_generic_leader", ())] == 1.0
+
+
 def test_a_deleted_machines_series_are_gone(
     api_client: client.ApiClient, daemon: str, guest: Guest
 ) -> None:

@@ -15,7 +15,8 @@ import time
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from libvirt_provider.adapters.process.machine_metrics import MachineSource, MachineStatsCollector
+from libvirt_provider.adapters.process.host_metrics import HostStateCollector
+from libvirt_provider.adapters.process.machine_metrics import HostSource, MachineStatsCollector
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.types import DomainStats
 from libvirt_provider.errors import RetryableError
@@ -81,7 +82,7 @@ def test_each_host_is_asked_once_per_scrape_and_its_machines_are_named() -> None
     foreign = DomainStats("uuid-x", "someone-elses-domain", {"state.state": 1})
     h1, h2 = FakeHost([web_stats, foreign]), FakeHost([db_stats])
     collector = MachineStatsCollector(
-        lambda: [MachineSource("h1", h1, lambda: [web]), MachineSource("h2", h2, lambda: [db])],
+        lambda: [HostSource("h1", h1, lambda: [web]), HostSource("h2", h2, lambda: [db])],
         deadline=5.0,
     )
     series = _scrape(collector)
@@ -105,7 +106,7 @@ def test_a_deleted_machine_has_no_series_at_the_next_scrape() -> None:
     host = FakeHost([web_stats])
     machines = [web]
     collector = MachineStatsCollector(
-        lambda: [MachineSource("h1", host, lambda: list(machines))], deadline=5.0
+        lambda: [HostSource("h1", host, lambda: list(machines))], deadline=5.0
     )
     assert any(k[0].startswith("vmapi_machine_cpu") for k in _scrape(collector))
     # The machine's copy is dropped and its domain undefined.
@@ -122,7 +123,7 @@ def test_a_failing_host_is_partial_and_the_others_still_answer() -> None:
     down, up = FakeHost([web_stats]), FakeHost([db_stats])
     down.fail = RetryableError("cannot connect to libvirt")
     collector = MachineStatsCollector(
-        lambda: [MachineSource("h1", down, lambda: [web]), MachineSource("h2", up, lambda: [db])],
+        lambda: [HostSource("h1", down, lambda: [web]), HostSource("h2", up, lambda: [db])],
         deadline=5.0,
     )
     series = _scrape(collector)
@@ -141,7 +142,7 @@ def test_a_hung_host_costs_one_deadline_and_one_call_however_many_scrapes() -> N
     hung, fine = FakeHost([web_stats]), FakeHost([db_stats])
     hung.hold = threading.Event()
     collector = MachineStatsCollector(
-        lambda: [MachineSource("h1", hung, lambda: [web]), MachineSource("h2", fine, lambda: [db])],
+        lambda: [HostSource("h1", hung, lambda: [web]), HostSource("h2", fine, lambda: [db])],
         deadline=0.5,
     )
     try:
@@ -184,3 +185,29 @@ def test_the_adapter_makes_one_bulk_call_on_the_test_driver() -> None:
     assert record.name == "test"
     assert len(record.uuid) == 36
     assert record.values.get("state.state") == 1
+
+
+def test_host_state_and_leader_come_from_memory_and_a_broken_host_spares_the_rest() -> None:
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+    def broken() -> dict[str, object]:
+        raise RuntimeError("a bug")
+
+    never = FakeHost([])
+    sources = [
+        HostSource("h1", never, list, lambda: [("PoweredOn", "Running")], lambda: ready),
+        HostSource("h2", never, list, list, broken),
+    ]
+    leading: list[bool | None] = [True]
+    collector = HostStateCollector(lambda: sources, lambda: leading[0])
+    series = _scrape(collector)
+    assert never.calls == 0  # no libvirt call for these
+    assert _value(series, "vmapi_host_ready", host="h1") == 1.0
+    assert (
+        _value(series, "vmapi_host_machines", host="h1", power_state="PoweredOn", reason="Running")
+        == 1.0
+    )
+    assert not [k for k in series if ("host", "h2") in k[1]]
+    assert _value(series, "vmapi_generic_leader") == 1.0
+    leading[0] = None  # --no-generic: no leader series at all
+    assert "vmapi_generic_leader" not in {name for name, _ in _scrape(collector)}
