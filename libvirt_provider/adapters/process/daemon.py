@@ -114,8 +114,8 @@ class Mode:
     readiness: list[tuple[str, Check]]
     # The hosts whose libvirt calls /metrics counts.
     hosts: Callable[[], list[tuple[str, LibvirtHypervisor]]]
-    # The hosts whose machines /metrics reports, and who those machines are.
-    machines: Callable[[], list[HostSource]]
+    # The hosts whose machines and state /metrics reports (`_host_source`).
+    metrics_sources: Callable[[], list[HostSource]]
     # Stop steps run beside the common ones, then in order after them.
     together: list[Step]
     then: list[Step]
@@ -153,7 +153,7 @@ def _local_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mode
             ("heartbeat", unit.agent.lease_problem),
         ],
         hosts=lambda: [(cfg.host, hypervisor)],
-        machines=lambda: [_host_source(unit)],
+        metrics_sources=lambda: [_host_source(unit)],
         together=unit.stop_steps(),
         then=[("the libvirt connection", hypervisor.close)],
         description=f"on host {cfg.host}: libvirt {cfg.libvirt_uri}",
@@ -190,7 +190,7 @@ def _remote_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mod
         liveness=[("remote hosts", supervisor), ("remote host controllers", remote.problem)],
         readiness=[("kubernetes", bounded(store.access_problem, seconds=7, what="the API server"))],
         hosts=remote.hypervisors,
-        machines=lambda: [_host_source(unit) for _name, unit in remote.units()],
+        metrics_sources=lambda: [_host_source(unit) for _name, unit in remote.units()],
         together=[("the remote hosts", remote.stop)],
         then=[("the credential files", lambda: remove_root(root))],
         description=f"in remote mode as {identity}: serving LibvirtHosts with spec.connection",
@@ -231,12 +231,12 @@ def run(cfg: DaemonConfig) -> int:
     catalog = CatalogFeed(api)
     mode = _remote_mode(cfg, api, catalog) if cfg.remote else _local_mode(cfg, api, catalog)
     register_call_metrics(mode.hosts)
-    register_machine_metrics(mode.machines)
+    register_machine_metrics(mode.metrics_sources)
     leader = (
         GenericLeader(leader_settings(cfg, mode.name), api, mode.store) if cfg.generic else None
     )
     register_host_metrics(
-        mode.machines, leading=lambda: leader.leading if leader is not None else None
+        mode.metrics_sources, leading=lambda: leader.leading if leader is not None else None
     )
     liveness = list(mode.liveness)
     if leader is not None:
