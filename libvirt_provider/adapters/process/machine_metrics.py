@@ -10,10 +10,11 @@ Bounded: the hosts are asked side by side, each on a thread of its own, and the 
 most `MACHINE_STATS_DEADLINE_SECONDS` for them all. A host that has not answered by then (a
 remote host that dropped, libvirtd restarting, a call slot not free) or that failed is left out
 of this scrape and `vmapi_machine_stats_partial{host}` is 1. At most one call per host is in
-flight: while one is still waiting, later scrapes report the host partial instead of starting
-another, so a frozen libvirtd costs one thread, not one per scrape. The call takes one token of
-the host's `CallLimiter` like any other call (a scrape every 15 s is far inside any budget, and
-it can never take a slot the reconciles' calls are not also bounded by).
+flight: scrapes at the same moment share it, and while one is still waiting past a deadline,
+later scrapes report the host partial at once instead of starting another, so a frozen libvirtd
+costs one thread, not one per scrape. The call takes one token and one slot of the host's
+`CallLimiter` like any other call: one call per scrape is far inside any budget, and inside it
+the scrape can never take more from libvirtd than the budget allows (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -66,13 +67,25 @@ Metric = GaugeMetricFamily | CounterMetricFamily
 
 
 class _HostCall:
-    """The one bulk call of a host that may be in flight, and its answer."""
+    """One bulk call of a host, on a thread of its own, and its answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, hypervisor: DomainStatistics) -> None:
         self.lock = threading.Lock()
-        self.thread: threading.Thread | None = None
+        self.started = time.monotonic()
         self.answer: list[DomainStats] | None = None
         self.error: str | None = None
+        self._hypervisor = hypervisor
+        self.thread = threading.Thread(target=self._run, name="machine-stats", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            answer = self._hypervisor.domain_stats()
+        except Exception as err:  # said as partial; a scrape never raises for a host
+            with self.lock:
+                self.error = f"{type(err).__name__}: {err}"
+            return
+        with self.lock:
+            self.answer = answer
 
 
 class MachineStatsCollector(Collector):
@@ -117,29 +130,20 @@ class MachineStatsCollector(Collector):
         yield from (partial, seconds, machines)
 
     def _start(self, source: HostSource) -> _HostCall | None:
-        """The host's call, started unless the previous one is still waiting (None then)."""
+        """The host's call: a new one, or the one in flight when it started within a deadline
+        (two scrapes at once share it); None while an older one still waits (a hung host)."""
         with self._calls_lock:
             call = self._calls.get(source.host)
-            if call is not None and call.thread is not None and call.thread.is_alive():
+            if call is not None and call.thread.is_alive():
+                if time.monotonic() - call.started < self._deadline:
+                    return call
                 return None
-            call = self._calls[source.host] = _HostCall()
-
-        def run() -> None:
-            try:
-                answer = source.hypervisor.domain_stats()
-            except Exception as err:  # said as partial; a scrape never raises for a host
-                with call.lock:
-                    call.error = f"{type(err).__name__}: {err}"
-                return
-            with call.lock:
-                call.answer = answer
-
-        call.thread = threading.Thread(target=run, name=f"machine-stats-{source.host}", daemon=True)
-        call.thread.start()
+            call = self._calls[source.host] = _HostCall(source.hypervisor)
+            call.thread.start()
         return call
 
     def _finish(self, host: str, call: _HostCall | None, end: float) -> list[DomainStats] | None:
-        if call is None or call.thread is None:
+        if call is None:
             log.debug("host %s: the previous statistics call is still waiting", host)
             return None
         call.thread.join(max(0.0, end - time.monotonic()))

@@ -211,3 +211,37 @@ def test_host_state_and_leader_come_from_memory_and_a_broken_host_spares_the_res
     assert _value(series, "vmapi_generic_leader") == 1.0
     leading[0] = None  # --no-generic: no leader series at all
     assert "vmapi_generic_leader" not in {name for name, _ in _scrape(collector)}
+
+
+def test_scrapes_at_the_same_moment_share_one_call() -> None:
+    web, web_stats = _machine("team", "web", "u1")
+    host = FakeHost([web_stats])
+    host.hold = threading.Event()
+    collector = MachineStatsCollector(
+        lambda: [HostSource("h1", host, lambda: [web])], deadline=10.0
+    )
+    answers: list[Series] = []
+    scrapers = [threading.Thread(target=lambda: answers.append(_scrape(collector))) for _ in "ab"]
+    start = collector._start
+
+    def second_started(source: HostSource) -> object:
+        # The call is released only once the second scrape holds it (or a new one).
+        call = start(source)
+        if threading.current_thread() is scrapers[1]:
+            host.hold.set()
+        return call
+
+    collector._start = second_started  # type: ignore[method-assign,assignment]
+    try:
+        scrapers[0].start()
+        eventually(lambda: host.calls == 1, timeout=5, what="the first scrape's call")
+        scrapers[1].start()
+    finally:
+        scrapers[1].join(15)
+        host.hold.set()
+    for scraper in scrapers:
+        scraper.join(10)
+    assert len(answers) == 2
+    assert host.calls == 1
+    for series in answers:
+        assert _value(series, "vmapi_machine_stats_partial", host="h1") == 0.0
