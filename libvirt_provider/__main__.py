@@ -102,6 +102,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="namespace of the Lease that elects the daemon running the generic controller",
     )
     parser.add_argument(
+        "--console-port",
+        type=int,
+        default=None,
+        help="TLS port of the console subresources (the aggregated API endpoint the APIService "
+        "subresources.infrastructure.vm-api.io names, docs/console.md); default: not served",
+    )
+    parser.add_argument(
+        "--console-address", default="0.0.0.0", help="address of the console subresources"
+    )
+    parser.add_argument(
+        "--console-cert-file",
+        default=None,
+        metavar="FILE",
+        help="PEM serving certificate of the console subresources (the APIService's caBundle "
+        "must verify it for <service>.<namespace>.svc); required with --console-port",
+    )
+    parser.add_argument(
+        "--console-key-file",
+        default=None,
+        metavar="FILE",
+        help="PEM private key of --console-cert-file",
+    )
+    parser.add_argument(
         "--console-log-dir",
         default=None,
         metavar="DIR",
@@ -184,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_host_name(host)
     except ConfigError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
+    if args.console_port is not None and not (args.console_cert_file and args.console_key_file):
+        parser.error("--console-port needs --console-cert-file and --console-key-file")
     _configure_logging(args.log_level, args.log_format)
     domain_types = (
         frozenset(t.strip() for t in args.domain_types.split(",") if t.strip())
@@ -205,6 +230,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             workers=args.workers,
             generic_namespaces=tuple(args.generic_namespace),
             console_log_dir=paths.console_log_dir,
+            console_port=args.console_port,
+            console_address=args.console_address,
+            console_cert_file=args.console_cert_file or "",
+            console_key_file=args.console_key_file or "",
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
             remote=args.remote,

@@ -305,3 +305,41 @@ ADDRESSES_PER_NIC: Final = 6
 # partial): under Prometheus' default 10 s scrape timeout, with room for the rest of /metrics.
 METRICS_PREFIX: Final = "vmapi"
 MACHINE_STATS_DEADLINE_SECONDS: Final = 5.0
+
+# -- the console subresources (docs/console.md) ---------------------------------------------------
+# The aggregated API group the daemons serve through the kube-apiserver, and its one version.
+SUBRESOURCE_GROUP: Final = "subresources.infrastructure.vm-api.io"
+SUBRESOURCE_VERSION: Final = "v1alpha1"
+# The resource whose subresources are served (RBAC: `get` on `libvirtmachines/console`).
+CONSOLE_RESOURCE: Final = "libvirtmachines"
+CONSOLE_SUBRESOURCE: Final = "console"
+# The WebSocket subprotocol of the console stream: raw bytes in binary frames, both ways, as
+# KubeVirt's `virtctl console` speaks it.
+CONSOLE_SUBPROTOCOL: Final = "plain.kubevirt.io"
+# kube-system's ConfigMap in which the API server publishes its front-proxy trust.
+AUTHENTICATION_CONFIGMAP_NAMESPACE: Final = "kube-system"
+AUTHENTICATION_CONFIGMAP: Final = "extension-apiserver-authentication"
+# Seconds between two reads of that ConfigMap (a rotated front-proxy CA is picked up within).
+AUTHENTICATION_REFRESH_SECONDS: Final = 60.0
+# Seconds between two keepalive pings on an idle console WebSocket (under the 21 s after which
+# some proxies drop an idle connection).
+CONSOLE_PING_SECONDS: Final = 10.0
+# The largest WebSocket frame payload the console accepts from a client, in bytes.
+CONSOLE_MAX_FRAME: Final = 1 << 20
+# Bytes read from the guest's console per read, and output chunks queued toward a slow client
+# before reading from the guest pauses.
+CONSOLE_READ_CHUNK: Final = 64 * 1024
+CONSOLE_QUEUE_CHUNKS: Final = 256
+# (connect, read) seconds of the console endpoint's calls to the API server (its ConfigMap, the
+# SubjectAccessReview, the machine), so a slow API server never holds a request for long.
+CONSOLE_API_TIMEOUT: Final = (5.0, 10.0)
+# Seconds a console request's headers may take to arrive, and a write to the client may block.
+CONSOLE_IO_TIMEOUT: Final = 30.0
+# The largest request head (request line and headers) the console endpoint reads; connections it
+# serves at once (more are closed when accepted); ping intervals a client may stay silent (not even
+# a pong) before its session ends.
+CONSOLE_MAX_HEAD: Final = 16 * 1024
+CONSOLE_MAX_CONNECTIONS: Final = 64
+CONSOLE_SILENT_PINGS: Final = 3
+# Seconds `kubectl vm` waits for the console's WebSocket handshake.
+CONSOLE_CONNECT_TIMEOUT: Final = 30.0

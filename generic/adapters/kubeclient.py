@@ -435,6 +435,29 @@ class KubeApi:
             request_timeout=_request_timeout,
         )
 
+    def read_namespaced_config_map(
+        self, name: str, namespace: str, *, _request_timeout: Timeout = None
+    ) -> Any:
+        return self._call(
+            "GET",
+            "/api/v1/namespaces/{namespace}/configmaps/{name}",
+            {"name": name, "namespace": namespace},
+            request_timeout=_request_timeout,
+        )
+
+    # -- authorization (AuthorizationV1Api) --------------------------------------------------
+
+    def create_subject_access_review(
+        self, body: object, *, _request_timeout: Timeout = None
+    ) -> Any:
+        return self._call(
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            {},
+            body=body,
+            request_timeout=_request_timeout,
+        )
+
     def create_namespaced_event(
         self, namespace: str, body: object, *, _request_timeout: Timeout = None
     ) -> Any:

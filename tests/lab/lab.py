@@ -1245,6 +1245,70 @@ def _admin_cert_files(lab: Lab, tmp: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+# The front proxy's client certificate name (--requestheader-allowed-names), and the Service the
+# console's APIService names: its serving certificate is made for `<name>.<namespace>.svc`.
+FRONT_PROXY_CLIENT = "front-proxy-client"
+CONSOLE_SERVICE = "libvirt-provider-console.vm-api-system.svc"
+
+PKI_EXTENSIONS = """[req]
+distinguished_name = dn
+[dn]
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:{service},DNS:localhost,IP:127.0.0.1
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+[client]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+"""
+
+
+def make_front_proxy_credentials(lab: Lab) -> None:
+    """The aggregation layer's certificates (P-256, openssl's CLI), in the lab's pki directory:
+
+    - `front-proxy-ca` and `front-proxy-client` (CN front-proxy-client): what the API server
+      presents to aggregated servers (--proxy-client-*) and tells them to trust (--requestheader-*);
+    - `other-front-proxy-ca` and `other-front-proxy-client`: the same name from a CA nobody trusts,
+      for tests that forge the front proxy;
+    - `console-ca` and `console-serving`: the daemons' console endpoint's serving certificate, for
+      the console Service's name, localhost and 127.0.0.1; the APIService's caBundle is
+      `console-ca.crt`.
+    """
+    pki = lab.pki
+    cnf = pki / "front-proxy-openssl.cnf"
+    cnf.write_text(PKI_EXTENSIONS.format(service=CONSOLE_SERVICE))
+    log = lab.logs / "front-proxy-pki.log"
+
+    def cert(name: str, subject: str, section: str, ca: str | None = None) -> None:
+        cmd = [
+            "openssl", "req", "-x509", "-new", "-config", str(cnf), "-extensions", section,
+            "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(pki / f"{name}.key"), "-out", str(pki / f"{name}.crt"),
+            "-subj", subject, "-days", "365", "-sha256",
+        ]  # fmt: skip
+        if ca is not None:
+            cmd += ["-CA", str(pki / f"{ca}.crt"), "-CAkey", str(pki / f"{ca}.key")]
+        run(cmd, what=f"making the lab's certificate {name}", log=log)
+
+    cert("front-proxy-ca", "/CN=vmapi lab front-proxy CA", "ca")
+    cert("front-proxy-client", f"/CN={FRONT_PROXY_CLIENT}", "client", ca="front-proxy-ca")
+    cert("other-front-proxy-ca", "/CN=vmapi lab untrusted front-proxy CA", "ca")
+    other = "other-front-proxy-ca"
+    cert("other-front-proxy-client", f"/CN={FRONT_PROXY_CLIENT}", "client", ca=other)
+    cert("console-ca", "/CN=vmapi lab console CA", "ca")
+    cert("console-serving", f"/CN={CONSOLE_SERVICE}", "server", ca="console-ca")
+
+
 def apiserver_ready(lab: Lab) -> bool:
     if not lab.kubeconfig.exists():
         return False
@@ -1265,6 +1329,7 @@ def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> N
         log=lab.logs / "pki.log",
     )
     pki = lab.pki
+    make_front_proxy_credentials(lab)
     log = lab.logs / "kube-apiserver.log"
     pid = spawn(
         [
@@ -1295,6 +1360,16 @@ def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> N
             "--kubelet-preferred-address-types=InternalIP",
             "--enable-priority-and-fairness=false",
             "--profiling=false",
+            # The aggregation layer (the daemons' console endpoint, docs/console.md): the API
+            # server proxies to aggregated servers as front-proxy-client, and tells them, in
+            # kube-system/extension-apiserver-authentication, which CA and names to trust.
+            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
             "--v=0",
         ],
         log=log,
@@ -2268,6 +2343,9 @@ def lab_healthy(lab: Lab) -> bool:
     return (
         bool(state.get("ready"))
         and same_hosts
+        # A lab brought up before the API server had the front-proxy flags lacks the aggregation
+        # layer the console tests need: `up` rebuilds it.
+        and (lab.pki / "front-proxy-client.crt").exists()
         and all(isinstance(p, int) and pid_alive(p) for p in pids)
         and all(netns_exists(n) for n in [lab.netns, *(h.netns for h in lab.hosts)])
         and apiserver_ready(lab)

@@ -19,6 +19,8 @@ Helpers live here instead, each module saying what it holds and why:
 - `builders`: unit tests' valid linked pair, catalog and host, each overridable, and the resolver
   run on them;
 - `reconciling`: the machine reconciler over the in-memory doubles (`tests/doubles/`);
+- `console`: the console subresources in the lab (the APIService on an ExternalName Service to
+  localhost, users with a kubeconfig of their own, `kubectl vm` through pipes, direct requests);
 - `black_hole`: a remote host on 127.0.0.1 that accepts TCP and never answers, a TLS client
   PKI to try it with, and the process's thread and descriptor counts.
 

@@ -52,10 +52,12 @@ def start_daemon(
     generic_namespaces: tuple[str, ...] = (),
     libvirt_uri: str | None = None,
     host_spec: dict[str, Any] | None = LAB_HOST_SPEC,
+    extra_args: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """`libvirt-provider` against the lab, its output in a fresh log; its embedded generic
     controller serves `generic_namespaces` (patterns), or every namespace. `host_spec` is
-    merged into the host's LibvirtHost first (None: the LibvirtHost is left as it is).
+    merged into the host's LibvirtHost first (None: the LibvirtHost is left as it is);
+    `extra_args` are appended to its flags.
     """
     if host_spec is not None:
         with config.new_client_from_config(lab.kubeconfig) as admin:
@@ -79,6 +81,7 @@ def start_daemon(
     if not generic:
         args.append("--no-generic")
     args += [f"--generic-namespace={pattern}" for pattern in generic_namespaces]
+    args += list(extra_args)
     log = _log_dir() / log_name
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:

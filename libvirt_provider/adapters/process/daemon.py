@@ -16,6 +16,8 @@ Threads, and why:
   thread; the leader also runs the placer (`cluster.placer`), which binds machines without a host.
 - The image cache (`images/cache.py`) has a thread of its own: it writes this host's entries into
   LibvirtImage status and deletes cached base images nothing uses, off the reconcile workers.
+- With `--console-port`, the console subresources (`process.console_server`, docs/console.md):
+  an accept thread, a thread per connection, a loop re-reading the front-proxy trust.
 - A small HTTP server (`process.health`) answers `/healthz` (liveness) and `/readyz`
   (readiness: libvirt answers too, judged by a loop of its own every few seconds), and a second
   one `/metrics` (Prometheus) on loopback, unless both are asked for on one address.
@@ -47,6 +49,7 @@ from libvirt_provider.adapters.host.remote import RemoteHosts
 from libvirt_provider.adapters.host.unit import HostUnit, UnitSettings
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.adapters.process.call_metrics import register_call_metrics
+from libvirt_provider.adapters.process.console_server import ConsoleServer, settings_from_files
 from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
 from libvirt_provider.adapters.process.heap import Heap
 from libvirt_provider.adapters.process.host_metrics import register_host_metrics
@@ -79,6 +82,11 @@ class DaemonConfig:
     generic_namespaces: tuple[str, ...] = ()
     # Host directory where serial consoles are logged (None: no console logs).
     console_log_dir: str | None = None
+    # The console subresources' TLS port (None: not served), address and serving certificate.
+    console_port: int | None = None
+    console_address: str = "0.0.0.0"
+    console_cert_file: str = ""
+    console_key_file: str = ""
     # Seconds between the image cache's periodic passes (status repair and collection).
     image_gc_interval: float = 300.0
     # False keeps every cached base image forever (status is still written).
@@ -249,6 +257,17 @@ def run(cfg: DaemonConfig) -> int:
         readiness=mode.readiness,
     )
     metrics = _metrics_server(cfg)
+    console = (
+        ConsoleServer(
+            settings_from_files(
+                cfg.console_address, cfg.console_port, cfg.console_cert_file, cfg.console_key_file
+            ),
+            api,
+            mode.hosts,
+        )
+        if cfg.console_port is not None
+        else None
+    )
 
     catalog.start()
     health.start()
@@ -257,6 +276,9 @@ def run(cfg: DaemonConfig) -> int:
     mode.start()
     if leader is not None:
         leader.start()
+    if console is not None:
+        console.start()
+        log.info("console subresources on %s:%d", cfg.console_address, console.port)
     log.info(
         "libvirt-provider %s, health on %s:%d, metrics on %s:%d, generic controller %s",
         mode.description,
@@ -272,6 +294,8 @@ def run(cfg: DaemonConfig) -> int:
         together.append(("the metrics endpoint", metrics.stop))
     if leader is not None:
         together.append(("the generic controller", leader.stop))
+    if console is not None:
+        together.append(("the console subresources", console.stop))
     return _serve_until_stopped(cfg, stop, failed=mode.failed, together=together, then=mode.then)
 
 

@@ -117,3 +117,25 @@ def test_host_names_kubernetes_would_refuse_are_refused(host: str) -> None:
 @pytest.mark.parametrize("host", ["node-1", "kvm1.example.com", "a" * 63])
 def test_usual_host_names_pass(host: str) -> None:
     check_host_name(host)
+
+
+def test_console_port_needs_a_serving_certificate() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "libvirt_provider", "--console-port=8443", "--host=h1"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert "--console-cert-file" in out.stderr
+
+
+def test_kubectl_vm_help_names_the_console_command() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "libvirt_provider.adapters.plugin.kubectl_vm", "console", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Ctrl-]" in out.stdout
+    assert "--namespace" in out.stdout

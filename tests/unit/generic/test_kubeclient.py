@@ -100,6 +100,16 @@ OPS = [{"op": "test", "path": "/metadata/finalizers", "value": ["a"]}]
 
 # (generated class, method, its arguments, KubeApi's arguments when they differ: the generated
 # class takes built-in kinds as models, KubeApi as dicts)
+REVIEW = {
+    "apiVersion": "authorization.k8s.io/v1",
+    "kind": "SubjectAccessReview",
+    "spec": {
+        "user": "alice",
+        "groups": ["dev"],
+        "resourceAttributes": {"namespace": "ns", "verb": "get", "resource": "libvirtmachines"},
+    },
+}
+
 CASES: list[tuple[str, str, tuple[Any, ...], dict[str, Any], tuple[Any, ...] | None]] = [
     ("CustomObjectsApi", "get_namespaced_custom_object",
      (GROUP, VERSION, "ns", "libvirtmachines", "a b/c%"), {"_request_timeout": T}, None),
@@ -146,6 +156,10 @@ CASES: list[tuple[str, str, tuple[Any, ...], dict[str, Any], tuple[Any, ...] | N
     ("ApiextensionsV1Api", "read_custom_resource_definition",
      ("libvirtmachines." + GROUP,), {"_request_timeout": T}, None),
     ("CoreV1Api", "read_namespaced_secret", ("creds", "ns"), {"_request_timeout": T}, None),
+    ("CoreV1Api", "read_namespaced_config_map",
+     ("extension-apiserver-authentication", "kube-system"), {"_request_timeout": T}, None),
+    ("AuthorizationV1Api", "create_subject_access_review",
+     (client.V1SubjectAccessReview.from_dict(REVIEW),), {"_request_timeout": T}, (REVIEW,)),
     ("CoreV1Api", "create_namespaced_event",
      ("ns", client.CoreV1Event.from_dict(EVENT)), {"_request_timeout": T}, ("ns", EVENT)),
     ("CoreV1Api", "patch_namespaced_event",

@@ -1,0 +1,1 @@
+"""`kubectl vm`: the plugin users run (a console script, `kubectl-vm`)."""

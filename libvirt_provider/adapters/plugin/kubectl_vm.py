@@ -1,0 +1,201 @@
+"""`kubectl vm`: a kubectl plugin (the console script `kubectl-vm`) for LibvirtMachines.
+
+`kubectl vm console NAME [-n NAMESPACE]` opens the machine's serial console through the API
+server (the aggregated `libvirtmachines/console` subresource, docs/console.md) with the user's
+kubeconfig, read by the kubernetes client, so client certificates, tokens and exec plugins all
+work. On a terminal it is interactive (raw mode; `Ctrl-]` leaves); otherwise stdin is sent as it
+comes and the guest's output is written to stdout, so scripts and tests can drive it; the end of
+stdin ends the session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import ssl
+import sys
+import termios
+import threading
+import tty
+from collections.abc import Sequence
+from typing import Any
+
+import websocket
+from kubernetes import client, config
+
+from libvirt_provider import constants as c
+from libvirt_provider.console.client import console_path, split_at_escape, websocket_url
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kubectl vm",
+        description="Reach LibvirtMachines (vm-api.io, libvirt provider) through the API server.",
+    )
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG)")
+    parser.add_argument("--context", default=None, help="kubeconfig context to use")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    console = commands.add_parser(
+        "console",
+        help="attach to a machine's serial console",
+        description="Attach to a LibvirtMachine's serial console (RBAC: get on "
+        "libvirtmachines/console in its namespace). On a terminal, Ctrl-] leaves; otherwise "
+        "stdin is sent as it comes and the end of stdin ends the session.",
+    )
+    console.add_argument("name", help="the LibvirtMachine's name")
+    console.add_argument("-n", "--namespace", default=None, help="its namespace")
+    return parser
+
+
+def _configuration(args: argparse.Namespace) -> tuple[client.Configuration, str]:
+    """The kubernetes client's configuration for the user's kubeconfig, and the namespace of its
+    context."""
+    configuration = client.Configuration()
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=args.kubeconfig, context=args.context, client_configuration=configuration
+    )
+    namespace = "default"
+    with contextlib.suppress(config.ConfigException, KeyError, TypeError):
+        contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=args.kubeconfig
+        )
+        chosen = next((x for x in contexts if x["name"] == args.context), current)
+        namespace = chosen["context"].get("namespace") or namespace
+    return configuration, namespace
+
+
+def _connect(configuration: client.Configuration, path: str) -> websocket.WebSocket:
+    sslopt: dict[str, Any] = {"cert_reqs": ssl.CERT_REQUIRED}
+    if not configuration.verify_ssl:
+        sslopt = {"cert_reqs": ssl.CERT_NONE, "check_hostname": False}
+    if configuration.ssl_ca_cert:
+        sslopt["ca_certs"] = configuration.ssl_ca_cert
+    if configuration.cert_file:
+        sslopt["certfile"] = configuration.cert_file
+    if configuration.key_file:
+        sslopt["keyfile"] = configuration.key_file
+    # Tokens, also those an exec plugin hands out (the client's hook refreshes them), as the
+    # kubernetes client itself would send them.
+    settings: dict[str, dict[str, Any]] = dict(configuration.auth_settings())  # type: ignore[arg-type]
+    headers = [
+        f"{setting['key']}: {setting['value']}"
+        for setting in settings.values()
+        if setting.get("in") == "header" and setting.get("value")
+    ]
+    ws = websocket.WebSocket(sslopt=sslopt, skip_utf8_validation=True)
+    ws.settimeout(c.CONSOLE_CONNECT_TIMEOUT)
+    ws.connect(  # type: ignore[no-untyped-call]
+        websocket_url(str(configuration.host), path),
+        header=headers,
+        subprotocols=[c.CONSOLE_SUBPROTOCOL],
+    )
+    ws.settimeout(None)
+    return ws
+
+
+def _refusal(err: websocket.WebSocketBadStatusException) -> str:
+    """The API server's or the daemon's Status message, as kubectl prints it."""
+    body = err.resp_body
+    raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body or "")
+    try:
+        status = json.loads(raw)
+        return f"Error from server ({status.get('reason') or err.status_code}): {status['message']}"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"Error from server ({err.status_code}): {raw.strip() or err}"
+
+
+class _Session:
+    """Guest output to stdout on a thread of its own; input from stdin on the caller's."""
+
+    def __init__(self, ws: websocket.WebSocket) -> None:
+        self._ws = ws
+        self._ended = threading.Event()
+        self.reason = ""
+
+    def _pump_output(self) -> None:
+        out = sys.stdout.buffer
+        try:
+            while True:
+                opcode, data = self._ws.recv_data()
+                if opcode == websocket.ABNF.OPCODE_CLOSE:
+                    if len(data) > 2:
+                        self.reason = data[2:].decode("utf-8", "replace")
+                    return
+                if opcode in (websocket.ABNF.OPCODE_BINARY, websocket.ABNF.OPCODE_TEXT):
+                    out.write(data)
+                    out.flush()
+        except (websocket.WebSocketException, OSError):
+            return
+        finally:
+            self._ended.set()
+
+    def run(self, *, interactive: bool) -> None:
+        reader = threading.Thread(target=self._pump_output, name="console-output", daemon=True)
+        reader.start()
+        fd = sys.stdin.fileno()
+        try:
+            while not self._ended.is_set():
+                data = os.read(fd, 4096)
+                if not data:
+                    break
+                send, leave = split_at_escape(data) if interactive else (data, False)
+                if send:
+                    self._ws.send_bytes(send)
+                if leave:
+                    break
+        except (websocket.WebSocketException, OSError):
+            pass
+        finally:
+            with contextlib.suppress(websocket.WebSocketException, OSError):
+                self._ws.close()
+            reader.join(5.0)
+
+
+def _console(args: argparse.Namespace) -> int:
+    configuration, default_namespace = _configuration(args)
+    namespace = args.namespace or default_namespace
+    try:
+        ws = _connect(configuration, console_path(namespace, args.name))
+    except websocket.WebSocketBadStatusException as err:
+        print(_refusal(err), file=sys.stderr)
+        return 1
+    except (websocket.WebSocketException, OSError) as err:
+        print(f"error: cannot reach the API server: {err}", file=sys.stderr)
+        return 1
+    session = _Session(ws)
+    interactive = sys.stdin.isatty()
+    if not interactive:
+        session.run(interactive=False)
+    else:
+        print(
+            f"Connected to {namespace}/{args.name}'s serial console; Ctrl-] leaves.",
+            file=sys.stderr,
+        )
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+        try:
+            tty.setraw(fd)
+            session.run(interactive=True)
+        finally:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        print("", file=sys.stderr)
+    if session.reason:
+        print(f"console closed: {session.reason}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "console":
+        return _console(args)
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

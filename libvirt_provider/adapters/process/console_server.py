@@ -1,0 +1,595 @@
+"""The daemon's aggregated API endpoint: `subresources.infrastructure.vm-api.io/v1alpha1`, served
+to the kube-apiserver's aggregation layer on a TLS port of its own (docs/console.md).
+
+Per connection, one thread; per request, in this order (the decisions are `console/auth.py`'s):
+
+1. TLS accepts a client without a certificate (the APIService's availability probe, scanners) and
+   verifies any certificate against the requestheader client CA that the API server publishes in
+   `kube-system/extension-apiserver-authentication` (read at start and every
+   `AUTHENTICATION_REFRESH_SECONDS`; a certificate from another CA fails the handshake, logged);
+2. no request is served without such a certificate whose name is an allowed one; only then are
+   the `X-Remote-*` headers believed;
+3. discovery documents are served to the front proxy; a console request also needs a user, and a
+   SubjectAccessReview allowing `get` on `libvirtmachines/console` in the machine's namespace;
+4. the machine must exist (404), have a domain on a host this daemon serves (409, 503) and run
+   (409); one writer per machine (409 for a second);
+5. the WebSocket upgrade (`plain.kubevirt.io`), then the bridge: the guest's serial console
+   (`driver/libvirt_console.py`) to the socket and back, pings every `CONSOLE_PING_SECONDS`, the
+   session released the moment either side leaves.
+
+Nothing here logs a header other than the user's name, and never a certificate or token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import select
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from generic.adapters.kubeclient import (
+    API_ERRORS,
+    ApiFailure,
+    KubeApi,
+    describe_failure,
+    failure_of,
+)
+from generic.background import BackgroundLoop
+from libvirt_provider import constants as c
+from libvirt_provider.console.auth import (
+    FrontProxyTrust,
+    Identity,
+    Refusal,
+    authenticate,
+    forbidden,
+    status_body,
+    subject_access_review,
+    trust_from_configmap,
+)
+from libvirt_provider.console.framing import (
+    CloseCode,
+    FrameReader,
+    Opcode,
+    ProtocolError,
+    accept_key,
+    close_payload,
+    encode_frame,
+)
+from libvirt_provider.console.routes import (
+    ConsoleRoute,
+    ConsoleTarget,
+    console_target,
+    discovery_document,
+    match_route,
+)
+from libvirt_provider.console.sessions import Seat, SessionRegistry, WriterBusyError
+from libvirt_provider.driver.libvirt_console import LibvirtConsoleStream
+from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from libvirt_provider.errors import ProviderError
+
+__all__ = ["ConsoleServer", "ConsoleSettings"]
+
+log = logging.getLogger(__name__)
+
+# Reading the front proxy's trust fails with the API's errors, or on a malformed ConfigMap.
+_TRUST_ERRORS: tuple[type[Exception], ...] = (*API_ERRORS, ValueError)
+
+
+@dataclass(frozen=True)
+class ConsoleSettings:
+    address: str
+    port: int
+    cert_file: str
+    key_file: str
+
+
+class _Request:
+    def __init__(self, method: str, path: str, headers: list[tuple[str, str]]) -> None:
+        self.method = method
+        self.path = path
+        self.headers = headers
+
+    def header(self, name: str) -> str:
+        low = name.lower()
+        return next((v.strip() for k, v in self.headers if k.lower() == low), "")
+
+    def tokens(self, name: str) -> list[str]:
+        return [t.strip().lower() for t in self.header(name).split(",") if t.strip()]
+
+
+class _RefusedError(Exception):
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+class ConsoleServer:
+    def __init__(
+        self,
+        settings: ConsoleSettings,
+        api: client.ApiClient,
+        hosts: Callable[[], list[tuple[str, LibvirtHypervisor]]],
+    ) -> None:
+        self._settings = settings
+        self._kube = KubeApi(api)
+        self._hosts = hosts
+        self._sessions = SessionRegistry()
+        self._trust: FrontProxyTrust | None = None
+        self._context = self._make_context(None)
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(c.CONSOLE_MAX_CONNECTIONS)
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._refresh = BackgroundLoop("console-trust", self._refresh_loop)
+
+    # -- life ------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._listener.getsockname()[1] if self._listener is not None else 0
+
+    def start(self) -> None:
+        self._load_trust()
+        listener = socket.create_server((self._settings.address, self._settings.port))
+        listener.settimeout(1.0)
+        self._listener = listener
+        self._accept_thread = threading.Thread(
+            target=self._accept_loop, name="console-accept", daemon=True
+        )
+        self._accept_thread.start()
+        self._refresh.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._refresh.stop(5.0)
+        if self._accept_thread is not None:
+            self._accept_thread.join(5.0)
+        if self._listener is not None:
+            self._listener.close()
+
+    def sessions(self) -> list[Seat]:
+        return self._sessions.writers()
+
+    # -- trust -----------------------------------------------------------------------------
+
+    def _make_context(self, trust: FrontProxyTrust | None) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(self._settings.cert_file, self._settings.key_file)
+        if trust is None:
+            ctx.verify_mode = ssl.CERT_NONE
+        else:
+            ctx.load_verify_locations(cadata=trust.client_ca)
+            # Optional: the availability probe and bare clients connect; `authenticate` refuses
+            # every request that came without a verified certificate.
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+        return ctx
+
+    def _load_trust(self) -> None:
+        try:
+            cm = self._kube.read_namespaced_config_map(
+                c.AUTHENTICATION_CONFIGMAP,
+                c.AUTHENTICATION_CONFIGMAP_NAMESPACE,
+                _request_timeout=c.CONSOLE_API_TIMEOUT,
+            )
+            trust = trust_from_configmap(cm.get("data") or {})
+        except _TRUST_ERRORS as err:
+            log.warning(
+                "console: cannot read %s/%s (%s); requests are refused until it is read",
+                c.AUTHENTICATION_CONFIGMAP_NAMESPACE,
+                c.AUTHENTICATION_CONFIGMAP,
+                describe_failure(err),
+            )
+            return
+        if trust is None:
+            log.warning("console: the API server publishes no front-proxy CA; nothing is served")
+        with self._lock:
+            if trust == self._trust:
+                return
+            context = self._make_context(trust)
+            self._trust, self._context = trust, context
+        log.info(
+            "console: front-proxy trust loaded (allowed names: %s)",
+            ", ".join(sorted(trust.allowed_names)) if trust else "none",
+        )
+
+    def _refresh_loop(self, loop: BackgroundLoop) -> None:
+        while not loop.wait(c.AUTHENTICATION_REFRESH_SECONDS):
+            loop.begin_pass()
+            self._load_trust()
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self._stopping.is_set():
+            try:
+                conn, peer = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                continue
+            if not self._slots.acquire(blocking=False):
+                conn.close()
+                continue
+            threading.Thread(
+                target=self._serve, args=(conn, peer), name="console-conn", daemon=True
+            ).start()
+
+    def _serve(self, raw: socket.socket, peer: tuple[Any, ...]) -> None:
+        try:
+            raw.settimeout(c.CONSOLE_IO_TIMEOUT)
+            with self._lock:
+                context, trust = self._context, self._trust
+            try:
+                conn = context.wrap_socket(raw, server_side=True)
+            except (ssl.SSLError, OSError) as err:
+                log.warning("console: TLS handshake with %s failed: %s", peer[0], err)
+                return
+            with conn:
+                self._handle(conn, trust, peer)
+        except Exception:
+            log.exception("console: serving %s failed", peer[0])
+        finally:
+            raw.close()
+            self._slots.release()
+
+    def _handle(
+        self, conn: ssl.SSLSocket, trust: FrontProxyTrust | None, peer: tuple[Any, ...]
+    ) -> None:
+        request = _read_request(conn)
+        if request is None:
+            return
+        cert = conn.getpeercert()
+        common_name = _common_name(cert) if cert else None
+        route = match_route(request.path)
+        try:
+            if route is None:
+                self._discovery(conn, request, trust, common_name)
+                return
+            identity = self._caller(request, trust, common_name, need_user=True)
+            assert identity is not None
+            self._console(conn, request, route, identity)
+        except _RefusedError as refused:
+            # The aggregator asks every aggregated server for its OpenAPI documents, often: a
+            # path this endpoint does not serve is not news.
+            level = logging.DEBUG if refused.refusal.code == 404 and route is None else logging.INFO
+            log.log(
+                level,
+                "console: %s %s from %s refused: %d %s",
+                request.method,
+                request.path.split("?", 1)[0],
+                peer[0],
+                refused.refusal.code,
+                refused.refusal.message,
+            )
+            _answer(conn, refused.refusal.code, status_body(refused.refusal))
+
+    def _caller(
+        self,
+        request: _Request,
+        trust: FrontProxyTrust | None,
+        common_name: str | None,
+        *,
+        need_user: bool,
+    ) -> Identity | None:
+        found = authenticate(trust, common_name, request.headers, need_user=need_user)
+        if isinstance(found, Refusal):
+            raise _RefusedError(found)
+        return found
+
+    def _discovery(
+        self,
+        conn: ssl.SSLSocket,
+        request: _Request,
+        trust: FrontProxyTrust | None,
+        common_name: str | None,
+    ) -> None:
+        self._caller(request, trust, common_name, need_user=False)
+        body = discovery_document(request.path) if request.method == "GET" else None
+        if body is None:
+            raise _RefusedError(Refusal(404, "NotFound", "the server could not find the resource"))
+        _answer(conn, 200, body)
+
+    # -- the console -----------------------------------------------------------------------
+
+    def _authorize(self, identity: Identity, route: ConsoleRoute) -> None:
+        body = subject_access_review(identity, route.namespace, route.name, route.subresource)
+        try:
+            review = self._kube.create_subject_access_review(
+                body, _request_timeout=c.CONSOLE_API_TIMEOUT
+            )
+        except API_ERRORS as err:
+            raise _RefusedError(
+                Refusal(503, "ServiceUnavailable", f"cannot check access: {describe_failure(err)}")
+            ) from err
+        status = review.get("status") or {}
+        if not status.get("allowed") or status.get("denied"):
+            raise _RefusedError(
+                forbidden(identity, route.namespace, route.subresource, status.get("reason") or "")
+            )
+
+    def _target(self, route: ConsoleRoute) -> tuple[ConsoleTarget, LibvirtHypervisor]:
+        machine: dict[str, Any] | None
+        try:
+            machine = self._kube.get_namespaced_custom_object(
+                c.GROUP,
+                c.VERSION,
+                route.namespace,
+                c.CONSOLE_RESOURCE,
+                route.name,
+                _request_timeout=c.CONSOLE_API_TIMEOUT,
+            )
+        except API_ERRORS as err:
+            if failure_of(err) is not ApiFailure.NOT_FOUND:
+                raise _RefusedError(
+                    Refusal(
+                        503,
+                        "ServiceUnavailable",
+                        f"cannot read the machine: {describe_failure(err)}",
+                    )
+                ) from err
+            machine = None
+        hosts = dict(self._hosts())
+        found = console_target(route, machine, frozenset(hosts))
+        if isinstance(found, Refusal):
+            raise _RefusedError(found)
+        return found, hosts[found.host]
+
+    def _console(
+        self, conn: ssl.SSLSocket, request: _Request, route: ConsoleRoute, identity: Identity
+    ) -> None:
+        if request.method != "GET":
+            raise _RefusedError(Refusal(405, "MethodNotAllowed", "the console is a GET upgrade"))
+        self._authorize(identity, route)
+        target, hypervisor = self._target(route)
+        key = request.header("Sec-WebSocket-Key")
+        if "websocket" not in request.tokens("Upgrade") or not key:
+            raise _RefusedError(Refusal(400, "BadRequest", "the console is a WebSocket"))
+        if c.CONSOLE_SUBPROTOCOL not in request.tokens("Sec-WebSocket-Protocol"):
+            raise _RefusedError(
+                Refusal(
+                    400, "BadRequest", f"the console speaks subprotocol {c.CONSOLE_SUBPROTOCOL}"
+                )
+            )
+        try:
+            seat = self._sessions.take_writer(route.namespace, route.name, identity.user)
+        except WriterBusyError as busy:
+            raise _RefusedError(Refusal(409, "Conflict", str(busy))) from busy
+        try:
+            bridge = _Bridge(conn)
+            try:
+                stream = hypervisor.open_console(target.domain_uuid, bridge.output, bridge.closed)
+            except ProviderError as err:
+                raise _RefusedError(
+                    Refusal(503, "ServiceUnavailable", f"cannot open the console: {err}")
+                ) from err
+            started = time.monotonic()
+            log.info(
+                "console: %s attached to %s/%s as writer",
+                identity.user,
+                route.namespace,
+                route.name,
+            )
+            try:
+                conn.sendall(
+                    (
+                        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                        "Connection: Upgrade\r\n"
+                        f"Sec-WebSocket-Accept: {accept_key(key)}\r\n"
+                        f"Sec-WebSocket-Protocol: {c.CONSOLE_SUBPROTOCOL}\r\n\r\n"
+                    ).encode("ascii")
+                )
+                why = bridge.run(stream)
+            finally:
+                stream.close()
+            log.info(
+                "console: %s left %s/%s after %.0f s (%s)",
+                identity.user,
+                route.namespace,
+                route.name,
+                time.monotonic() - started,
+                why,
+            )
+        finally:
+            self._sessions.release(seat)
+
+
+class _Bridge:
+    """One console session's loop on its connection's thread: the socket and a wake-up pipe in
+    one `select`, output queued by libvirt's event thread, pings when idle."""
+
+    def __init__(self, conn: ssl.SSLSocket) -> None:
+        self._conn = conn
+        self._output: queue.SimpleQueue[bytes | str] = queue.SimpleQueue()
+        self._queued = 0
+        self._count_lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_w.setblocking(False)
+        self._paused = False
+
+    # Called on libvirt's event thread.
+    def output(self, data: bytes) -> bool:
+        with self._count_lock:
+            self._queued += 1
+            room = self._queued < c.CONSOLE_QUEUE_CHUNKS
+            if not room:
+                self._paused = True
+        self._output.put(data)
+        self._wake()
+        return room
+
+    def closed(self, reason: str) -> None:
+        self._output.put(reason)
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            self._wake_w.send(b"\0")
+
+    def run(self, stream: LibvirtConsoleStream) -> str:
+        try:
+            return self._loop(stream)
+        finally:
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _send(self, opcode: Opcode, payload: bytes) -> None:
+        self._conn.sendall(encode_frame(opcode, payload))
+
+    def _loop(self, stream: LibvirtConsoleStream) -> str:
+        reader = FrameReader(max_payload=c.CONSOLE_MAX_FRAME)
+        heard = time.monotonic()
+        pinged = heard
+        while True:
+            now = time.monotonic()
+            if now - heard > c.CONSOLE_PING_SECONDS * c.CONSOLE_SILENT_PINGS:
+                return "the client stopped answering"
+            if now - pinged >= c.CONSOLE_PING_SECONDS:
+                self._send(Opcode.PING, b"vmapi")
+                pinged = now
+            wait = max(0.0, pinged + c.CONSOLE_PING_SECONDS - now)
+            if self._conn.pending():
+                ready: list[Any] = [self._conn]
+            else:
+                ready, _, _ = select.select([self._conn, self._wake_r], [], [], wait)
+            if self._wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    self._wake_r.recv(4096)
+                why = self._drain(stream)
+                if why is not None:
+                    with contextlib.suppress(OSError):
+                        self._send(Opcode.CLOSE, close_payload(CloseCode.GOING_AWAY, why))
+                    return why
+            if self._conn in ready:
+                try:
+                    data = self._conn.recv(c.CONSOLE_READ_CHUNK)
+                except ssl.SSLWantReadError:
+                    continue
+                except OSError as err:
+                    return f"the client's connection failed: {err}"
+                if not data:
+                    return "the client disconnected"
+                heard = time.monotonic()
+                try:
+                    frames = reader.feed(data)
+                except ProtocolError as err:
+                    with contextlib.suppress(OSError):
+                        self._send(Opcode.CLOSE, close_payload(err.code, str(err)))
+                    return f"protocol error: {err}"
+                for frame in frames:
+                    if frame.opcode in (Opcode.BINARY, Opcode.TEXT, Opcode.CONTINUATION):
+                        try:
+                            stream.send(frame.payload, timeout=c.CONSOLE_IO_TIMEOUT)
+                        except ProviderError as err:
+                            with contextlib.suppress(OSError):
+                                self._send(
+                                    Opcode.CLOSE,
+                                    close_payload(CloseCode.INTERNAL_ERROR, str(err)),
+                                )
+                            return str(err)
+                    elif frame.opcode == Opcode.PING:
+                        self._send(Opcode.PONG, frame.payload)
+                    elif frame.opcode == Opcode.CLOSE:
+                        with contextlib.suppress(OSError):
+                            self._send(Opcode.CLOSE, close_payload(CloseCode.NORMAL))
+                        return "the client closed the session"
+
+    def _drain(self, stream: LibvirtConsoleStream) -> str | None:
+        """Send what the guest wrote; the reason when its console closed."""
+        while True:
+            try:
+                item = self._output.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, str):
+                return item
+            with self._count_lock:
+                self._queued -= 1
+            self._send(Opcode.BINARY, item)
+        with self._count_lock:
+            resume = self._paused and self._queued < c.CONSOLE_QUEUE_CHUNKS // 2
+            if resume:
+                self._paused = False
+        if resume:
+            stream.resume_reading()
+        return None
+
+
+def _common_name(cert: dict[str, Any]) -> str | None:
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def _read_request(conn: ssl.SSLSocket) -> _Request | None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if len(data) > c.CONSOLE_MAX_HEAD:
+            _answer(conn, 431, status_body(Refusal(431, "BadRequest", "request head too large")))
+            return None
+        try:
+            chunk = conn.recv(4096)
+        except (OSError, ssl.SSLError):
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    lines = head.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        _answer(conn, 400, status_body(Refusal(400, "BadRequest", "malformed request line")))
+        return None
+    headers: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers.append((name.strip(), value.strip()))
+    return _Request(parts[0], parts[1], headers)
+
+
+_PHRASES = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
+
+
+def _answer(conn: ssl.SSLSocket, code: int, body: bytes) -> None:
+    head = (
+        f"HTTP/1.1 {code} {_PHRASES.get(code, 'Error')}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError):
+        conn.sendall(head.encode("ascii") + body)
+
+
+def settings_from_files(address: str, port: int, cert: str, key: str) -> ConsoleSettings:
+    """Settings whose certificate files exist (a clear error at start, not at the first TLS)."""
+    for path in (cert, key):
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"console serving certificate file {path} does not exist")
+    return ConsoleSettings(address=address, port=port, cert_file=cert, key_file=key)

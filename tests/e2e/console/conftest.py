@@ -1,0 +1,95 @@
+"""Fixtures for the console e2e tests: one daemon serving the console subresources through the
+lab's API server (APIService Available), and one booted busybox guest shared by the module.
+
+The wiring (ExternalName Service to localhost, certificates) is tests/support/console.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.support.console import (
+    console_flags,
+    register_apiservice,
+    unregister_apiservice,
+)
+from tests.support.daemons import answers, free_port, health_base, start_daemon
+from tests.support.factories import HOST, pair
+from tests.support.kube import (
+    NS_PREFIX,
+    apply,
+    create,
+    get,
+    install_api,
+    namespace,
+    service_account_kubeconfig,
+)
+from tests.support.lab_access import REPO, LabInfo
+from tests.support.waiting import eventually
+
+
+@pytest.fixture(scope="module")
+def console_port(
+    lab: LabInfo, api_client: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[int]:
+    """A daemon serving consoles on this port, registered as the APIService, Available. It runs
+    with a token of deploy/'s ServiceAccount, so deploy/'s RBAC (console-rbac.yaml: reviews and
+    the front proxy's ConfigMap) is what the tests prove enough."""
+    install_api(lab, api_client)
+    deploy = REPO / "deploy"
+    apply(lab, deploy / "namespace.yaml", deploy / "rbac.yaml", deploy / "console-rbac.yaml")
+    kubeconfig = tmp_path_factory.mktemp("console") / "provider.kubeconfig"
+    service_account_kubeconfig(lab, api_client, kubeconfig)
+    port = free_port()
+    proc, log = start_daemon(
+        lab,
+        host=HOST,
+        log_name="e2e-console-daemon.log",
+        kubeconfig=str(kubeconfig),
+        lease_namespace="vm-api-system",
+        generic_namespaces=(f"{NS_PREFIX}*",),
+        extra_args=console_flags(lab, port),
+    )
+    try:
+        base = health_base(proc, log)
+        eventually(lambda: answers(f"{base}/healthz"), timeout=60, what="the daemon healthy")
+        eventually(
+            lambda: "console: front-proxy trust loaded" in log.read_text(),
+            timeout=60,
+            what=f"the daemon serving consoles with the front proxy's trust (log: {log})",
+        )
+        register_apiservice(lab, api_client, port)
+        yield port
+    finally:
+        unregister_apiservice(api_client)
+        proc.terminate()
+        try:
+            assert proc.wait(timeout=60) == 0, f"the daemon did not stop cleanly; see {log}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+@pytest.fixture(scope="module")
+def guest_ns(api_client: client.ApiClient, console_port: int) -> Iterator[str]:
+    """The namespace of the module's busybox guest (named `guest`), booted and running."""
+    with namespace(api_client) as ns:
+        create(api_client, pair(ns, "guest"))
+
+        def running() -> dict[str, Any] | None:
+            lm = get(api_client, ns, "guest", vm=False)
+            status = (lm or {}).get("status") or {}
+            return lm if status.get("powerState") == "PoweredOn" else None
+
+        eventually(running, timeout=180, what=f"LibvirtMachine {ns}/guest PoweredOn")
+        yield ns
+
+
+@pytest.fixture
+def tmp_kubeconfig(tmp_path: Path) -> Path:
+    return tmp_path / "user.kubeconfig"

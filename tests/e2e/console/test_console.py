@@ -1,0 +1,211 @@
+"""The serial console through Kubernetes, as a user reaches it: `kubectl vm console` with a
+ServiceAccount's token, through the lab's API server and its aggregation layer, to the daemon's
+console endpoint and the busybox guest's serial shell (docs/console.md).
+
+One daemon and one booted guest serve the whole module (conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.support.console import (
+    Plugin,
+    bind_console,
+    direct_request,
+    lab_pki,
+    run_plugin,
+    user_kubeconfig,
+)
+from tests.support.daemons import console_log_dir
+from tests.support.factories import pair
+from tests.support.kube import create, get, namespace
+from tests.support.lab_access import LabInfo
+from tests.support.waiting import GiveUp, eventually
+
+CONSOLE_PATH = (
+    "/apis/subresources.infrastructure.vm-api.io/v1alpha1/namespaces/{ns}"
+    "/libvirtmachines/{name}/console"
+)
+
+
+def _answered(plugin: Plugin, marker: str, *, end: str = "\n") -> bool:
+    """Type a command whose answer only the shell can produce (the typed text holds `$((...))`,
+    the answer the number), and whether the answer has come back yet. A plugin that exited
+    ends the wait at once."""
+    if plugin.process.poll() is not None:
+        raise GiveUp(f"kubectl vm exited {plugin.process.returncode}: {plugin.errors}")
+    if f"{marker}-42" in plugin.output:
+        return True
+    plugin.type(f"echo {marker}-$((6*7)){end}")
+    return f"{marker}-42" in plugin.output
+
+
+def test_a_bound_user_types_into_the_serial_shell_and_reads_the_answer(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    user = user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=guest_ns, name="operator")
+    bind_console(api_client, guest_ns, user)
+    marker = "VMAPI-ANSWER-" + uuid.uuid4().hex[:8]
+    # The RoleBinding reaches the API server's authorizer and the daemon's review alike.
+    first = Plugin(tmp_kubeconfig, guest_ns, "guest")
+    try:
+        eventually(
+            lambda: _answered(first, marker),
+            timeout=120,
+            interval=1.0,
+            what=f"the guest's shell answering through the console (stderr: {first.errors!r})",
+        )
+        # One writer at a time: a second session is refused while the first holds the console.
+        code, errors = run_plugin(tmp_kubeconfig, guest_ns, "guest")
+        assert code == 1
+        assert "Conflict" in errors, errors
+        assert user in errors, errors
+    finally:
+        assert first.leave() == 0, first.errors
+    # The seat is free the moment the first client left: the next session gets in at once.
+    again = Plugin(tmp_kubeconfig, guest_ns, "guest")
+    try:
+        second = marker + "-again"
+        eventually(
+            lambda: _answered(again, second),
+            timeout=60,
+            interval=1.0,
+            what=f"a new session after the first left (stderr: {again.errors!r})",
+        )
+    finally:
+        assert again.leave() == 0, again.errors
+    # The serial log file (--console-log-dir) kept logging beside the stream.
+    logs = list(console_log_dir(lab).glob("*.serial.log"))
+    assert any(f"{marker}-42" in log.read_text(errors="replace") for log in logs)
+
+
+def test_on_a_terminal_the_plugin_is_interactive_and_ctrl_close_bracket_leaves(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    user = user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=guest_ns, name="typist")
+    bind_console(api_client, guest_ns, user)
+    marker = "VMAPI-TTY-" + uuid.uuid4().hex[:8]
+    plugin = Plugin(tmp_kubeconfig, guest_ns, "guest", terminal=True)
+    try:
+        # Raw mode: the line goes to the guest as typed, carriage return and all.
+        eventually(
+            lambda: _answered(plugin, marker, end="\r"),
+            timeout=60,
+            interval=1.0,
+            what=f"the shell answering on a terminal (stderr: {plugin.errors!r})",
+        )
+        assert "Ctrl-] leaves" in plugin.errors
+        plugin.type("\x1d")
+        assert plugin.process.wait(timeout=30) == 0, plugin.errors
+    finally:
+        plugin.leave()
+
+
+def test_a_client_that_dies_releases_the_console_at_once(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    user = user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=guest_ns, name="crasher")
+    bind_console(api_client, guest_ns, user)
+    marker = "VMAPI-KILLED-" + uuid.uuid4().hex[:8]
+    doomed = Plugin(tmp_kubeconfig, guest_ns, "guest")
+    try:
+        eventually(lambda: _answered(doomed, marker), timeout=60, interval=1.0, what="attached")
+    finally:
+        doomed.process.kill()  # no close frame: only the connection ends
+        doomed.leave()
+    # The API server drops its upstream connection, the daemon sees it end and frees the seat.
+    after = Plugin(tmp_kubeconfig, guest_ns, "guest")
+    try:
+        eventually(
+            lambda: _answered(after, marker + "-after"),
+            timeout=15,
+            interval=1.0,
+            what=f"a session right after a client died (stderr: {after.errors!r})",
+        )
+    finally:
+        assert after.leave() == 0, after.errors
+
+
+def test_a_user_without_the_rolebinding_is_forbidden(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=guest_ns, name="stranger")
+    code, errors = run_plugin(tmp_kubeconfig, guest_ns, "guest")
+    assert code == 1
+    assert "Forbidden" in errors, errors
+    assert "libvirtmachines/console" in errors, errors
+
+
+def test_a_binding_in_another_namespace_does_not_open_this_one(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    with namespace(api_client) as other:
+        user = user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=other, name="elsewhere")
+        bind_console(api_client, other, user)
+        code, errors = run_plugin(tmp_kubeconfig, guest_ns, "guest")
+        assert code == 1
+        assert "Forbidden" in errors, errors
+
+
+def test_a_machine_that_does_not_exist_is_not_found(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    user = user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=guest_ns, name="seeker")
+    bind_console(api_client, guest_ns, user)
+    code, errors = run_plugin(tmp_kubeconfig, guest_ns, "no-such-machine")
+    assert code == 1
+    assert "NotFound" in errors, errors
+    assert "no-such-machine" in errors, errors
+
+
+def test_forged_front_proxy_headers_are_refused_at_the_daemons_port(
+    lab: LabInfo, console_port: int, guest_ns: str
+) -> None:
+    pki = lab_pki(lab)
+    ca = pki / "console-ca.crt"
+    path = CONSOLE_PATH.format(ns=guest_ns, name="guest")
+    forged = {"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters"}
+    # No client certificate: the headers are not even read.
+    code, body = direct_request(console_port, path, forged, ca=ca)
+    assert code == 401, body
+    assert "no front-proxy client certificate" in body, body
+    # The front proxy's name, from a CA the API server does not publish: TLS refuses it.
+    other = (pki / "other-front-proxy-client.crt", pki / "other-front-proxy-client.key")
+    with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+        direct_request(console_port, path, forged, cert=other, ca=ca)
+    # The real front-proxy certificate with a user RBAC does not allow: the daemon's own
+    # SubjectAccessReview refuses it (the API server's authorizer was bypassed).
+    real = (pki / "front-proxy-client.crt", pki / "front-proxy-client.key")
+    code, body = direct_request(console_port, path, {"X-Remote-User": "mallory"}, cert=real, ca=ca)
+    assert code == 403, body
+    assert json.loads(body)["message"].startswith('User "mallory" cannot get'), body
+
+
+def test_a_machine_that_is_powered_off_is_a_clear_conflict(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    """Defined but never started: its domain exists, its console cannot be opened."""
+    create(api_client, pair(guest_ns, "stopped", vm_spec={"powerState": "PoweredOff"}))
+
+    def powered_off() -> bool:
+        lm = get(api_client, guest_ns, "stopped", vm=False) or {}
+        status = lm.get("status") or {}
+        return bool(
+            status.get("powerState") == "PoweredOff"
+            and (status.get("providerMetadata") or {}).get("domainUUID")
+        )
+
+    eventually(powered_off, timeout=120, what="LibvirtMachine stopped defined, PoweredOff")
+    user = user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=guest_ns, name="early")
+    bind_console(api_client, guest_ns, user)
+    code, errors = run_plugin(tmp_kubeconfig, guest_ns, "stopped")
+    assert code == 1
+    assert "Error from server (Conflict)" in errors, errors
+    assert "is PoweredOff: its console is open only while it runs" in errors, errors

@@ -1,0 +1,250 @@
+"""The console subresources in the lab: the APIService wired to a daemon on the machine's
+loopback, users with a kubeconfig of their own, `kubectl vm` driven through pipes, and requests
+straight to the daemon's port.
+
+How the lab wires it (docs/console.md): the lab's API server runs with the front-proxy flags and
+the certificates `lab.py` makes (`make_front_proxy_credentials`); the daemon runs on the machine's
+127.0.0.1 like the API server, so the APIService names a Service of type ExternalName `localhost`
+whose port is the daemon's console port (the aggregator resolves ExternalName Services to that
+name and the APIService's port; Endpoints on loopback addresses are refused by the API server).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import os
+import ssl
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from libvirt_provider import constants as c
+from tests.support.kube import service_account_kubeconfig
+from tests.support.lab_access import REPO, LabInfo
+from tests.support.waiting import eventually
+
+APISERVICE = f"{c.SUBRESOURCE_VERSION}.{c.SUBRESOURCE_GROUP}"
+SERVICE = "libvirt-provider-console"
+SERVICE_NAMESPACE = "vm-api-system"
+CONSOLE_CLUSTER_ROLE = "vm-api-libvirtmachine-console"
+
+
+def lab_pki(lab: LabInfo) -> Path:
+    return Path(lab.dir) / "pki"
+
+
+def console_flags(lab: LabInfo, port: int) -> tuple[str, ...]:
+    pki = lab_pki(lab)
+    return (
+        f"--console-port={port}",
+        "--console-address=127.0.0.1",
+        f"--console-cert-file={pki / 'console-serving.crt'}",
+        f"--console-key-file={pki / 'console-serving.key'}",
+    )
+
+
+def register_apiservice(lab: LabInfo, api_client: client.ApiClient, port: int) -> None:
+    """The ExternalName Service and the APIService for a daemon's console on `port`, then wait
+    until the aggregator finds it Available (its discovery answered through the front proxy)."""
+    core = client.CoreV1Api(api_client)
+    reg = client.ApiregistrationV1Api(api_client)
+    unregister_apiservice(api_client)
+    core.create_namespaced_service(
+        SERVICE_NAMESPACE,
+        {
+            "metadata": {"name": SERVICE},
+            "spec": {
+                "type": "ExternalName",
+                "externalName": "localhost",
+                "ports": [{"name": "console", "port": port}],
+            },
+        },
+    )
+    ca = (lab_pki(lab) / "console-ca.crt").read_bytes()
+    reg.create_api_service(
+        {
+            "metadata": {"name": APISERVICE},
+            "spec": {
+                "group": c.SUBRESOURCE_GROUP,
+                "version": c.SUBRESOURCE_VERSION,
+                "groupPriorityMinimum": 1000,
+                "versionPriority": 15,
+                "service": {"name": SERVICE, "namespace": SERVICE_NAMESPACE, "port": port},
+                "caBundle": base64.b64encode(ca).decode(),
+            },
+        }
+    )
+
+    def available() -> bool:
+        conditions = reg.read_api_service(APISERVICE).status.conditions or []
+        return any(x.type == "Available" and x.status == "True" for x in conditions)
+
+    eventually(available, timeout=60, what=f"APIService {APISERVICE} Available")
+
+
+def unregister_apiservice(api_client: client.ApiClient) -> None:
+    """The APIService first (an unavailable one would hold namespace deletion), then the
+    Service."""
+    for delete in (
+        lambda: client.ApiregistrationV1Api(api_client).delete_api_service(APISERVICE),
+        lambda: client.CoreV1Api(api_client).delete_namespaced_service(SERVICE, SERVICE_NAMESPACE),
+    ):
+        try:
+            delete()
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def user_kubeconfig(
+    lab: LabInfo, api_client: client.ApiClient, path: Path, *, namespace: str, name: str
+) -> str:
+    """A ServiceAccount `name` of `namespace` and a kubeconfig at `path` with its token: a user
+    who is not an admin. Returns its user name."""
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    service_account_kubeconfig(lab, api_client, path, account=name, namespace=namespace)
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def bind_console(api_client: client.ApiClient, namespace: str, user: str) -> None:
+    """A RoleBinding in `namespace` to deploy/'s console ClusterRole for `user`."""
+    account_ns, account = user.split(":")[2:4]
+    client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": f"console-{account}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": CONSOLE_CLUSTER_ROLE,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_ns}],
+        },
+    )
+
+
+class Plugin:
+    """`kubectl vm console` as a user runs it, stdin and stdout through pipes (or, with
+    `terminal`, a pseudo-terminal, as on a user's screen); what it printed is collected by a
+    thread as it comes."""
+
+    def __init__(
+        self, kubeconfig: Path, namespace: str, name: str, *, terminal: bool = False
+    ) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        self._terminal: int | None = None
+        tty_in: int | None = None
+        if terminal:
+            self._terminal, tty_in = os.openpty()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "libvirt_provider.adapters.plugin.kubectl_vm",
+                f"--kubeconfig={kubeconfig}",
+                "console",
+                name,
+                "-n",
+                namespace,
+            ],
+            stdin=tty_in if tty_in is not None else subprocess.PIPE,
+            stdout=tty_in if tty_in is not None else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=REPO,
+        )
+        self._out = bytearray()
+        self._err = bytearray()
+        self._lock = threading.Lock()
+        if tty_in is not None:
+            os.close(tty_in)
+            out: Any = os.fdopen(self._terminal, "rb", buffering=0, closefd=False)
+        else:
+            out = self.process.stdout
+        self._threads = [
+            threading.Thread(target=self._collect, args=(out, self._out)),
+            threading.Thread(target=self._collect, args=(self.process.stderr, self._err)),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _collect(self, pipe: Any, into: bytearray) -> None:
+        read = pipe.read1 if hasattr(pipe, "read1") else pipe.read
+        while True:
+            try:
+                chunk = read(4096)
+            except OSError:  # a pseudo-terminal whose other side closed
+                return
+            if not chunk:
+                return
+            with self._lock:
+                into += chunk
+
+    @property
+    def output(self) -> str:
+        with self._lock:
+            return self._out.decode("utf-8", "replace")
+
+    @property
+    def errors(self) -> str:
+        with self._lock:
+            return self._err.decode("utf-8", "replace")
+
+    def type(self, text: str) -> None:
+        if self._terminal is not None:
+            os.write(self._terminal, text.encode())
+            return
+        assert self.process.stdin is not None
+        self.process.stdin.write(text.encode())
+        self.process.stdin.flush()
+
+    def leave(self, timeout: float = 30) -> int:
+        """End stdin (which ends the session) and wait for the plugin to exit."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.close()
+        code = self.process.wait(timeout=timeout)
+        if self._terminal is not None:
+            os.close(self._terminal)
+            self._terminal = None
+        for thread in self._threads:
+            thread.join(timeout)
+        return code
+
+
+def run_plugin(kubeconfig: Path, namespace: str, name: str) -> tuple[int, str]:
+    """A console attempt that is expected to be refused: its exit code and stderr."""
+    plugin = Plugin(kubeconfig, namespace, name)
+    code = plugin.process.wait(timeout=60)
+    plugin.leave()
+    return code, plugin.errors
+
+
+def direct_request(
+    port: int,
+    path: str,
+    headers: dict[str, str],
+    *,
+    cert: tuple[Path, Path] | None = None,
+    ca: Path | None = None,
+) -> tuple[int, str]:
+    """A GET straight to a daemon's console port, bypassing the API server; TLS verified against
+    `ca`, with `cert` as the client certificate if given."""
+    context = ssl.create_default_context(cafile=str(ca) if ca else None)
+    if cert is not None:
+        context.load_cert_chain(str(cert[0]), str(cert[1]))
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=30)
+    try:
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
