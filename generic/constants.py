@@ -27,6 +27,14 @@ PROVIDER_CRD_LABEL: Final = "vm-api.io/v1alpha1"
 """Providers label their CRD with this key and PROVIDER_CRD_LABEL_VALUE to be watched."""
 PROVIDER_CRD_LABEL_VALUE: Final = "v1alpha1"
 
+KEPT_LABELS: Final = (PROVIDER_CRD_LABEL,)
+KEPT_ANNOTATIONS: Final = (LINK_ANNOTATION,)
+"""The only labels and annotations the generic controller reads of what it watches (VMs, provider
+objects, CRDs): everything else a tenant writes there is dropped before it is decoded
+(`generic.lean`), so that it cannot grow the leader's memory."""
+LEAN_KINDS: Final = (KIND,)
+"""The kinds whose watch events the generic controller decodes lean (`generic.lean`)."""
+
 CONTROLLER_NAME: Final = "vm-api-generic-controller"
 """Reported as the source of Kubernetes Events."""
 

@@ -74,6 +74,7 @@ __all__ = [
     "HOST_SHORT_NAMES",
     "IMAGE_KIND",
     "IMAGE_PLURAL",
+    "KEPT_LABELS",
     "MACHINE_CLASS_KIND",
     "MACHINE_CLASS_PLURAL",
     "MACHINE_KIND",
@@ -188,6 +189,9 @@ CONNECT_TIMEOUT_SECONDS: Final = 15.0
 # select their machines by HOST_FIELD (immutable once set), never by this label anyone can edit.
 HOST_LABEL: Final = f"{GROUP}/host"
 HOST_FIELD: Final = "spec.host"
+# The labels the leader and the daemons read of VMs and LibvirtMachines besides the generic
+# controller's (`generic.constants.KEPT_LABELS`): any other is dropped before it is decoded.
+KEPT_LABELS: Final = (HOST_LABEL,)
 
 # The contract's marker on provider CRDs: the generic controller finds provider kinds through it.
 VM_API_CRD_LABEL: Final = "vm-api.io/v1alpha1"

@@ -17,10 +17,11 @@ from kubernetes import client
 
 from generic import metrics
 from generic.adapters.copies import Copies
-from generic.adapters.informer import slim
+from generic.adapters.informer import GENERIC_KEPT, slim
 from generic.adapters.kube import KubeGateway
 from generic.adapters.kubeclient import load_kube_config
 from generic.adapters.watches import ProviderWatchHub
+from generic.lean import lean
 from generic.reconciler import Reconciler
 from generic.workqueue import WorkerPool, WorkQueue
 
@@ -51,11 +52,12 @@ def namespace_filter(patterns: Sequence[str]) -> Callable[[str], bool]:
 
 
 def _reconciler_view(vm: dict[str, Any]) -> dict[str, Any]:
-    """What a pass reads of a VM: its metadata, status and `spec.infrastructureRef` (the rest of
-    the spec is the provider's to read)."""
+    """What a pass reads of a VM: its metadata (with the labels and annotations it reads), status
+    and `spec.infrastructureRef` (the rest of the spec is the provider's to read)."""
     spec = vm.get("spec")
     ref = spec.get("infrastructureRef") if isinstance(spec, dict) else None
-    return slim({**vm, "spec": {"infrastructureRef": ref} if ref is not None else {}})
+    view = {**vm, "spec": {"infrastructureRef": ref} if ref is not None else {}}
+    return slim(lean(view, GENERIC_KEPT))
 
 
 def vm_fingerprint(meta: Mapping[str, Any]) -> Hashable:

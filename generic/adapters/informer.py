@@ -23,9 +23,12 @@ from typing import Any
 
 from kubernetes import client
 
+from generic import constants as c
+from generic.adapters.kubeclient import Decode
 from generic.adapters.listwatch import ListWatch
+from generic.lean import Kept, lean
 
-__all__ = ["RELISTED", "ClusterInformer", "slim", "without_status"]
+__all__ = ["GENERIC_KEPT", "RELISTED", "ClusterInformer", "lean_slim", "slim", "without_status"]
 
 Obj = dict[str, Any]
 
@@ -69,6 +72,16 @@ def without_status(obj: Obj) -> Obj:
     return slim({k: v for k, v in obj.items() if k != "status"})
 
 
+GENERIC_KEPT = Kept.of(labels=c.KEPT_LABELS, annotations=c.KEPT_ANNOTATIONS)
+"""The labels and annotations the generic controller reads."""
+
+
+def lean_slim(kept: Kept, keep: Callable[[Obj], Obj] = slim) -> Callable[[Obj], Obj]:
+    """`keep` of what `generic.lean.lean` keeps: for the objects a tenant writes (VMs, provider
+    objects), whose labels and annotations no one bounds."""
+    return lambda obj: keep(lean(obj, kept))
+
+
 def _compact(value: Any) -> Any:
     if isinstance(value, dict):
         return {(sys.intern(k) if type(k) is str else k): _compact(v) for k, v in value.items()}
@@ -87,7 +100,8 @@ def _key(meta: Obj) -> str:
 class ClusterInformer:
     """Every object of one kind (`group`/`version`/`plural`) across the cluster, kept current;
     optionally only those a field selector picks. Namespaced objects are keyed `namespace/name`.
-    What is kept of each is `keep(obj)`: `slim` by default, less when its readers need less."""
+    What is kept of each is `keep(obj)`: `slim` by default, less when its readers need less;
+    `decode` (the client's by default) may drop what no reader uses before it is decoded."""
 
     def __init__(
         self,
@@ -99,6 +113,7 @@ class ClusterInformer:
         on_change: Callable[[str, Obj | None], None] = lambda _type, _obj: None,
         field_selector: str | None = None,
         keep: Callable[[Obj], Obj] = slim,
+        decode: Decode | None = None,
     ) -> None:
         self._group, self._plural = group, plural
         self._keep = keep
@@ -114,6 +129,7 @@ class ClusterInformer:
             on_event=self._event,
             field_selector=field_selector,
             server_timeout=WATCH_SECONDS,
+            decode=decode,
         )
 
     @property

@@ -21,6 +21,7 @@ from kubernetes import client
 from generic import constants as c
 from generic.adapters.copies import Copies
 from generic.adapters.events import EventRecorder
+from generic.adapters.informer import GENERIC_KEPT
 from generic.adapters.kubeclient import (
     JSON_PATCH,
     REQUEST_TIMEOUT,
@@ -28,6 +29,7 @@ from generic.adapters.kubeclient import (
     ErrorFactory,
     KubeApi,
     failed_test_raises,
+    lean_decoder,
     tested_replace,
     translated_api_errors,
 )
@@ -167,7 +169,8 @@ class KubeGateway:
     ) -> None:
         self._vms = vms if vms is not None else Copies()
         self._provider_copies: ProviderCopies = provider_copies or (lambda _group, _kind: None)
-        self._custom = KubeApi(api)
+        # VMs and provider objects, which tenants write: their answers are decoded lean.
+        self._custom = KubeApi(api, decode=lean_decoder(GENERIC_KEPT))
         self._discovery = _Discovery(api, ttl=discovery_ttl, negative_ttl=negative_discovery_ttl)
         self._is_watched: Callable[[str, str], bool] = lambda _group, _kind: False
         self._events = EventRecorder(

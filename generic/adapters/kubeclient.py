@@ -12,7 +12,9 @@ reads a status code itself. `tests/unit/generic/test_kube_rules.py` keeps it so.
 from __future__ import annotations
 
 import enum
+import json
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -21,17 +23,21 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from generic.lean import Kept, lean_text
+
 __all__ = [
     "API_ERRORS",
     "JSON_PATCH",
     "REQUEST_TIMEOUT",
     "ApiFailure",
+    "Decode",
     "ErrorFactory",
     "KubeApi",
     "api_failure",
     "describe_failure",
     "failed_test_raises",
     "failure_of",
+    "lean_decoder",
     "load_kube_config",
     "new_watch",
     "tested_replace",
@@ -171,9 +177,56 @@ _MERGE_PATCH = "application/merge-patch+json"
 _BUILT_IN_PATCH = "application/json-patch+json"
 
 
-def new_watch() -> watch.Watch:
+Decode = Callable[[str], Any]
+"""How a body (a list, one watch event) is turned from JSON text into dicts."""
+
+# One lean decode at a time in the process: what a decode allocates for a moment is then never
+# allocated by several threads at once (the allocator keeps such a peak).
+_DECODING = threading.Lock()
+
+
+def lean_decoder(kept: Kept) -> Decode:
+    """Decode JSON text with every labels and annotations map cut to what `kept` names before
+    it becomes Python objects (`generic.lean`), one decode at a time in the process."""
+
+    def decode(text: str) -> Any:
+        with _DECODING:
+            return json.loads(lean_text(text, kept))
+
+    return decode
+
+
+class _Watch(watch.Watch):
+    """The client library's watch, decoding each event once, with `decode`: the library's own
+    decodes it, then encodes and decodes the object again to build the return type."""
+
+    def __init__(self, decode: Decode) -> None:
+        super().__init__(return_type=object)  # type: ignore[no-untyped-call]
+        self._decode = decode
+
+    def unmarshal_event(self, data: str, return_type: object) -> Any:
+        if not data or data.isspace():
+            return None
+        try:
+            event = self._decode(data)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(event, dict):
+            return None
+        event["raw_object"] = obj = event.get("object")
+        if event.get("type") != "ERROR" and isinstance(obj, dict):
+            meta = obj.get("metadata")
+            if isinstance(meta, dict) and "resourceVersion" in meta:
+                self.resource_version = meta["resourceVersion"]
+        return event
+
+
+def new_watch(decode: Decode | None = None) -> watch.Watch:
     """A watch for streaming a `KubeApi` list method: events keep their objects as dicts, and
-    the watch tracks the resourceVersion (bookmarks' too) as it does for custom objects."""
+    the watch tracks the resourceVersion (bookmarks' too) as it does for custom objects. With
+    `decode`, each event is decoded by it, once."""
+    if decode is not None:
+        return _Watch(decode)
     return watch.Watch(return_type=object)  # type: ignore[no-untyped-call]
 
 
@@ -191,8 +244,11 @@ class KubeApi:
     streams theirs; `tests/unit/generic/test_kubeclient.py` compares each request with theirs.
     """
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, *, decode: Decode | None = None) -> None:
+        """`decode` turns every answer of this instance from JSON text into dicts (the client's
+        decoding when not given): a lean decoder for the objects tenants write."""
         self.api_client = api
+        self._decode = decode
 
     def _call(
         self,
@@ -205,6 +261,7 @@ class KubeApi:
         content_type: str | None = None,
         request_timeout: Timeout = None,
         preload_content: bool = True,
+        decode: Decode | None = None,
     ) -> Any:
         """One request; its decoded JSON answer, or (`preload_content=False`, for a watch) the
         urllib3 response to stream. An error answer raises `ApiException`, as the generated
@@ -231,6 +288,9 @@ class KubeApi:
                 raise ApiException.from_response(http_resp=response, body=None, data=None)
             return response.response
         response.read()  # type: ignore[no-untyped-call]
+        decode = decode or self._decode
+        if decode is not None and 200 <= response.status <= 299:
+            return decode((response.data or b"").decode("utf-8"))
         return self.api_client.response_deserialize(
             response_data=response, response_types_map=_ANSWER_TYPES
         ).data
@@ -279,8 +339,10 @@ class KubeApi:
         watch: bool | None = None,
         _request_timeout: Timeout = None,
         _preload_content: bool = True,
+        _decode: Decode | None = None,
     ) -> Any:
-        """A list; with `watch`, a stream of events (through `new_watch().stream`)."""
+        """A list; with `watch`, a stream of events (through `new_watch().stream`). A list's
+        answer is decoded by `_decode` when given."""
         return self._call(
             "GET",
             "/apis/{group}/{version}/{plural}",
@@ -296,6 +358,7 @@ class KubeApi:
             ],
             request_timeout=_request_timeout,
             preload_content=_preload_content,
+            decode=_decode,
         )
 
     def create_cluster_custom_object(

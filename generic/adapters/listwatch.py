@@ -37,6 +37,7 @@ from generic.adapters.kubeclient import (
     API_ERRORS,
     REQUEST_TIMEOUT,
     ApiFailure,
+    Decode,
     KubeApi,
     failure_of,
     new_watch,
@@ -82,8 +83,12 @@ class ListWatch:
         field_selector: str | None = None,
         server_timeout: float = 300.0,
         pause: Callable[[float], object] | None = None,
+        decode: Decode | None = None,
     ) -> None:
-        """`pause(seconds)` waits out a backoff; by default until the time passes or `stop`."""
+        """`pause(seconds)` waits out a backoff; by default until the time passes or `stop`.
+        `decode` turns lists and events from JSON text into dicts (the client's decoding when
+        not given); a lean decoder (`kubeclient.lean_decoder`) never builds what it drops."""
+        self._decode = decode
         self._custom = KubeApi(api)
         self._name = name
         self._target = target
@@ -158,7 +163,12 @@ class ListWatch:
     def _list(self, target: Target) -> str:
         group, version, plural = target
         listing = self._custom.list_cluster_custom_object(
-            group, version, plural, _request_timeout=REQUEST_TIMEOUT, **self._selector
+            group,
+            version,
+            plural,
+            _request_timeout=REQUEST_TIMEOUT,
+            _decode=self._decode,
+            **self._selector,
         )
         if not isinstance(listing, dict):
             raise ApiError(f"listing {plural}.{group} returned {type(listing).__name__}")
@@ -181,7 +191,7 @@ class ListWatch:
         """Hand on watch events from `resource_version` until stopped; returns on a 410."""
         group, version, plural = target
         while not self._loop.stopping:
-            self._watch = new_watch()
+            self._watch = new_watch(self._decode)
             seconds = self._server_timeout * random.uniform(0.9, 1.1)
             try:
                 for event in self._watch.stream(  # type: ignore[no-untyped-call]

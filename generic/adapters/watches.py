@@ -36,10 +36,12 @@ from kubernetes import client
 
 from generic import constants as c
 from generic.adapters.copies import Copies
-from generic.adapters.informer import slim
+from generic.adapters.informer import GENERIC_KEPT, slim
+from generic.adapters.kubeclient import lean_decoder
 from generic.adapters.listwatch import ListWatch, Target
 from generic.errors import ApiError
 from generic.gateway import ProviderKind
+from generic.lean import lean
 from generic.provider_index import ProviderIndex
 
 __all__ = ["ProviderWatchHub", "is_provider_crd"]
@@ -51,8 +53,9 @@ VmKey = tuple[str, str]
 
 def _reconciler_view(obj: dict[str, Any]) -> dict[str, Any]:
     """What the reconciler reads of a provider object: its metadata and status (the spec is the
-    provider's business, and most of the object's size)."""
-    return {k: v for k, v in slim(obj).items() if k != "spec"}
+    provider's business, and most of the object's size), with only the labels and annotations
+    it reads."""
+    return {k: v for k, v in slim(lean(obj, GENERIC_KEPT)).items() if k != "spec"}
 
 
 def is_provider_crd(crd: Mapping[str, Any]) -> bool:
@@ -78,6 +81,7 @@ class _KindWatch:
             on_event=self._event,
             on_failure=self.established.clear,
             server_timeout=hub.server_timeout,
+            decode=lean_decoder(GENERIC_KEPT),
         )
 
     def start(self) -> None:

@@ -30,18 +30,19 @@ from typing import Any
 from kubernetes import client
 
 from generic import constants as vmapi
-from generic.adapters.informer import RELISTED, ClusterInformer, slim, without_status
+from generic.adapters.informer import RELISTED, ClusterInformer, lean_slim, slim, without_status
 from generic.adapters.kubeclient import (
     API_ERRORS,
     REQUEST_TIMEOUT,
     ApiFailure,
     KubeApi,
     failure_of,
+    lean_decoder,
 )
 from generic.background import BackgroundLoop
 from generic.formats import format_time, parse_micro_time
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.adapters.kube.adapter import KEPT, KubeAdapter
 from libvirt_provider.faults import crash_point
 from libvirt_provider.hosts import heartbeat, machines
 from libvirt_provider.hosts.assumed import Assumed, Demands
@@ -115,17 +116,33 @@ class Placer:
         self._loop = BackgroundLoop("placer", self._run)
 
         def informer(
-            group: str, plural: str, on_change: Any, keep: Callable[[Obj], Obj] = slim
+            group: str,
+            plural: str,
+            on_change: Any,
+            keep: Callable[[Obj], Obj] = slim,
+            *,
+            tenants: bool = True,
         ) -> ClusterInformer:
+            # What tenants write (VMs, machines) is decoded and kept lean: only the labels and
+            # annotations read here, whatever they put there (`generic.lean`).
             return ClusterInformer(
-                api, group=group, version=c.VERSION, plural=plural, on_change=on_change, keep=keep
+                api,
+                group=group,
+                version=c.VERSION,
+                plural=plural,
+                on_change=on_change,
+                keep=lean_slim(KEPT, keep) if tenants else keep,
+                decode=lean_decoder(KEPT) if tenants else None,
             )
 
         self.machines = informer(c.GROUP, c.MACHINE_PLURAL, self._machine_changed)
         # Of a VM, placement reads the spec only (what the machine asks for): its status, about
         # half of it, would be held for every VM of the cluster for nothing.
         self.vms = informer(vmapi.GROUP, vmapi.PLURAL, self._vm_changed, keep=without_status)
-        self.hosts = informer(c.GROUP, c.HOST_PLURAL, lambda _t, _o: self._loop.wake())
+        # Hosts are the admin's, and placement reads their labels (selectors, zones).
+        self.hosts = informer(
+            c.GROUP, c.HOST_PLURAL, lambda _t, _o: self._loop.wake(), tenants=False
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 

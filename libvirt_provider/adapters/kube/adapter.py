@@ -22,7 +22,7 @@ from kubernetes import client
 from generic import constants as vmapi
 from generic.adapters.copies import Copies
 from generic.adapters.events import EventRecorder
-from generic.adapters.informer import ClusterInformer, without_status
+from generic.adapters.informer import GENERIC_KEPT, ClusterInformer, lean_slim, slim, without_status
 from generic.adapters.kubeclient import (
     JSON_PATCH,
     REQUEST_TIMEOUT,
@@ -30,9 +30,11 @@ from generic.adapters.kubeclient import (
     ErrorFactory,
     KubeApi,
     failed_test_raises,
+    lean_decoder,
     tested_replace,
     translated_api_errors,
 )
+from generic.lean import Kept
 from libvirt_provider import constants as c
 from libvirt_provider.errors import (
     AccessDeniedError,
@@ -45,7 +47,13 @@ from libvirt_provider.machine.store import MachineKey, SecretData
 from libvirt_provider.metrics.fleet import MachineState, machine_state
 from libvirt_provider.metrics.machine_stats import MachineIdentity
 
-__all__ = ["KubeAdapter"]
+__all__ = ["KEPT", "LEAN_KINDS", "KubeAdapter"]
+
+KEPT = GENERIC_KEPT | Kept.of(labels=c.KEPT_LABELS)
+"""The labels and annotations anything in the daemon reads of VMs and LibvirtMachines; the rest,
+which tenants write without bound, is dropped before it is decoded or kept (`generic.lean`)."""
+LEAN_KINDS = (vmapi.KIND, c.MACHINE_KIND)
+"""The kinds whose watch events are decoded lean."""
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -78,13 +86,15 @@ class KubeAdapter:
 
     def __init__(self, api: client.ApiClient, *, host: str) -> None:
         self._custom = self._core = KubeApi(api)
+        # VMs and LibvirtMachines, which tenants write: their answers are decoded lean.
+        self._tenants = KubeApi(api, decode=lean_decoder(KEPT))
         self._host = host
         self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
         self._informers: dict[str, ClusterInformer] = {}
-        self.machines = Copies()
+        self.machines = Copies(keep=lean_slim(KEPT, slim))
         # A machine's pass reads what its VM asks for, never the VM's status (the generic
         # controller's to write): not keeping it saves a third of each copy.
-        self.vms = Copies(keep=without_status)
+        self.vms = Copies(keep=lean_slim(KEPT, without_status))
         # This host's machines whose status shows a domain (a providerID): the ones a restarted
         # daemon must count before it admits a new machine (`machine/book.py`).
         self._built: set[MachineKey] = set()
@@ -161,7 +171,7 @@ class KubeAdapter:
             with _translated():
                 return cast(
                     Obj,
-                    self._custom.get_namespaced_custom_object(
+                    self._tenants.get_namespaced_custom_object(
                         group, version, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT
                     ),
                 )
@@ -241,7 +251,7 @@ class KubeAdapter:
 
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
         with _translated():
-            written = self._custom.patch_namespaced_custom_object_status(
+            written = self._tenants.patch_namespaced_custom_object_status(
                 c.GROUP,
                 c.VERSION,
                 namespace,
@@ -317,7 +327,7 @@ class KubeAdapter:
             "changed meanwhile"
         )
         with _translated(), failed_test_raises(lambda: StateConflictError(changed)):
-            written = self._custom.patch_namespaced_custom_object(
+            written = self._tenants.patch_namespaced_custom_object(
                 c.GROUP,
                 c.VERSION,
                 str(meta.get("namespace")),

@@ -42,12 +42,13 @@ from pathlib import Path
 from kubernetes.client import ApiClient
 
 from generic.adapters.kubeclient import load_kube_config
+from generic.adapters.operator import lean_watch_events
 from libvirt_provider.adapters.cluster.leader import GenericLeader, LeaderSettings
 from libvirt_provider.adapters.host.catalog_feed import CatalogFeed
 from libvirt_provider.adapters.host.credentials import default_root, make_root, remove_root
 from libvirt_provider.adapters.host.remote import RemoteHosts
 from libvirt_provider.adapters.host.unit import HostUnit, UnitSettings
-from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.adapters.kube.adapter import KEPT, LEAN_KINDS, KubeAdapter
 from libvirt_provider.adapters.process.call_metrics import register_call_metrics
 from libvirt_provider.adapters.process.console_server import ConsoleServer, settings_from_files
 from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
@@ -223,6 +224,8 @@ STOP_WATCHDOG_MARGIN = 10.0
 # malloc arenas for the whole process, and how often freed heap memory is handed back (see
 # `process.heap`); a trim walks the free lists only, which is cheap next to a pass.
 MALLOC_ARENAS = 2
+# Blocks from this size on are mapped and unmapped on their own, never kept in the heap.
+MMAP_THRESHOLD_BYTES = 256 * 1024
 HEAP_TRIM_SECONDS = 30.0
 
 
@@ -233,7 +236,11 @@ def run(cfg: DaemonConfig) -> int:
     # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a daemon hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     # Before any thread exists: threads created later share these arenas.
-    Heap().limit_arenas(MALLOC_ARENAS)
+    heap = Heap()
+    heap.limit_arenas(MALLOC_ARENAS)
+    heap.fix_mmap_threshold(MMAP_THRESHOLD_BYTES)
+    # Before the operators start: kopf's watches of VMs and LibvirtMachines decode them lean.
+    lean_watch_events(LEAN_KINDS, KEPT)
 
     api = load_kube_config(cfg.kubeconfig)
     catalog = CatalogFeed(api)

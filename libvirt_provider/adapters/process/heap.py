@@ -21,8 +21,9 @@ __all__ = ["Heap"]
 
 log = logging.getLogger(__name__)
 
-# mallopt(3): the parameter number of M_ARENA_MAX.
+# mallopt(3): the parameter numbers of M_ARENA_MAX and M_MMAP_THRESHOLD.
 _M_ARENA_MAX = -8
+_M_MMAP_THRESHOLD = -3
 
 
 class Heap:
@@ -49,6 +50,19 @@ class Heap:
         applied = bool(self._libc.mallopt(ctypes.c_int(_M_ARENA_MAX), ctypes.c_int(arenas)))
         if not applied:
             log.warning("could not limit malloc arenas to %d", arenas)
+        return applied
+
+    def fix_mmap_threshold(self, size: int) -> bool:
+        """Blocks of `size` bytes and more always get pages of their own (mmap), handed back to
+        the system when freed. glibc otherwise raises the threshold to the size of each such
+        block freed, up to 32 MiB, so the megabyte-long bodies of a watch (a VM with thousands
+        of labels) end up in the heap, scattered among small long-lived blocks that keep its
+        pages. False when not applied."""
+        if self._libc is None:
+            return False
+        applied = bool(self._libc.mallopt(ctypes.c_int(_M_MMAP_THRESHOLD), ctypes.c_int(size)))
+        if not applied:
+            log.warning("could not fix the mmap threshold at %d bytes", size)
         return applied
 
     def trim(self) -> bool:
