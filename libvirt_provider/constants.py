@@ -80,9 +80,11 @@ __all__ = [
     "MACHINE_KIND",
     "MACHINE_PLURAL",
     "MACHINE_SHORT_NAMES",
+    "MACHINE_STATS_DEADLINE_SECONDS",
     "MAX_REPORTED_ADDRESSES",
     "METADATA_NAMESPACE",
     "METADATA_PREFIX",
+    "METRICS_PREFIX",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
     "REASON_AMBIGUOUS_DEFAULT",
@@ -301,6 +303,12 @@ CONNECTION_PROBLEM_REASONS: Final = (
 # the ten NICs a VM may have fit, and one NIC's many addresses never crowd out another's.
 MAX_REPORTED_ADDRESSES: Final = 64
 ADDRESSES_PER_NIC: Final = 6
+
+# The project's Prometheus prefix (every metric of the daemon starts with it), and the seconds a
+# scrape waits for one host's bulk domain statistics before it answers without them (marked
+# partial): under Prometheus' default 10 s scrape timeout, with room for the rest of /metrics.
+METRICS_PREFIX: Final = "vmapi"
+MACHINE_STATS_DEADLINE_SECONDS: Final = 5.0
 
 # -- the console subresources (docs/console.md) ---------------------------------------------------
 # The aggregated API group the daemons serve through the kube-apiserver, and its one version.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from generic.adapters.informer import slim
 
@@ -20,6 +20,7 @@ __all__ = ["Copies", "newer"]
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
+T = TypeVar("T")
 
 
 def newer(candidate: Obj, held: Obj) -> bool:
@@ -78,6 +79,13 @@ class Copies:
     def holds(self, namespace: str, name: str) -> bool:
         with self._lock:
             return (namespace, name) in self._objects
+
+    def project(self, read: Callable[[Obj], T]) -> list[T]:
+        """`read` of every copy held, under the lock and without the deep copies `get` hands
+        out: for a cheap look at every copy at once (a scrape). `read` must not change or keep
+        what it is given."""
+        with self._lock:
+            return [read(obj) for obj in self._objects.values()]
 
     def __len__(self) -> int:
         with self._lock:

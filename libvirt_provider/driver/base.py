@@ -16,6 +16,7 @@ from typing import Protocol
 from libvirt_provider.driver.types import (
     AddressSource,
     DomainRef,
+    DomainStats,
     DomainStatus,
     GuestInfo,
     HostFacts,
@@ -27,6 +28,7 @@ from libvirt_provider.driver.types import (
 
 __all__ = [
     "DomainControl",
+    "DomainStatistics",
     "HostInfo",
     "Hypervisor",
     "LifecycleEvents",
@@ -94,6 +96,13 @@ class DomainControl(Protocol):
     def guest_info(self, uuid: str) -> GuestInfo | None:
         """The guest agent's view of a running domain; None when it has no agent channel."""
         ...
+
+
+class DomainStatistics(Protocol):
+    """What /metrics reads per scrape: every running domain's statistics in one call (not part
+    of `Hypervisor`: the machine loop never reads them)."""
+
+    def domain_stats(self) -> list[DomainStats]: ...
 
 
 class VolumeStore(Protocol):

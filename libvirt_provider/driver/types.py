@@ -14,6 +14,7 @@ __all__ = [
     "AddressSource",
     "DomainRef",
     "DomainState",
+    "DomainStats",
     "DomainStatus",
     "GuestInfo",
     "HostFacts",
@@ -148,3 +149,13 @@ class HostInventory:
 
 LifecycleListener = Callable[[str], None]
 """Called with a domain UUID whenever libvirt reports a lifecycle event for that domain."""
+
+
+@dataclass(frozen=True)
+class DomainStats:
+    """One domain's record from libvirt's bulk statistics: its UUID and name, and the typed
+    parameters libvirt returned (`cpu.time`, `block.0.rd.bytes`, ...), whatever it reported."""
+
+    uuid: str
+    name: str
+    values: Mapping[str, object] = field(default_factory=dict)

@@ -38,8 +38,10 @@ import urllib.request
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from email.message import Message
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
+
+from prometheus_client import Counter, Histogram
 
 from libvirt_provider.driver.base import PoolAccess
 from libvirt_provider.errors import NotFoundError, ProviderError
@@ -138,6 +140,26 @@ def _refuse_foreign_files(base: BaseImage, url: str, head: bytes) -> None:
 def _open_url(url: str) -> Download:
     response: Download = _OPENER.open(url, timeout=30)
     return response
+
+
+IMPORTS: Final = Counter(
+    "vmapi_libvirt_image_imports_total",
+    "Image imports into a host's pool that ended, by result.",
+    ["result"],
+)
+"""result: ok (sha256 verified), failed (any error: the half-written volume was removed)."""
+
+IMPORT_BYTES: Final = Counter(
+    "vmapi_libvirt_image_import_bytes_total",
+    "Bytes written into pools by image imports, failed ones included.",
+)
+
+IMPORT_SECONDS: Final = Histogram(
+    "vmapi_libvirt_image_import_duration_seconds",
+    "Time one image import took, from its start to its end, whatever the result.",
+    ["result"],
+    buckets=(1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0),
+)
 
 
 class ImageImporter:
@@ -253,6 +275,8 @@ class ImageImporter:
         assert base.url is not None
         assert base.sha256 is not None
         url = shown_url(base.url)
+        started = time.monotonic()
+        succeeded = False
         try:
             self._discard_unverified(base)
             actual = self._stream_into_pool(base, job, url)
@@ -274,10 +298,15 @@ class ImageImporter:
                 job.done,
                 job.total,
             )
+            succeeded = True
         except (OSError, ProviderError, ValueError) as err:
             job.error = str(err) if isinstance(err, ProviderError) else f"{url}: {_no_url(err)}"
             log.warning("import of image %s failed: %s", base.image, job.error)
         finally:
+            result = "ok" if succeeded else "failed"
+            IMPORTS.labels(result=result).inc()
+            IMPORT_BYTES.inc(job.done)
+            IMPORT_SECONDS.labels(result=result).observe(time.monotonic() - started)
             job.finished_at = time.monotonic()
             job.running = False
             self._on_change(base)

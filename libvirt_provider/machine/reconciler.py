@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from prometheus_client import Counter
 from pydantic import ValidationError
 
 from generic import constants as vmapi
@@ -65,6 +66,13 @@ from libvirt_provider.resolved import ResolvedMachine
 __all__ = ["MachineKey", "MachineReconciler", "MachineStore"]
 
 log = logging.getLogger(__name__)
+
+RECONCILE_ERRORS = Counter(
+    "vmapi_libvirt_machine_reconcile_errors_total",
+    "LibvirtMachine reconciles that ended in a problem, by reason: the InfrastructureReady "
+    "reason they reported, or the error's class when no status could be written.",
+    ["reason"],
+)
 
 CONVERGING_DELAY = 2.0
 CONVERGING = Outcome(requeue_after=CONVERGING_DELAY)
@@ -163,6 +171,7 @@ class MachineReconciler:
             # The API server or libvirtd failed where no status can be written (reading the
             # machine, changing its finalizers): back off and try again.
             log.warning("%s/%s: %s; retrying", key.namespace, key.name, err)
+            RECONCILE_ERRORS.labels(reason=type(err).__name__).inc()
             return RETRY
 
     def _reconcile(self, key: MachineKey) -> Outcome:
@@ -457,6 +466,7 @@ class MachineReconciler:
     def _failed(self, obj: Obj, vm: Obj | None, reason: str, message: str) -> Report:
         """A problem: both conditions False with `reason`, and a Warning Event (on the machine
         and on its linked VM) when it is new."""
+        RECONCILE_ERRORS.labels(reason=reason).inc()
         before = find_condition(
             (obj.get("status") or {}).get("conditions"), vmapi.CONDITION_INFRASTRUCTURE_READY
         )

@@ -23,6 +23,7 @@ SMOKE_TIMEOUT = {
     "footprint.py": 120,
     "generic_status_latency.py": 120,
     "image_bench.py": 120,
+    "metrics_bench.py": 120,
     "placement_bench.py": 240,
     "provider_burst.py": 180,
     "remote_bench.py": 180,

@@ -71,6 +71,11 @@ class GenericLeader:
         ending when the wait gave up (its operator or placer blocked on a frozen API server)."""
         return self._elector.stop()
 
+    @property
+    def leading(self) -> bool:
+        """Whether this daemon holds the generic controller's Lease now."""
+        return bool(self._elector.leading)
+
     def problem(self) -> str | None:
         if not self._elector.alive():
             return "the leader election thread ended"

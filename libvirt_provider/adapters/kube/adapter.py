@@ -44,6 +44,8 @@ from libvirt_provider.errors import (
     StateConflictError,
 )
 from libvirt_provider.machine.store import MachineKey, SecretData
+from libvirt_provider.metrics.fleet import MachineState, machine_state
+from libvirt_provider.metrics.machine_stats import MachineIdentity
 
 __all__ = ["KEPT", "LEAN_KINDS", "KubeAdapter"]
 
@@ -118,6 +120,16 @@ class KubeAdapter:
         """This host's machines whose status shows a domain, as the watch last showed them."""
         with self._built_lock:
             return list(self._built)
+
+    def machine_identities(self) -> list[MachineIdentity]:
+        """Who each of this host's machines is and which domain it has, from the watch-fed
+        copies (no API call): what /metrics needs to name a domain's statistics."""
+        return self.machines.project(_identity)
+
+    def machine_states(self) -> list[MachineState]:
+        """Each of this host's machines' power state and InfrastructureReady reason, from the
+        watch-fed copies (no API call)."""
+        return self.machines.project(machine_state)
 
     def observe_vm(self, obj: Obj, *, deleted: bool, wanted: bool) -> None:
         """A VirtualMachine's event; kept only for a machine of this host (`wanted`) or when a
@@ -336,3 +348,17 @@ class KubeAdapter:
         self._events.record(
             obj, type_="Warning" if warning else "Normal", reason=reason, message=message
         )
+
+
+def _identity(obj: Obj) -> MachineIdentity:
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    provider_id = status.get("providerID")
+    recorded = (status.get("providerMetadata") or {}).get("domainName")
+    return MachineIdentity(
+        namespace=str(meta.get("namespace")),
+        name=str(meta.get("name")),
+        uid=str(meta.get("uid") or ""),
+        provider_id=provider_id if isinstance(provider_id, str) else None,
+        recorded_domain=recorded if isinstance(recorded, str) else None,
+    )

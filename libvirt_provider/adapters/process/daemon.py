@@ -53,6 +53,11 @@ from libvirt_provider.adapters.process.call_metrics import register_call_metrics
 from libvirt_provider.adapters.process.console_server import ConsoleServer, settings_from_files
 from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
 from libvirt_provider.adapters.process.heap import Heap
+from libvirt_provider.adapters.process.host_metrics import register_host_metrics
+from libvirt_provider.adapters.process.machine_metrics import (
+    HostSource,
+    register_machine_metrics,
+)
 from libvirt_provider.adapters.process.signals import StopSignals
 from libvirt_provider.adapters.runtime.shutdown import Shutdown, Step
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
@@ -118,6 +123,8 @@ class Mode:
     readiness: list[tuple[str, Check]]
     # The hosts whose libvirt calls /metrics counts.
     hosts: Callable[[], list[tuple[str, LibvirtHypervisor]]]
+    # The hosts whose machines and state /metrics reports (`_host_source`).
+    metrics_sources: Callable[[], list[HostSource]]
     # Stop steps run beside the common ones, then in order after them.
     together: list[Step]
     then: list[Step]
@@ -155,6 +162,7 @@ def _local_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mode
             ("heartbeat", unit.agent.lease_problem),
         ],
         hosts=lambda: [(cfg.host, hypervisor)],
+        metrics_sources=lambda: [_host_source(unit)],
         together=unit.stop_steps(),
         then=[("the libvirt connection", hypervisor.close)],
         description=f"on host {cfg.host}: libvirt {cfg.libvirt_uri}",
@@ -191,9 +199,21 @@ def _remote_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mod
         liveness=[("remote hosts", supervisor), ("remote host controllers", remote.problem)],
         readiness=[("kubernetes", bounded(store.access_problem, seconds=7, what="the API server"))],
         hosts=remote.hypervisors,
+        metrics_sources=lambda: [_host_source(unit) for _name, unit in remote.units()],
         together=[("the remote hosts", remote.stop)],
         then=[("the credential files", lambda: remove_root(root))],
         description=f"in remote mode as {identity}: serving LibvirtHosts with spec.connection",
+    )
+
+
+def _host_source(unit: HostUnit) -> HostSource:
+    """What /metrics reads of one served host: all of it held in memory but the bulk call."""
+    return HostSource(
+        host=unit.host,
+        hypervisor=unit.hypervisor,
+        machines=unit.store.machine_identities,
+        machine_states=unit.store.machine_states,
+        host_object=lambda: unit.agent.informer.get(unit.host),
     )
 
 
@@ -226,8 +246,12 @@ def run(cfg: DaemonConfig) -> int:
     catalog = CatalogFeed(api)
     mode = _remote_mode(cfg, api, catalog) if cfg.remote else _local_mode(cfg, api, catalog)
     register_call_metrics(mode.hosts)
+    register_machine_metrics(mode.metrics_sources)
     leader = (
         GenericLeader(leader_settings(cfg, mode.name), api, mode.store) if cfg.generic else None
+    )
+    register_host_metrics(
+        mode.metrics_sources, leading=lambda: leader.leading if leader is not None else None
     )
     liveness = list(mode.liveness)
     if leader is not None:

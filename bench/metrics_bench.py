@@ -1,0 +1,223 @@
+"""Benchmark of /metrics with N machines: one daemon on libvirt's test driver, N running pairs.
+
+Why it exists: per-machine metrics cost one bulk statistics call per host per scrape
+(docs/metrics.md); this measures what a scrape then takes with N machines on one host, and that
+deleting the machines takes their series with them (no stale series).
+
+What it does, bounded in time and stopping by itself:
+- writes a test-driver node definition and its LibvirtStorageClasses as bench/scale_bench.py
+  does (`tests/support/testdriver.py`), starts one `libvirt-provider` on it (host
+  `metrics-host-0`), creates N linked pairs in a fresh namespace with a few threads, and waits
+  until the daemon's /metrics names all N machines (`vmapi_machine_stats_machines`);
+- scrapes /metrics --scrapes times and prints the wall time of each whole scrape (p50, max), the
+  daemon's own figure for the bulk call (`vmapi_machine_stats_scrape_seconds`), the body's size,
+  and the series count: all, and the per-machine ones (`vmapi_machine_*` with a name label);
+- deletes every VM (the generic controller deletes each LibvirtMachine, the daemon its domain),
+  waits until none is left, and prints the same counts again.
+
+The test driver's bulk statistics carry each domain's state only, so each machine has one series
+here (`vmapi_machine_domain_state`); a qemu guest has up to 7 for the domain, 6 per disk and 8
+per NIC (the e2e test `tests/e2e/provider/test_machine_metrics.py` sees a real guest's). The
+scrape time measured is the call, the naming and the exposition of N records.
+
+Whatever happens, the daemon is stopped and everything the run made is deleted. Traffic goes
+only to the lab's API server and the daemon on 127.0.0.1. Needs the lab: `make lab-up` first.
+
+usage: .venv/bin/python bench/metrics_bench.py [--machines 1000] [--scrapes 5] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlparse
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from tests.support.daemons import health_base  # noqa: E402
+from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
+from tests.support.lab_access import read_lab  # noqa: E402
+from tests.support.testdriver import (  # noqa: E402
+    Daemons,
+    disk_pools,
+    forget_hosts,
+    pair_docs,
+    storage_classes,
+    write_node_xml,
+)
+from tests.support.waiting import eventually  # noqa: E402
+
+HOST_PREFIX = "metrics-host-"
+HOST = f"{HOST_PREFIX}0"
+NS_PREFIX = "metrics-"
+VMS, LMS = "virtualmachines", "libvirtmachines"
+CREATORS = 8
+
+
+class Scrape:
+    def __init__(self, url: str) -> None:
+        started = time.monotonic()
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            body = resp.read()
+        self.seconds = time.monotonic() - started
+        self.size = len(body)
+        self.samples = [
+            s for family in text_string_to_metric_families(body.decode()) for s in family.samples
+        ]
+
+    def value(self, name: str) -> float | None:
+        for s in self.samples:
+            if s.name == name and s.labels.get("host") == HOST:
+                return float(s.value)
+        return None
+
+    def series(self) -> set[str]:
+        """Each sample's name and labels, as text."""
+        return {
+            s.name + "{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}"
+            for s in self.samples
+        }
+
+    def machine_series(self) -> int:
+        return sum(
+            1 for s in self.samples if s.name.startswith("vmapi_machine_") and "name" in s.labels
+        )
+
+
+def report(what: str, scrapes: list[Scrape]) -> None:
+    walls = sorted(s.seconds for s in scrapes)
+    inner = [v for s in scrapes if (v := s.value("vmapi_machine_stats_scrape_seconds")) is not None]
+    last = scrapes[-1]
+    p50 = statistics.median(walls) * 1000
+    print(
+        f"{what}: {len(scrapes)} scrapes, whole scrape p50 {p50:.1f} ms,"
+        f" max {walls[-1] * 1000:.1f} ms; bulk call and naming (daemon's figure) p50 "
+        f"{statistics.median(inner) * 1000:.1f} ms; body {last.size / 1024:.0f} KiB; "
+        f"series {len(last.samples)} in all, {last.machine_series()} per-machine; "
+        f"machines named {last.value('vmapi_machine_stats_machines'):.0f}, "
+        f"partial {last.value('vmapi_machine_stats_partial'):.0f}"
+    )
+
+
+def run(machines: int, scrapes: int, workdir: Path) -> int:
+    lab = read_lab()
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=lab.kubeconfig, client_configuration=cfg)
+    if urlparse(cfg.host).hostname not in ("127.0.0.1", "localhost"):
+        raise SystemExit(f"metrics_bench: refusing {cfg.host}: it only talks to the lab")
+    cfg.connection_pool_maxsize = CREATORS + 4
+    api = client.ApiClient(cfg)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    install_api(lab, api)
+    pools = disk_pools(machines, 1)
+    storage_classes(custom, pools, create=True)
+    uri = write_node_xml(lab, workdir / "node.xml", pools)
+    ns = NS_PREFIX + uuid.uuid4().hex[:6]
+    daemons = Daemons(lab, uri, 1, host_prefix=HOST_PREFIX, log_prefix="metrics-bench-")
+    daemon = daemons.items[0]
+    try:
+        daemons.wait_started()
+        url = f"{health_base(daemon.proc, daemon.log)}/metrics"
+        core.create_namespace({"metadata": {"name": ns}})
+        print(f"metrics_bench: {machines} machines on {uri}, host {HOST}, namespace {ns}")
+        before = [Scrape(url) for _ in range(scrapes)]
+        report("no machines", before)
+
+        def create(index: int) -> None:
+            vm, lm = pair_docs(ns, index, 1, HOST_PREFIX)
+            custom.create_namespaced_custom_object(VM_GROUP, V, ns, VMS, vm)
+            custom.create_namespaced_custom_object(GROUP, V, ns, LMS, lm)
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(CREATORS) as pool:
+            list(pool.map(create, range(machines)))
+        eventually(
+            lambda: Scrape(url).value("vmapi_machine_stats_machines") == machines,
+            timeout=120 + machines * 0.6,
+            interval=2,
+            what=f"all {machines} machines on /metrics",
+        )
+        print(
+            f"  all {machines} running and named on /metrics {time.monotonic() - started:.0f} s "
+            "after the first create"
+        )
+        report(f"{machines} machines", [Scrape(url) for _ in range(scrapes)])
+
+        started = time.monotonic()
+        custom.delete_collection_namespaced_custom_object(VM_GROUP, V, ns, VMS)
+        eventually(
+            lambda: not custom.list_namespaced_custom_object(GROUP, V, ns, LMS, limit=1)["items"],
+            timeout=120 + machines * 0.6,
+            interval=2,
+            what="every LibvirtMachine gone",
+        )
+        print(f"  all deleted {time.monotonic() - started:.0f} s after the delete")
+        after = [Scrape(url) for _ in range(scrapes)]
+        report("after deleting them", after)
+        grown = after[-1].series() - before[-1].series()
+        print(
+            f"  series present after but not before the machines: {len(grown)}"
+            + (f" ({', '.join(sorted(grown))})" if grown else "")
+        )
+        return 0 if after[-1].machine_series() == 0 else 1
+    finally:
+        clean_up(custom, core, ns, daemons)
+        storage_classes(custom, pools, create=False)
+        forget_hosts(custom, HOST_PREFIX)
+        print(f"daemon log: {daemon.log}")
+        api.close()
+
+
+def clean_up(
+    custom: client.CustomObjectsApi, core: client.CoreV1Api, ns: str, daemons: Daemons
+) -> None:
+    """Leave nothing behind, even after a failed run: what is left is deleted, the daemon
+    stopped, then any finalizer still held released so the namespace can go."""
+    with contextlib.suppress(ApiException):
+        for group, plural in ((VM_GROUP, VMS), (GROUP, LMS)):
+            for obj in custom.list_namespaced_custom_object(group, V, ns, plural)["items"]:
+                delete_quietly(custom, group, ns, plural, obj["metadata"]["name"])
+    daemons.stop()
+    with contextlib.suppress(ApiException):
+        for group, plural in ((VM_GROUP, VMS), (GROUP, LMS)):
+            for obj in custom.list_namespaced_custom_object(group, V, ns, plural)["items"]:
+                custom.patch_namespaced_custom_object(
+                    group,
+                    V,
+                    ns,
+                    plural,
+                    obj["metadata"]["name"],
+                    {"metadata": {"finalizers": None}},
+                )
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(ns)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--machines", type=int, default=1000, help="pairs to create (N)")
+    parser.add_argument("--scrapes", type=int, default=5, help="scrapes timed per phase")
+    parser.add_argument("--smoke", action="store_true", help="3 pairs, 2 scrapes: a quick check")
+    args = parser.parse_args()
+    if args.smoke:
+        args.machines, args.scrapes = 3, 2
+    with tempfile.TemporaryDirectory(prefix="metrics-bench-") as tmp:
+        return run(args.machines, args.scrapes, Path(tmp))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Per-machine metrics: what libvirt's bulk domain statistics become on /metrics (pure)."""
