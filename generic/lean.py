@@ -13,6 +13,11 @@ is cut down to what some reader uses (`Kept` names the labels and annotations), 
 - `lean`, on a decoded object: the metadata fields that are kept (`KEPT_METADATA`), with the
   labels and annotations cut the same way.
 
+A cut map leaves a digest of what it held beside it (`labelsDigest`, `annotationsDigest`, named by
+`DIGEST_FIELDS`), so an edit of a label nobody reads still shows as an edit (`user_edit_mark`): a
+user touches a machine to make its daemon look again now, and a reader that compared the kept
+keys only would miss that.
+
 Spec and status are kept as they come: their schema is the CRD's, and the API server prunes
 fields it does not know. Pure: no I/O.
 """
@@ -20,13 +25,14 @@ fields it does not know. Pure: no I/O.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KEPT_METADATA", "Kept", "lean", "lean_text"]
+__all__ = ["DIGEST_FIELDS", "KEPT_METADATA", "Kept", "lean", "lean_text", "user_edit_mark"]
 
 Obj = dict[str, Any]
 
@@ -44,11 +50,31 @@ KEPT_METADATA = frozenset(
         "ownerReferences",
         "labels",
         "annotations",
+        "labelsDigest",
+        "annotationsDigest",
     }
 )
 """The metadata fields kept (labels and annotations only with the keys `Kept` names). Not kept:
 `managedFields` (the API server's bookkeeping, often the biggest part of an object), `generateName`,
 `selfLink` and anything a later API version adds."""
+
+DIGEST_FIELDS: dict[str, str] = {"labels": "labelsDigest", "annotations": "annotationsDigest"}
+"""The metadata field beside each cut map that holds a digest of the whole map as it came (absent
+when the map was empty). Kubernetes' ObjectMeta has no such fields: they exist only in the
+decoded copies, and nothing writes them back."""
+
+
+_DIGEST_CHUNK = 64 * 1024
+
+
+def _digest(text: str, start: int = 0, end: int | None = None) -> str:
+    """A short digest of `text[start:end]`, read in chunks: a tenant's megabyte of labels is
+    never copied whole."""
+    end = len(text) if end is None else end
+    h = hashlib.blake2b(digest_size=8)
+    for at in range(start, end, _DIGEST_CHUNK):
+        h.update(text[at : min(at + _DIGEST_CHUNK, end)].encode())
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -74,6 +100,7 @@ _STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
 _MAP_START = re.compile(r'[{,]\s*"(labels|annotations)"\s*:\s*(?=\{)')
 # A whole map of strings, matched in one go.
 _MAP = re.compile(rf"\{{\s*(?:{_STRING}\s*:\s*{_STRING}\s*,?\s*)*+\}}")
+_EMPTY_MAP = re.compile(r"\{\s*\}")
 # One pair of a map of strings, and what follows it: `,` (more pairs) or `}` (the end).
 _PAIR = re.compile(rf"\s*({_STRING})\s*:\s*({_STRING})\s*([,}}])\s*")
 
@@ -106,8 +133,9 @@ def _kept_pairs(text: str, start: int, end: int, keys: frozenset[str]) -> list[s
 def lean_text(text: str, kept: Kept) -> str:
     """`text` (JSON) with every map of strings under a `"labels"` or `"annotations"` key cut to
     the keys `kept` names for it; the rest of the text as it was. A map that holds anything but
-    strings is left alone (no Kubernetes labels or annotations look like that). The dropped
-    pairs never become Python objects: a map is matched whole, then searched for its kept keys
+    strings is left alone (no Kubernetes labels or annotations look like that); a map that held
+    anything gets its digest beside it (`DIGEST_FIELDS`). The dropped pairs never become Python
+    objects: a map is matched whole, then searched for its kept keys
     (read pair by pair, one at a time, when it holds escapes)."""
     out: list[str] = []
     done = at = 0
@@ -116,10 +144,14 @@ def lean_text(text: str, kept: Kept) -> str:
         if body is None:  # not a map of strings: left as it is
             at = found.end()
             continue
-        keys = kept.labels if found.group(1) == "labels" else kept.annotations
+        field = found.group(1)
+        keys = kept.labels if field == "labels" else kept.annotations
         pairs = _kept_pairs(text, body.start(), body.end(), keys)
         out.append(text[done : found.start(1) - 1])  # up to the key's opening quote
-        out.append(f'"{found.group(1)}":{{{",".join(pairs)}}}')
+        out.append(f'"{field}":{{{",".join(pairs)}}}')
+        if _EMPTY_MAP.fullmatch(text, body.start(), body.end()) is None:
+            digest = _digest(text, body.start(), body.end())
+            out.append(f',"{DIGEST_FIELDS[field]}":"{digest}"')
         done = at = body.end()
     if not out:
         return text
@@ -135,15 +167,32 @@ def _only(found: object, keys: frozenset[str]) -> dict[str, Any] | None:
 
 def lean(obj: Mapping[str, Any], kept: Kept) -> Obj:
     """`obj` with only the metadata fields in `KEPT_METADATA`, its labels and annotations cut to
-    the keys `kept` names (a map left empty is dropped); everything else as it was. `obj` is not
-    changed."""
+    the keys `kept` names (a map left empty is dropped) and a digest of each map that held
+    anything; everything else as it was. `obj` is not changed, and an object already lean keeps
+    the digests it has."""
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
         return dict(obj)
     kept_meta: Obj = {k: v for k, v in meta.items() if k in KEPT_METADATA}
     for field, keys in (("labels", kept.labels), ("annotations", kept.annotations)):
         if field in kept_meta:
-            cut = _only(kept_meta.pop(field), keys)
+            found = kept_meta.pop(field)
+            if found and DIGEST_FIELDS[field] not in kept_meta:
+                text = json.dumps(found, sort_keys=True, separators=(",", ":"), default=str)
+                kept_meta[DIGEST_FIELDS[field]] = _digest(text)
+            cut = _only(found, keys)
             if cut:
                 kept_meta[field] = cut
     return {**obj, "metadata": kept_meta}
+
+
+def user_edit_mark(meta: Mapping[str, Any]) -> tuple[object, ...]:
+    """What of an object's metadata a user's edit changes, for telling such edits from status
+    writes, whether the object is lean or whole: the labels and annotations kept, and the
+    digests of the maps as they came (a lean copy's only sign of a change to a label cut)."""
+    return (
+        tuple(sorted((meta.get("labels") or {}).items())),
+        tuple(sorted((meta.get("annotations") or {}).items())),
+        meta.get(DIGEST_FIELDS["labels"]),
+        meta.get(DIGEST_FIELDS["annotations"]),
+    )

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from generic import constants as vmapi
 from generic.api import PowerOffMode, PowerState
+from generic.lean import user_edit_mark
 from libvirt_provider import naming
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.driver.base import Hypervisor
@@ -216,12 +217,7 @@ SECRET_CACHE_BYTES = 16 * 1024 * 1024
 def _edit_mark(obj: Obj | None) -> tuple[object, ...]:
     """What changes when a user edits the object (not its status, which every pass writes)."""
     meta = (obj or {}).get("metadata") or {}
-    return (
-        meta.get("uid"),
-        meta.get("generation"),
-        repr(sorted((meta.get("labels") or {}).items())),
-        repr(sorted((meta.get("annotations") or {}).items())),
-    )
+    return (meta.get("uid"), meta.get("generation"), user_edit_mark(meta))
 
 
 @dataclass

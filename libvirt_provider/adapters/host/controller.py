@@ -36,6 +36,7 @@ from generic import constants as vmapi
 from generic.adapters.controller import vm_fingerprint
 from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.background import BackgroundLoop
+from generic.lean import user_edit_mark
 from generic.workqueue import WorkerPool, WorkQueue
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
@@ -184,11 +185,7 @@ def machine_fingerprint(meta: Mapping[str, Any]) -> Hashable:
     """What of a LibvirtMachine's metadata its reconcile depends on; spec changes move
     `generation`. An event that changes none of it is the echo of a status write (this daemon's
     own): reconciling on it would turn every failed pass into an immediate retry."""
-    return (
-        vm_fingerprint(meta),
-        tuple(sorted((meta.get("labels") or {}).items())),
-        tuple(sorted((meta.get("annotations") or {}).items())),
-    )
+    return (vm_fingerprint(meta), user_edit_mark(meta))
 
 
 class _Fingerprints:
