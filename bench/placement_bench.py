@@ -228,7 +228,10 @@ def lab(machines: int) -> None:
                 create(api, unplaced(ns, name, lm_spec=spec))
         observer.join()
         if len(built) < len(created):
-            raise SystemExit(f"bench: {len(created) - len(built)} machines never built")
+            raise SystemExit(
+                f"bench: {len(created) - len(built)} machines never built:\n"
+                + _why_not_built(custom, ns, [n for n in created if n not in built])
+            )
 
         def latencies(prefix: str, when: dict[str, float]) -> list[float]:
             return [when[n] - created[n] for n in created if n.startswith(prefix)]
@@ -272,6 +275,21 @@ def _wait_allocatable(api: client.ApiClient, names: list[str], *, cpus: int) -> 
         return True
 
     wait(raised, 60, "the hosts' raised allocatable")
+
+
+def _why_not_built(custom: client.CustomObjectsApi, ns: str, names: list[str]) -> str:
+    """A line per machine: its host and the conditions that are not True, as it reports them."""
+    lines = []
+    for name in names:
+        obj = custom.get_namespaced_custom_object(G, V, ns, "libvirtmachines", name)
+        conditions = [
+            f"{x.get('type')}={x.get('status')} {x.get('reason')}: {x.get('message')}"
+            for x in (obj.get("status") or {}).get("conditions") or []
+            if x.get("status") != "True"
+        ]
+        host = (obj.get("spec") or {}).get("host")
+        lines.append(f"  {name} on {host}: {'; '.join(conditions) or 'no conditions'}")
+    return "\n".join(lines)
 
 
 def _observe(

@@ -253,8 +253,6 @@ def run(args: argparse.Namespace) -> int:
         daemons.stop()
         with contextlib.suppress(ApiException):
             custom.delete_cluster_custom_object(GROUP, V, "libvirtmachineclasses", HUGE)
-        with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object(GROUP, V, HOSTS_PLURAL, HOST)
 
 
 def main() -> int:

@@ -44,7 +44,7 @@ from lxml.builder import E
 from libvirt_provider.constants import HOST_LABEL
 from tests.support.daemons import answers, health_base, start_daemon
 from tests.support.factories import pair
-from tests.support.hosts import host_object
+from tests.support.hosts import HOSTS_PLURAL, host_object
 from tests.support.kube import GROUP, V
 from tests.support.lab_access import LabInfo
 from tests.support.waiting import eventually
@@ -405,7 +405,9 @@ class Daemons:
         return all(d.proc.poll() is None for d in self.items)
 
     def stop(self) -> list[int | None]:
-        """Stop every daemon (SIGTERM, then SIGKILL after 60 s); their exit statuses."""
+        """Stop every daemon (SIGTERM, then SIGKILL after 60 s) and delete its LibvirtHost; their
+        exit statuses. A stopped daemon's host stays Ready until its heartbeat goes stale (40 s),
+        and placement would put the next test's unplaced machines there meanwhile."""
         self._stop.set()
         for d in self.items:
             if d.proc.poll() is None:
@@ -416,4 +418,12 @@ class Daemons:
             except subprocess.TimeoutExpired:
                 d.proc.kill()
                 d.proc.wait(timeout=10)
+        with config.new_client_from_config(self._kubeconfig) as api:
+            custom = client.CustomObjectsApi(api)
+            for d in self.items:
+                try:
+                    custom.delete_cluster_custom_object(GROUP, V, HOSTS_PLURAL, d.host)
+                except ApiException as err:
+                    if err.status != 404:
+                        raise
         return [d.proc.returncode for d in self.items]
