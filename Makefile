@@ -72,7 +72,7 @@ unit: venv
 # cleaned up against a live lab; so does the API server restart, which would cut every other
 # test's daemon off.
 e2e: lab-up
-	$(VPY) -m pytest tests/e2e -q -m "not fresh_lab and not lab_teardown and not apiserver_restart"
-	$(VPY) -m pytest tests/e2e -q -m "apiserver_restart or fresh_lab or lab_teardown"
+	$(VPY) -m pytest tests/e2e -q --durations=25 -m "not fresh_lab and not lab_teardown and not apiserver_restart"
+	$(VPY) -m pytest tests/e2e -q --durations=10 -m "apiserver_restart or fresh_lab or lab_teardown"
 
 test: lint typecheck layers unit e2e
