@@ -102,10 +102,13 @@ def console_target(
             f'libvirtmachines.infrastructure.vm-api.io "{route.name}" not found',
         )
     status = machine.get("status") or {}
-    metadata = status.get("providerMetadata") or {}
-    uuid = metadata.get("domainUUID")
-    host = metadata.get("host") or (machine.get("spec") or {}).get("host")
-    if not uuid or not host:
+    # Which domain, and where, come from what no status writer can change: the domain's UUID is
+    # the machine's uid, and `spec.host` is immutable once set. The status only says whether the
+    # domain was built yet and whether it runs.
+    uuid = (machine.get("metadata") or {}).get("uid")
+    host = (machine.get("spec") or {}).get("host")
+    built = (status.get("providerMetadata") or {}).get("domainUUID")
+    if not uuid or not host or not built:
         return Refusal(
             409, "Conflict", f"LibvirtMachine {route.name} has no domain yet (still being created)"
         )

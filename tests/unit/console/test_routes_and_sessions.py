@@ -60,6 +60,7 @@ def test_discovery_lists_the_console_subresource() -> None:
 
 def _machine(power: str | None = "PoweredOn", host: str = "h1", uuid: str = "u-1") -> Any:
     return {
+        "metadata": {"uid": uuid},
         "spec": {"host": host},
         "status": {"powerState": power, "providerMetadata": {"host": host, "domainUUID": uuid}},
     }
@@ -69,11 +70,19 @@ def test_a_running_machine_on_a_served_host_is_reached() -> None:
     assert console_target(ROUTE, _machine(), frozenset({"h1"})) == ConsoleTarget("h1", "u-1")
 
 
+def test_the_console_target_never_comes_from_what_a_status_writer_may_change() -> None:
+    """A status patched to name another machine's domain, or another host, still reaches this
+    machine's own domain (its uid) on its own host (its immutable spec.host)."""
+    forged = _machine()
+    forged["status"]["providerMetadata"] = {"host": "h2", "domainUUID": "someone-elses"}
+    assert console_target(ROUTE, forged, frozenset({"h1", "h2"})) == ConsoleTarget("h1", "u-1")
+
+
 @pytest.mark.parametrize(
     ("machine", "code", "words"),
     [
         (None, 404, "not found"),
-        ({"spec": {"host": "h1"}, "status": {}}, 409, "still being created"),
+        ({"metadata": {"uid": "u-1"}, "spec": {"host": "h1"}, "status": {}}, 409, "still being created"),
         (_machine(host="h2"), 503, "host h2"),
         (_machine(power="PoweredOff"), 409, "PoweredOff"),
         (_machine(power=None), 409, "in transition"),
