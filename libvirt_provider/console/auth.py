@@ -20,6 +20,7 @@ The order is the security argument (docs/console.md):
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,15 +124,17 @@ def authenticate(
         if need_user:
             return Refusal(401, "Unauthorized", "no user in the front proxy's headers")
         return None
-    groups: list[str] = []
-    for value in _values(pairs, trust.group_headers):
-        groups.extend(g for g in (part.strip() for part in value.split(",")) if g)
+    # One group per header, never split: as the API server's own request-header authenticator
+    # reads them (a group may hold a comma, as an LDAP DN does).
+    groups = _values(pairs, trust.group_headers)
     extra: dict[str, list[str]] = {}
     for prefix in trust.extra_prefixes:
         low = prefix.lower()
         for key, value in pairs:
             if key.lower().startswith(low) and len(key) > len(prefix):
-                extra.setdefault(key[len(prefix) :].lower(), []).append(value.strip())
+                # The proxy percent-encodes what a header name cannot carry.
+                name = urllib.parse.unquote(key[len(prefix) :].lower())
+                extra.setdefault(name, []).append(value.strip())
     return Identity(
         user=users[0],
         groups=tuple(groups),

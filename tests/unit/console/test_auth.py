@@ -75,13 +75,20 @@ def test_the_front_proxys_user_groups_and_extras_are_read() -> None:
         "front-proxy-client",
         [
             ("x-remote-user", "alice"),
-            ("X-Remote-Group", "dev, ops"),
+            ("X-Remote-Group", "cn=dev,ou=groups"),
             ("X-Remote-Group", "system:authenticated"),
             ("X-Remote-Extra-Scopes", "a"),
+            ("X-Remote-Extra-Example.com%2fTeam", "b"),
         ],
         need_user=True,
     )
-    assert found == Identity("alice", ("dev", "ops", "system:authenticated"), {"scopes": ("a",)})
+    # A group is a whole header (an LDAP DN keeps its commas, a name is never split into more
+    # groups); an extra's key is percent-decoded, as the API server encodes it.
+    assert found == Identity(
+        "alice",
+        ("cn=dev,ou=groups", "system:authenticated"),
+        {"scopes": ("a",), "example.com/team": ("b",)},
+    )
 
 
 def test_discovery_needs_the_proxy_but_no_user_and_a_console_needs_both() -> None:
