@@ -339,6 +339,9 @@ CONSOLE_QUEUE_CHUNKS: Final = 256
 CONSOLE_API_TIMEOUT: Final = (5.0, 10.0)
 # Seconds a console request's headers may take to arrive, and a write to the client may block.
 CONSOLE_IO_TIMEOUT: Final = 30.0
+# Seconds a new connection has, in all, for its TLS handshake and its request head: past it the
+# connection is closed, so a client that dribbles bytes cannot hold a slot.
+CONSOLE_HEAD_DEADLINE: Final = 10.0
 # The largest request head (request line and headers) the console endpoint reads; connections it
 # serves at once (more are closed when accepted); ping intervals a client may stay silent (not even
 # a pong) before its session ends.

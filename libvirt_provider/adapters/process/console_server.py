@@ -230,27 +230,38 @@ class ConsoleServer:
             ).start()
 
     def _serve(self, raw: socket.socket, peer: tuple[Any, ...]) -> None:
+        # The handshake and the request head have one deadline in all; per-read timeouts alone
+        # would let a client that sends a byte now and then keep its slot for ever.
+        head_deadline = threading.Timer(c.CONSOLE_HEAD_DEADLINE, _cut, args=(raw,))
+        head_deadline.daemon = True
         try:
             raw.settimeout(c.CONSOLE_IO_TIMEOUT)
             with self._lock:
                 context, trust = self._context, self._trust
+            head_deadline.start()
             try:
                 conn = context.wrap_socket(raw, server_side=True)
             except (ssl.SSLError, OSError) as err:
                 log.warning("console: TLS handshake with %s failed: %s", peer[0], err)
                 return
             with conn:
-                self._handle(conn, trust, peer)
+                self._handle(conn, trust, peer, head_deadline)
         except Exception:
             log.exception("console: serving %s failed", peer[0])
         finally:
+            head_deadline.cancel()
             raw.close()
             self._slots.release()
 
     def _handle(
-        self, conn: ssl.SSLSocket, trust: FrontProxyTrust | None, peer: tuple[Any, ...]
+        self,
+        conn: ssl.SSLSocket,
+        trust: FrontProxyTrust | None,
+        peer: tuple[Any, ...],
+        head_deadline: threading.Timer,
     ) -> None:
         request = _read_request(conn)
+        head_deadline.cancel()
         if request is None:
             return
         cert = conn.getpeercert()
@@ -527,6 +538,12 @@ class _Bridge:
         if resume:
             stream.resume_reading()
         return None
+
+
+def _cut(sock: socket.socket) -> None:
+    """End a connection from another thread: a read blocked on it returns at once."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _common_name(cert: dict[str, Any]) -> str | None:
