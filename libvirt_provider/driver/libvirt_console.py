@@ -56,6 +56,9 @@ class LibvirtConsoleStream:
         self._writable = threading.Condition(self._lock)
         self._closed = False
         self._reading = True
+        # A resume that came while the pause it answers was not recorded yet (the sink said
+        # "pause" and the bridge drained before this thread took the lock): the pause is skipped.
+        self._resume_pending = False
         self._want_write = False
 
     def start(self) -> None:
@@ -106,14 +109,21 @@ class LibvirtConsoleStream:
                 return
             if not self._on_output(bytes(data)):
                 with self._lock:
+                    if self._resume_pending:
+                        self._resume_pending = False
+                        continue
                     self._reading = False
                     self._update_locked()
                 return
 
     def resume_reading(self) -> None:
-        """Read again after `on_output` asked for a pause."""
+        """Read again after `on_output` asked for a pause (whether or not the pause has taken
+        effect yet)."""
         with self._lock:
-            if self._reading or self._closed:
+            if self._closed:
+                return
+            if self._reading:
+                self._resume_pending = True
                 return
             self._reading = True
             self._update_locked()
