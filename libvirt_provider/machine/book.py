@@ -60,6 +60,15 @@ class HostBook:
         """The machine `key` has a domain here: it is held, whatever admission would say now."""
         self._put(key, Booked(demand, pending=False))
 
+    def hold(self, key: str, demand: Demand) -> None:
+        """The machine `key` has a domain here but its spec does not resolve now: it is held
+        with `demand` (what its domain takes) unless it is held already, since a machine's
+        last resolved demand says more than its domain's definition does (its volumes)."""
+        with self._lock:
+            if key in self._booked:
+                return
+        self.record(key, demand)
+
     def drop(self, key: str) -> None:
         """The machine `key` is gone from this host (deleted, or never admitted)."""
         self._put(key, None)

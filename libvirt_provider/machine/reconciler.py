@@ -101,6 +101,17 @@ class Report:
     """`pool/volume` of the disks kept at deletion, when this pass resolved the machine."""
 
 
+def _key(machine: LibvirtMachine) -> str:
+    return f"{machine.metadata.namespace}/{machine.metadata.name}"
+
+
+def definition_demand(xml: str) -> Demand:
+    """What a domain takes by its definition: vCPUs and current memory (its volumes' sizes are
+    not in it)."""
+    compute = owned_fields(xml).compute
+    return Demand(cpus=compute.vcpus or 0, memory=(compute.memory_current_kib or 0) * 1024)
+
+
 class _StaleCopyError(Exception):
     """The machine's copy was older than the API server's object: the pass starts again."""
 
@@ -276,11 +287,14 @@ class MachineReconciler:
             outcome = RETRY if reason in _UNWATCHED_INPUTS else DONE
             if existing is None:
                 return report, outcome
+            if current is not None:
+                # Still running what it was built with: the host counts it (after a restart, the
+                # book would otherwise admit newcomers into the room this domain takes).
+                self._book.hold(_key(machine), definition_demand(current))
             state = observed_power_state(self._hv.status(existing.uuid))
             return Report(report.readiness, domain_uuid=existing.uuid, power_state=state), outcome
         plan = resolution.machine
-        meta = machine.metadata
-        key = f"{meta.namespace}/{meta.name}"
+        key = _key(machine)
         if existing is None:
             refused = self._admission(key, machine, vm, plan)
             if refused is not None:

@@ -101,3 +101,40 @@ def test_volumes_count_as_promised_only_until_they_are_created() -> None:
     assert UID in hv.domains
     reconciler.reconcile(MachineKey(KEY.namespace, "twin"))
     assert len(hv.domains) == 2, ready_condition(store)
+
+
+def test_a_running_machine_whose_spec_no_longer_resolves_still_counts_after_a_restart() -> None:
+    """Its image is gone from the catalog, say: after the daemon restarts, its domain still takes
+    its vCPUs and memory, and a newcomer is admitted against that, not against an empty book."""
+    store, hv = make_store(), make_hypervisor()
+    MachineReconciler(store=store, hypervisor=hv, host=HOST.hostname).reconcile(KEY)
+    assert UID in hv.domains
+    store.vms["web"]["spec"]["bootDisk"]["source"]["image"]["name"] = "gone"
+    twin = copy.deepcopy(store.machines["web"])
+    twin["metadata"].update(name="twin", uid="0f0e0d0c-0000-4000-8000-00000000beef")
+    twin["metadata"]["annotations"]["vm-api.io/virtual-machine"] = "twin"
+    twin.pop("status", None)
+    store.machines["twin"] = twin
+    store.vms["twin"] = copy.deepcopy(store.vms["web"])
+    store.vms["twin"]["metadata"]["name"] = "twin"
+    store.vms["twin"]["spec"]["infrastructureRef"]["name"] = "twin"
+    store.vms["twin"]["spec"]["bootDisk"]["source"]["image"]["name"] = "tiny"
+    # Room for one machine of 256 MiB: the one already running.
+    restarted = MachineReconciler(
+        store=store,
+        hypervisor=hv,
+        host=HOST.hostname,
+        host_view=lambda: view(memory=300 * 2**20),
+        built=lambda: [KEY],
+    )
+    restarted.reconcile(KEY)
+    assert "gone" in ready_condition(store)["message"]
+    assert restarted.allocations()[1] == 1
+    restarted.reconcile(MachineKey(KEY.namespace, "twin"))
+    assert len(hv.domains) == 1
+    twin_ready = next(
+        c
+        for c in store.machines["twin"]["status"]["conditions"]
+        if c["type"] == "InfrastructureReady"
+    )
+    assert "insufficient memory" in twin_ready["message"]
