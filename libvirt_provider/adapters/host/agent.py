@@ -57,8 +57,9 @@ MIN_SYNC_SECONDS = 1.0
 
 def admission_terms(obj: dict[str, Any] | None) -> object:
     """What of a LibvirtHost a machine is admitted against (`hosts/admission.py`): its
-    readiness, spec, labels, allocatable and pools. When it changes, the machines the host refused are looked
-    at again; the allocated figures (changed by every machine built) are not part of it."""
+    readiness, spec, labels, allocatable and pools. When it changes, the machines the host
+    refused are looked at again; the allocated figures (changed by every machine built) are not
+    part of it."""
     if obj is None:
         return None
     status = obj.get("status") or {}

@@ -82,7 +82,11 @@ def test_the_console_target_never_comes_from_what_a_status_writer_may_change() -
     ("machine", "code", "words"),
     [
         (None, 404, "not found"),
-        ({"metadata": {"uid": "u-1"}, "spec": {"host": "h1"}, "status": {}}, 409, "still being created"),
+        (
+            {"metadata": {"uid": "u-1"}, "spec": {"host": "h1"}, "status": {}},
+            409,
+            "still being created",
+        ),
         (_machine(host="h2"), 503, "host h2"),
         (_machine(power="PoweredOff"), 409, "PoweredOff"),
         (_machine(power=None), 409, "in transition"),
