@@ -5,9 +5,9 @@ returned for one domain) becomes samples here, with Prometheus' conventions: cou
 `_total`, times are `_seconds`, sizes `_bytes`, all under the project's prefix. What a domain
 does not report (no balloon driver, a shut-off domain, the test driver's state-only records) is
 left out, never sent as zero. The bulk statistics carry no metadata, so which machine a domain
-is comes from the daemon's own copies of its machines (`MachineIndex`): by the domain UUID in
-the machine's providerID, else by the name the machine's identity gives its domain
-(`naming.machine_domain_name`). Domains of no known machine get no series.
+is comes from the daemon's own copies of its machines (`MachineIndex`): a machine's domain has
+its uid as UUID (a domain that holds a machine's name under another UUID is foreign, and so is
+not that machine's). Domains of no known machine get no series.
 
 Pure: no libvirt, no Kubernetes; the collector (`adapters/process/machine_metrics.py`) calls it.
 """
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from libvirt_provider.constants import METRICS_PREFIX
 from libvirt_provider.driver.types import DomainStats
-from libvirt_provider.naming import machine_domain_name
 
 __all__ = [
     "FAMILIES",
@@ -204,44 +203,23 @@ def machine_samples(stats: DomainStats, *, host: str, namespace: str, name: str)
 
 @dataclass(frozen=True)
 class MachineIdentity:
-    """What the daemon's copy of a LibvirtMachine says about who it is and which domain it has:
-    its providerID (`libvirt://<host>/<uuid>`) and the domain name its status records."""
+    """Who a LibvirtMachine is: its namespace, name and uid (its domain's UUID)."""
 
     namespace: str
     name: str
     uid: str
-    provider_id: str | None = None
-    recorded_domain: str | None = None
 
 
 class MachineIndex:
     """Which machine a domain of the bulk statistics is, from the daemon's machine copies."""
 
     def __init__(self, machines: Iterable[MachineIdentity]) -> None:
-        self._by_uuid: dict[str, tuple[str, str]] = {}
-        self._by_name: dict[str, tuple[str, str]] = {}
-        for machine in machines:
-            key = (machine.namespace, machine.name)
-            uuid = _uuid_of(machine.provider_id)
-            if uuid is not None:
-                self._by_uuid[uuid] = key
-            if machine.uid:
-                domain = machine_domain_name(
-                    machine.namespace, machine.name, machine.uid, recorded=machine.recorded_domain
-                )
-                self._by_name[domain] = key
+        self._by_uuid = {m.uid.lower(): (m.namespace, m.name) for m in machines if m.uid}
 
     def find(self, stats: DomainStats) -> tuple[str, str] | None:
         """(namespace, name) of the machine whose domain this is; None for a domain of no known
         machine (not this provider's, or a machine this daemon has not seen yet)."""
-        return self._by_uuid.get(stats.uuid.lower()) or self._by_name.get(stats.name)
+        return self._by_uuid.get(stats.uuid.lower())
 
     def __len__(self) -> int:
-        return len(set(self._by_uuid.values()) | set(self._by_name.values()))
-
-
-def _uuid_of(provider_id: str | None) -> str | None:
-    if not provider_id or not provider_id.startswith("libvirt://"):
-        return None
-    _host, _, uuid = provider_id.removeprefix("libvirt://").partition("/")
-    return uuid.lower() or None
+        return len(self._by_uuid)

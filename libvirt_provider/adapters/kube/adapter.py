@@ -352,13 +352,8 @@ class KubeAdapter:
 
 def _identity(obj: Obj) -> MachineIdentity:
     meta = obj.get("metadata") or {}
-    status = obj.get("status") or {}
-    provider_id = status.get("providerID")
-    recorded = (status.get("providerMetadata") or {}).get("domainName")
     return MachineIdentity(
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
         uid=str(meta.get("uid") or ""),
-        provider_id=provider_id if isinstance(provider_id, str) else None,
-        recorded_domain=recorded if isinstance(recorded, str) else None,
     )

@@ -45,7 +45,7 @@ class FakeHost:
 
 def _machine(namespace: str, name: str, uid: str) -> tuple[MachineIdentity, DomainStats]:
     stats = DomainStats(
-        f"uuid-{uid}",
+        uid,  # a machine's domain has its uid as UUID
         domain_name(namespace, name, uid),
         {
             "state.state": 1,

@@ -13,7 +13,7 @@ from libvirt_provider.metrics.machine_stats import (
     MachineIndex,
     machine_samples,
 )
-from libvirt_provider.naming import domain_name, legacy_domain_name
+from libvirt_provider.naming import domain_name
 
 UUID = "6f1c1a8e-0c4e-4c8e-9a7e-2b1f1c0d0e01"
 
@@ -130,25 +130,13 @@ def test_names_follow_prometheus_conventions_under_one_prefix() -> None:
             assert family.name.endswith(("_seconds", "_bytes"))
 
 
-def test_a_domain_is_found_by_its_uuid_then_by_the_name_its_identity_gives() -> None:
-    built = MachineIdentity("team", "web", "uid-1", provider_id=f"libvirt://h1/{UUID}")
-    fresh = MachineIdentity("team", "db", "uid-2")
-    legacy_name = legacy_domain_name("old", "vm")
-    legacy = MachineIdentity("old", "vm", "uid-3", recorded_domain=legacy_name)
-    index = MachineIndex([built, fresh, legacy])
-    assert index.find(DomainStats(UUID.upper(), "whatever", {})) == ("team", "web")
-    assert index.find(DomainStats("other", domain_name("team", "db", "uid-2"), {})) == (
-        "team",
-        "db",
+def test_a_domain_is_its_machines_by_uuid_only() -> None:
+    """A machine's domain has the machine's uid as UUID; a domain that holds a machine's name
+    under another UUID is foreign (the reconciler refuses it), so it gets none of its series."""
+    index = MachineIndex(
+        [MachineIdentity("team", "web", UUID), MachineIdentity("team", "db", "uid-2")]
     )
-    assert index.find(DomainStats("other", legacy_name, {})) == ("old", "vm")
-    # A domain of no machine this daemon knows (not the provider's, or another uid's).
-    assert index.find(DomainStats("other", domain_name("team", "db", "uid-9"), {})) is None
+    assert index.find(DomainStats(UUID.upper(), "whatever", {})) == ("team", "web")
+    assert index.find(DomainStats("other", domain_name("team", "db", "uid-2"), {})) is None
     assert index.find(DomainStats("other", "foreign-domain", {})) is None
-    assert len(index) == 3
-
-
-def test_a_recorded_name_that_is_not_the_machines_own_is_not_believed() -> None:
-    # A status may say anything; only names derived from the machine's identity count.
-    index = MachineIndex([MachineIdentity("team", "web", "uid-1", recorded_domain="victim")])
-    assert index.find(DomainStats("other", "victim", {})) is None
+    assert len(index) == 2
