@@ -26,6 +26,7 @@ from catalog.constants import (
 
 __all__ = [
     "ADDRESSES_PER_NIC",
+    "ADMISSION_COUNTING_SECONDS",
     "AGENT_BACKOFF_FIRST_SECONDS",
     "AGENT_BACKOFF_MAX_SECONDS",
     "AGENT_CALLS_PER_HOST",
@@ -350,3 +351,7 @@ CONSOLE_MAX_CONNECTIONS: Final = 64
 CONSOLE_SILENT_PINGS: Final = 3
 # Seconds `kubectl vm` waits for the console's WebSocket handshake.
 CONSOLE_CONNECT_TIMEOUT: Final = 30.0
+
+# Seconds after a start within which the host admits no machine until every machine listed with a
+# domain here has been counted (`machine/reconciler.py`); past it, it admits against what it has.
+ADMISSION_COUNTING_SECONDS: Final = 120.0

@@ -166,6 +166,12 @@ class MachineReconciler:
         # with a domain here is counted, so a restart never admits against a half-empty book.
         self._built = built
         self._passed: set[str] = set()
+        # A machine listed with a domain that never shows up again (its finalizer removed by
+        # hand between the start's list and the watch's) would hold admission back for good:
+        # past this deadline the host admits against what it has counted, and says which not.
+        self._counting_ends: dt.datetime | None = clock() + dt.timedelta(
+            seconds=c.ADMISSION_COUNTING_SECONDS
+        )
 
     def allocations(self) -> tuple[Demand, int]:
         """The sum of what this host's machines take, and how many there are."""
@@ -191,7 +197,12 @@ class MachineReconciler:
         except _StaleCopyError:
             return AGAIN
         finally:
-            self._passed.add(f"{key.namespace}/{key.name}")
+            # A machine absent from the copies is not counted by its pass (nothing was booked),
+            # and one that is gone leaves no trace here.
+            if self._store.get_machine(key.namespace, key.name) is None:
+                self._passed.discard(f"{key.namespace}/{key.name}")
+            else:
+                self._passed.add(f"{key.namespace}/{key.name}")
 
     def _fresh(self, obj: Obj) -> None:
         """The rule for reads: a pass works from the watch-fed copy of the machine, but creating
@@ -330,7 +341,20 @@ class MachineReconciler:
     def _uncounted(self) -> int:
         """How many machines of this host that have a domain have not been passed since the
         daemon started (each is booked by its first pass)."""
-        return sum(1 for k in self._built() if f"{k.namespace}/{k.name}" not in self._passed)
+        if self._counting_ends is None:
+            return 0
+        missing = [k for k in self._built() if f"{k.namespace}/{k.name}" not in self._passed]
+        if missing and self._clock() < self._counting_ends:
+            return len(missing)
+        if missing:
+            log.warning(
+                "host %s admits machines without having counted %s (listed with a domain at "
+                "the start, not seen since)",
+                self._host,
+                ", ".join(f"{k.namespace}/{k.name}" for k in missing[:10]),
+            )
+        self._counting_ends = None
+        return 0
 
     def _create(
         self, obj: Obj, vm: Obj, plan: ResolvedMachine, intent: PowerIntent

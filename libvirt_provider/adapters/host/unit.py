@@ -32,6 +32,7 @@ from libvirt_provider.adapters.runtime.kopf_thread import OperatorThread
 from libvirt_provider.adapters.runtime.shutdown import Step
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.limits import Limits
+from libvirt_provider.errors import ProviderError
 from libvirt_provider.host_api import LibvirtHostSpec
 from libvirt_provider.hosts.inventory import Demand
 from libvirt_provider.images.cache import ImageCache
@@ -174,6 +175,11 @@ class HostUnit:
     def start(self) -> None:
         for plural, listener in self._listeners.items():
             self._catalog.add(plural, listener)
+        try:
+            self.store.list_built_machines()
+        except ProviderError as err:
+            # The first admission lists again (a reconcile that cannot is retried).
+            log.warning("%s: listing the machines built here failed: %s", self.host, err)
         self.operator.start()
         self.agent.start()
         self.cache.start()

@@ -99,6 +99,7 @@ class KubeAdapter:
         # daemon must count before it admits a new machine (`machine/book.py`).
         self._built: set[MachineKey] = set()
         self._built_lock = threading.Lock()
+        self._built_listed = False
 
     # -- watch-fed copies --------------------------------------------------------------------
 
@@ -116,8 +117,39 @@ class KubeAdapter:
         else:
             self.machines.put(obj)
 
+    def list_built_machines(self) -> None:
+        """Learn this host's machines that have a domain from one list of the API server.
+
+        The watch alone would show them one event at a time: kopf hands its first list out to
+        concurrent workers, so a new machine's pass could see only part of them and admit it
+        against a half-empty book. Called before the watch starts (events that follow are all
+        later than the list, so a deletion is never undone by it); raises a ProviderError when
+        the list fails, and `built_machines` then tries again."""
+        with _translated():
+            listing = cast(
+                Obj,
+                self._tenants.list_cluster_custom_object(
+                    c.GROUP,
+                    c.VERSION,
+                    c.MACHINE_PLURAL,
+                    field_selector=f"{c.HOST_FIELD}={self._host}",
+                    _request_timeout=REQUEST_TIMEOUT,
+                ),
+            )
+        with self._built_lock:
+            for obj in listing.get("items") or ():
+                meta = obj.get("metadata") or {}
+                if (obj.get("status") or {}).get("providerID"):
+                    self._built.add(MachineKey(str(meta.get("namespace")), str(meta.get("name"))))
+            self._built_listed = True
+
     def built_machines(self) -> list[MachineKey]:
-        """This host's machines whose status shows a domain, as the watch last showed them."""
+        """This host's machines whose status shows a domain: those listed at the start
+        (`list_built_machines`), kept current by the watch."""
+        with self._built_lock:
+            listed = self._built_listed
+        if not listed:
+            self.list_built_machines()
         with self._built_lock:
             return list(self._built)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from typing import Any
 
 from generic.workqueue import Outcome
+from libvirt_provider.constants import ADMISSION_COUNTING_SECONDS
 from libvirt_provider.hosts.placement import HostView
 from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 from tests.support.builders import HOST, UID
@@ -75,9 +77,43 @@ def test_after_a_start_nothing_is_admitted_until_the_machines_with_a_domain_are_
     reconciler.reconcile(KEY)
     assert hv.domains == {}
     assert "counting the machines it runs" in ready_condition(store)["message"]
-    reconciler.reconcile(other)  # (gone from the store meanwhile) passed once: counted
+    # A pass of a machine the copies do not hold yet counts nothing: nothing was booked.
+    reconciler.reconcile(other)
+    reconciler.reconcile(KEY)
+    assert hv.domains == {}
+    store.machines["other"] = other_machine(store)
+    reconciler.reconcile(other)
     reconciler.reconcile(KEY)
     assert UID in hv.domains
+
+
+def test_a_machine_listed_at_the_start_and_never_seen_again_holds_admission_back_for_a_while() -> (
+    None
+):
+    """Its finalizer removed by hand between the start's list and the watch's: no pass will
+    ever count it, and past the counting deadline the host admits against what it has."""
+    store, hv = make_store(), make_hypervisor()
+    now = [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)]
+    reconciler = MachineReconciler(
+        store=store,
+        hypervisor=hv,
+        host=HOST.hostname,
+        host_view=view,
+        built=lambda: [MachineKey(KEY.namespace, "ghost")],
+        clock=lambda: now[0],
+    )
+    reconciler.reconcile(KEY)
+    assert hv.domains == {}
+    now[0] += dt.timedelta(seconds=ADMISSION_COUNTING_SECONDS + 1)
+    reconciler.reconcile(KEY)
+    assert UID in hv.domains
+
+
+def other_machine(store: Any) -> dict[str, Any]:
+    """A second machine of the store's VM, with a domain already (its status says so)."""
+    other = copy.deepcopy(store.machines["web"])
+    other["metadata"].update(name="other", uid="0f0e0d0c-0000-4000-8000-00000000cafe")
+    return other
 
 
 def test_volumes_count_as_promised_only_until_they_are_created() -> None:
