@@ -132,6 +132,10 @@ class ConsoleServer:
         self._accept_thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._refresh = BackgroundLoop("console-trust", self._refresh_loop)
+        # The sessions open now: stopping ends each (the client is told) before the daemon
+        # closes its libvirt connections under their streams.
+        self._bridges: set[_Bridge] = set()
+        self._bridges_done = threading.Condition(self._lock)
 
     # -- life ------------------------------------------------------------------------------
 
@@ -157,6 +161,12 @@ class ConsoleServer:
             self._accept_thread.join(5.0)
         if self._listener is not None:
             self._listener.close()
+        with self._lock:
+            open_now = list(self._bridges)
+        for bridge in open_now:
+            bridge.closed("the daemon is stopping")
+        with self._bridges_done:
+            self._bridges_done.wait_for(lambda: not self._bridges, timeout=5.0)
 
     def sessions(self) -> list[Seat]:
         return self._sessions.writers()
@@ -382,6 +392,12 @@ class ConsoleServer:
             raise _RefusedError(Refusal(409, "Conflict", str(busy))) from busy
         try:
             bridge = _Bridge(conn)
+        except OSError:
+            self._sessions.release(seat)
+            raise
+        with self._lock:
+            self._bridges.add(bridge)
+        try:
             try:
                 stream = hypervisor.open_console(target.domain_uuid, bridge.output, bridge.closed)
             except ProviderError as err:
@@ -416,6 +432,10 @@ class ConsoleServer:
                 why,
             )
         finally:
+            bridge.close()
+            with self._bridges_done:
+                self._bridges.discard(bridge)
+                self._bridges_done.notify_all()
             self._sessions.release(seat)
 
 
@@ -452,11 +472,17 @@ class _Bridge:
             self._wake_w.send(b"\0")
 
     def run(self, stream: LibvirtConsoleStream) -> str:
+        """Bridge until the session ends; why it ended."""
         try:
             return self._loop(stream)
-        finally:
-            self._wake_r.close()
-            self._wake_w.close()
+        except OSError as err:
+            # A write to a client that went away (a ping, a pong, the guest's output).
+            return f"the client's connection failed: {err}"
+
+    def close(self) -> None:
+        for sock in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def _send(self, opcode: Opcode, payload: bytes) -> None:
         self._conn.sendall(encode_frame(opcode, payload))
