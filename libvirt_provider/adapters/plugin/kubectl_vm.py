@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import json
 import os
+import select
 import ssl
 import sys
 import termios
@@ -139,6 +140,11 @@ class _Session:
         fd = sys.stdin.fileno()
         try:
             while not self._ended.is_set():
+                # Waited for with a timeout: once the server ends the session the plugin exits
+                # without another keystroke (or, stdin piped from a process, without its end).
+                ready, _, _ = select.select([fd], [], [], 0.2)
+                if not ready:
+                    continue
                 data = os.read(fd, 4096)
                 if not data:
                     break
