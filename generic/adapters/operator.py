@@ -82,8 +82,13 @@ def lean_watch_events(kinds: Iterable[str] = c.LEAN_KINDS, kept: Kept = GENERIC_
     hook of its own; a VM with 40,000 labels is then 9 MiB of Python objects on kopf's event loop,
     once per operator watching VMs (the generic controller's and the provider's). This replaces
     that module's `json` with one whose `loads` is lean for those kinds' events and plain for
-    every other body. Process-wide and idempotent; call it before the operators start."""
-    marks = tuple(f'"kind":"{kind}"' for kind in kinds)
+    every other body. Its lists (at the start of a watch, and after an expired resourceVersion)
+    go through `get`, which decodes with aiohttp's own `json.loads`: `get` is replaced too, by one
+    that reads the body's text and decodes it with the same `loads`. Process-wide and
+    idempotent; call it before the operators start."""
+    # A watch event's object, or a list of them: the API server writes a list's items before
+    # its own kind, so the first item's kind is what the head shows (an empty list, its own).
+    marks = tuple(f'"kind":"{kind}{suffix}"' for kind in kinds for suffix in ("", "List"))
     lean_loads = lean_decoder(kept)
 
     def loads(text: str | bytes, **kwargs: Any) -> Any:
@@ -96,6 +101,29 @@ def lean_watch_events(kinds: Iterable[str] = c.LEAN_KINDS, kept: Kept = GENERIC_
     shim = types.SimpleNamespace(**{k: getattr(json, k) for k in json.__all__})
     shim.loads = loads
     kopf_api.json = shim  # type: ignore[attr-defined,assignment]
+
+    async def get(
+        url: str,
+        *,
+        settings: kopf.OperatorSettings,
+        payload: object | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: Any = None,
+        logger: Any,
+    ) -> Any:
+        response = await kopf_api.request(
+            method="get",
+            url=url,
+            payload=payload,
+            headers=headers,
+            timeout=timeout,
+            settings=settings,
+            logger=logger,
+        )
+        async with response:
+            return loads(await response.text())
+
+    kopf_api.get = get
 
 
 def register(
