@@ -148,6 +148,10 @@ IMPORTS: Final = Counter(
     ["result"],
 )
 """result: ok (sha256 verified), failed (any error: the half-written volume was removed)."""
+# Both results exist from the start at 0: a series born at 1 has no earlier sample to rise from,
+# so rate() and increase() would miss the first failed import after a start.
+for _result in ("ok", "failed"):
+    IMPORTS.labels(result=_result)
 
 IMPORT_BYTES: Final = Counter(
     "vmapi_libvirt_image_import_bytes_total",

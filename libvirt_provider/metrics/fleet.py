@@ -5,21 +5,39 @@ the agent itself writes: the Ready condition, capacity, allocatable, allocated a
 sizes); the machines by state from the watch-fed copies of the host's LibvirtMachines (their
 `powerState` and the reason of their InfrastructureReady condition). No API or libvirt call is
 made for a scrape.
+
+Each machine's readiness is also served on its own (`vmapi_machine_ready`), with the power state
+its VirtualMachine asks for: the counts by state cannot tell one machine stuck for an hour from
+many passing through `Starting`, which is what an alert on a machine not Ready for 15 minutes
+while it should run needs. One series per machine of the host, made at each scrape.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, get_args
 
 from catalog.quantity import QuantityError, parse_quantity
 from generic import constants as vmapi
+from generic.api import PowerState
 from generic.conditions import find_condition
 from libvirt_provider.constants import HOST_CONDITION_READY, METRICS_PREFIX
-from libvirt_provider.metrics.machine_stats import Family, Kind, Sample
+from libvirt_provider.metrics.machine_stats import MACHINE_LABELS, Family, Kind, Sample
 
-__all__ = ["HOST_FAMILIES", "MachineState", "host_samples", "machine_state", "state_samples"]
+__all__ = [
+    "HOST_FAMILIES",
+    "DesiredPower",
+    "MachineReadiness",
+    "MachineState",
+    "host_samples",
+    "machine_readiness",
+    "machine_state",
+    "readiness_samples",
+    "state_samples",
+    "vm_desired_power",
+]
 
 _HOST = f"{METRICS_PREFIX}_host"
 _POOL = ("host", "pool")
@@ -49,6 +67,14 @@ MACHINES = _gauge(
     ("host", "power_state", "reason"),
 )
 
+MACHINE_READY = Family(
+    f"{METRICS_PREFIX}_machine_ready",
+    Kind.GAUGE,
+    "1 while the LibvirtMachine's InfrastructureReady condition is True; desired_power_state is "
+    "its VirtualMachine's spec.powerState.",
+    (*MACHINE_LABELS, "desired_power_state"),
+)
+
 HOST_FAMILIES: tuple[Family, ...] = (
     READY,
     KNOWN,
@@ -62,6 +88,7 @@ HOST_FAMILIES: tuple[Family, ...] = (
     POOL_CAPACITY,
     POOL_AVAILABLE,
     MACHINES,
+    MACHINE_READY,
 )
 
 
@@ -149,4 +176,60 @@ def state_samples(host: str, states: Iterable[MachineState]) -> list[Sample]:
     return [
         Sample(MACHINES, (host, power, reason), float(n))
         for (power, reason), n in sorted(counts.items())
+    ]
+
+
+DesiredPower = tuple[tuple[str, str], str]
+"""((namespace, name) of a VirtualMachine, the power state its spec asks for)."""
+
+
+def vm_desired_power(vm: Mapping[str, Any]) -> DesiredPower:
+    """What a VirtualMachine asks for, as the machine's reconcile reads it: `spec.powerState`,
+    PoweredOn when it is absent or not one the API knows (the CRD defaults and checks it)."""
+    meta = vm.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    spec = vm.get("spec")
+    desired = spec.get("powerState") if isinstance(spec, Mapping) else None
+    state = desired if desired in get_args(PowerState) else vmapi.POWERED_ON
+    return (str(meta.get("namespace")), str(meta.get("name"))), str(state)
+
+
+@dataclass(frozen=True)
+class MachineReadiness:
+    """One machine's `vmapi_machine_ready` sample, before the host is added."""
+
+    namespace: str
+    name: str
+    ready: bool
+    desired: str
+    """Its VirtualMachine's desired power state; `NONE` when the machine names no VM (its link
+    annotation is missing) or the daemon holds no copy of the VM it names."""
+
+
+def machine_readiness(
+    obj: Mapping[str, Any], desired: Mapping[tuple[str, str], str]
+) -> MachineReadiness:
+    """One LibvirtMachine's readiness, with the desired power state of the VirtualMachine its
+    link annotation names, looked up in `desired` (from `vm_desired_power` of the held VMs)."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    annotations = meta.get("annotations")
+    vm = annotations.get(vmapi.LINK_ANNOTATION) if isinstance(annotations, Mapping) else None
+    status = obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    condition = find_condition(status.get("conditions"), vmapi.CONDITION_INFRASTRUCTURE_READY)
+    return MachineReadiness(
+        namespace=namespace,
+        name=name,
+        ready=(condition or {}).get("status") == vmapi.STATUS_TRUE,
+        desired=desired.get((namespace, vm), NONE) if isinstance(vm, str) and vm else NONE,
+    )
+
+
+def readiness_samples(host: str, machines: Iterable[MachineReadiness]) -> list[Sample]:
+    """One `vmapi_machine_ready` sample per machine of the host."""
+    return [
+        Sample(MACHINE_READY, (m.namespace, m.name, host, m.desired), 1.0 if m.ready else 0.0)
+        for m in machines
     ]

@@ -25,6 +25,9 @@ PACKAGES=(
   # the lab's remote libvirt host: an sshd the lab starts inside that host's namespaces (the
   # package's own service is kept off, see quiet_packaged_sshd); openssl for its TLS certificates
   openssh-server openssl
+  # promtool, for the alert rules' unit tests (deploy/monitoring/); the package's own server is
+  # kept off, see quiet_packaged_prometheus
+  prometheus
 )
 # Checking the Vagrantfile (`vagrant validate` in the e2e tests). Not needed inside the Vagrant
 # VM itself, whose provisioner sets VMAPI_NO_VAGRANT=1.
@@ -52,13 +55,15 @@ install_packages() {
   if [ ! -e "$policy" ]; then
     printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && created=1
   fi
-  local rc=0 new_sshd=0
+  local rc=0 new_sshd=0 new_prometheus=0
   [[ " ${missing[*]} " == *" openssh-server "* ]] && new_sshd=1
+  [[ " ${missing[*]} " == *" prometheus "* ]] && new_prometheus=1
   { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
       apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"; } >"$log" 2>&1 || rc=$?
   [ $created -eq 0 ] || rm -f "$policy"
   [ $rc -eq 0 ] || fail "apt-get install failed"
   [ $new_sshd -eq 0 ] || quiet_packaged_sshd
+  [ $new_prometheus -eq 0 ] || quiet_packaged_prometheus
 }
 
 # openssh-server is installed for the lab only, which runs its own sshd inside a lab namespace with
@@ -81,6 +86,25 @@ quiet_packaged_sshd() {
     kill "$pid" || true
   fi
   rm -f /run/sshd.pid
+}
+
+# prometheus is installed for promtool only. Its postinst enables the server at boot (both boot
+# systems) and starts it unless policy-rc.d says no; a server on :9090 of every address is not
+# what the lab machine is to gain. --no-install-recommends keeps prometheus-node-exporter out.
+# Only when this script installed the package, as for sshd.
+quiet_packaged_prometheus() {
+  [ ! -d /run/systemd/system ] || systemctl stop prometheus.service >>"$log" 2>&1 || true
+  DPKG_MAINTSCRIPT_PACKAGE=prometheus deb-systemd-helper disable prometheus.service \
+    >>"$log" 2>&1 || true
+  update-rc.d prometheus disable >>"$log" 2>&1 || true
+  # Debian's init script writes this pid file; a server started despite policy-rc.d is stopped.
+  local pid
+  pid=$(cat /run/prometheus/prometheus.pid 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    echo "install-deps: stopping the prometheus the package started (pid $pid)"
+    kill "$pid" || true
+  fi
+  rm -f /run/prometheus/prometheus.pid
 }
 
 # libvirt's qemu and network drivers resolve these accounts at start-up even when qemu.conf names

@@ -44,7 +44,13 @@ from libvirt_provider.errors import (
     StateConflictError,
 )
 from libvirt_provider.machine.store import MachineKey, SecretData
-from libvirt_provider.metrics.fleet import MachineState, machine_state
+from libvirt_provider.metrics.fleet import (
+    MachineReadiness,
+    MachineState,
+    machine_readiness,
+    machine_state,
+    vm_desired_power,
+)
 from libvirt_provider.metrics.machine_stats import MachineIdentity
 
 __all__ = ["KEPT", "LEAN_KINDS", "KubeAdapter"]
@@ -162,6 +168,12 @@ class KubeAdapter:
         """Each of this host's machines' power state and InfrastructureReady reason, from the
         watch-fed copies (no API call)."""
         return self.machines.project(machine_state)
+
+    def machine_readiness(self) -> list[MachineReadiness]:
+        """Each of this host's machines' readiness and its VM's desired power state, from the
+        watch-fed copies of both (no API call)."""
+        desired = dict(self.vms.project(vm_desired_power))
+        return self.machines.project(lambda obj: machine_readiness(obj, desired))
 
     def observe_vm(self, obj: Obj, *, deleted: bool, wanted: bool) -> None:
         """A VirtualMachine's event; kept only for a machine of this host (`wanted`) or when a

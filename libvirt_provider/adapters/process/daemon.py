@@ -213,6 +213,7 @@ def _host_source(unit: HostUnit) -> HostSource:
         hypervisor=unit.hypervisor,
         machines=unit.store.machine_identities,
         machine_states=unit.store.machine_states,
+        machine_readiness=unit.store.machine_readiness,
         host_object=lambda: unit.agent.informer.get(unit.host),
     )
 

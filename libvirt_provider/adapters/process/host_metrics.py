@@ -1,10 +1,11 @@
 """Host and control-plane metrics on /metrics, from what the daemon already holds.
 
 Per served host: its LibvirtHost as the host agent's watch shows it (ready, capacity,
-allocatable, allocated, each pool's sizes) and its machines by power state and
-InfrastructureReady reason (the watch-fed machine copies); and whether this daemon leads the
-generic controller. A scrape reads memory only: no API server or libvirt call
-(`metrics.fleet` holds the mapping; docs/metrics.md lists the metrics).
+allocatable, allocated, each pool's sizes), its machines by power state and
+InfrastructureReady reason, and each machine's readiness with its VM's desired power state (the
+watch-fed copies); and whether this daemon leads the generic controller. A scrape reads memory
+only: no API server or libvirt call (`metrics.fleet` holds the mapping; docs/metrics.md lists
+the metrics).
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from prometheus_client.registry import Collector
 
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.process.machine_metrics import Sources
-from libvirt_provider.metrics.fleet import HOST_FAMILIES, host_samples, state_samples
+from libvirt_provider.metrics.fleet import (
+    HOST_FAMILIES,
+    host_samples,
+    readiness_samples,
+    state_samples,
+)
 from libvirt_provider.metrics.machine_stats import Family
 
 __all__ = ["HostStateCollector", "register_host_metrics"]
@@ -44,6 +50,7 @@ class HostStateCollector(Collector):
             try:
                 samples = host_samples(source.host, source.host_object())
                 samples += state_samples(source.host, source.machine_states())
+                samples += readiness_samples(source.host, source.machine_readiness())
             except Exception:  # a bug here must not take /metrics down: said in the log
                 log.exception("host %s: its state metrics failed", source.host)
                 continue

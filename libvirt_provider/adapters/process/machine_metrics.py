@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 from libvirt_provider import constants as c
 from libvirt_provider.driver.base import DomainStatistics
 from libvirt_provider.driver.types import DomainStats
-from libvirt_provider.metrics.fleet import MachineState
+from libvirt_provider.metrics.fleet import MachineReadiness, MachineState
 from libvirt_provider.metrics.machine_stats import (
     FAMILIES,
     Family,
@@ -53,13 +53,15 @@ _PREFIX = f"{c.METRICS_PREFIX}_machine_stats"
 @dataclass(frozen=True)
 class HostSource:
     """One served host, as /metrics reads it: its name, its libvirt connection, its machines'
-    identities and states (watch-fed copies) and its LibvirtHost (the agent's watch)."""
+    identities, states and readiness (watch-fed copies) and its LibvirtHost (the agent's
+    watch)."""
 
     host: str
     hypervisor: DomainStatistics
     machines: Callable[[], list[MachineIdentity]]
     machine_states: Callable[[], list[MachineState]] = list
     host_object: Callable[[], Mapping[str, Any] | None] = lambda: None
+    machine_readiness: Callable[[], list[MachineReadiness]] = list
 
 
 Sources = Callable[[], Iterable[HostSource]]

@@ -1,7 +1,8 @@
 """The per-machine collector: one bulk call per host per scrape, named after the daemon's
 machine copies, and a scrape that answers within its deadline with what it has (a failing or
 hung host is marked partial, its next scrape does not pile a second call on the first), and no
-series for a machine that is gone.
+series for a machine that is gone. The host-state collector: hosts, machines by state, each
+machine's readiness joined with its VM's desired power state, the leader, all from memory.
 
 The hosts here are fakes of `DomainStatistics`; the last test runs the real adapter on
 libvirt's in-process test driver.
@@ -12,9 +13,12 @@ from __future__ import annotations
 import threading
 import time
 
+from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
+from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.adapters.process.host_metrics import HostStateCollector
 from libvirt_provider.adapters.process.machine_metrics import HostSource, MachineStatsCollector
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
@@ -58,7 +62,7 @@ def _machine(namespace: str, name: str, uid: str) -> tuple[MachineIdentity, Doma
     return MachineIdentity(namespace, name, uid), stats
 
 
-def _scrape(collector: MachineStatsCollector) -> Series:
+def _scrape(collector: Collector) -> Series:
     registry = CollectorRegistry(auto_describe=True)
     registry.register(collector)
     try:
@@ -211,6 +215,42 @@ def test_host_state_and_leader_come_from_memory_and_a_broken_host_spares_the_res
     assert _value(series, "vmapi_generic_leader") == 1.0
     leading[0] = None  # --no-generic: no leader series at all
     assert "vmapi_generic_leader" not in {name for name, _ in _scrape(collector)}
+
+
+def test_each_machines_readiness_joins_its_vm_held_by_the_adapter() -> None:
+    adapter = KubeAdapter(client.ApiClient(), host="h1")
+    link = {"vm-api.io/virtual-machine": "web"}
+    adapter.observe_vm(
+        {
+            "metadata": {"namespace": "team", "name": "web", "resourceVersion": "1"},
+            "spec": {"powerState": "PoweredOn"},
+        },
+        deleted=False,
+        wanted=True,
+    )
+    adapter.observe_machine(
+        {
+            "metadata": {
+                "namespace": "team",
+                "name": "web",
+                "resourceVersion": "2",
+                "annotations": link,
+            },
+            "status": {"conditions": [{"type": "InfrastructureReady", "status": "False"}]},
+        },
+        deleted=False,
+    )
+    source = HostSource("h1", FakeHost([]), list, machine_readiness=adapter.machine_readiness)
+    series = _scrape(HostStateCollector(lambda: [source], lambda: None))
+    labels = {"namespace": "team", "name": "web", "host": "h1"}
+    assert _value(series, "vmapi_machine_ready", **labels, desired_power_state="PoweredOn") == 0
+    # The machine deleted: no series at the next scrape.
+    adapter.observe_machine({"metadata": {"namespace": "team", "name": "web"}}, deleted=True)
+    assert not [
+        k
+        for k in _scrape(HostStateCollector(lambda: [source], lambda: None))
+        if k[0] == "vmapi_machine_ready"
+    ]
 
 
 def test_scrapes_at_the_same_moment_share_one_call() -> None:

@@ -1,4 +1,5 @@
-"""The image importer: one download per base, verified, nothing unverified ever used."""
+"""The image importer: one download per base, verified, nothing unverified ever used; its
+import counter serves both results from the start."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from libvirt_provider.errors import ProviderError
 from libvirt_provider.images.importer import ImageImporter, _HttpOnlyRedirects
@@ -263,3 +265,10 @@ def test_a_server_sending_more_than_it_announced_is_cut_off() -> None:
     eventually(lambda: importer.ensure(_base()).failed, timeout=10, what="import refused")
     assert "more than the" in importer.ensure(_base()).message
     assert ("default", _base().volume) not in hv.volumes
+
+
+def test_both_import_results_are_served_before_any_import_ends() -> None:
+    # At 0 from the start, so an alert's increase() counts the first failure after a restart.
+    for result in ("ok", "failed"):
+        served = REGISTRY.get_sample_value("vmapi_libvirt_image_imports_total", {"result": result})
+        assert served is not None

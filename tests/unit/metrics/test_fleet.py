@@ -1,11 +1,20 @@
-"""Host and machine-state samples from the daemon's own copies: the LibvirtHost's status and
-the machines' power state and InfrastructureReady reason."""
+"""Host and machine-state samples from the daemon's own copies: the LibvirtHost's status, the
+machines' power state and InfrastructureReady reason, and each machine's readiness with the
+power state its VirtualMachine asks for."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from libvirt_provider.metrics.fleet import NONE, host_samples, machine_state, state_samples
+from libvirt_provider.metrics.fleet import (
+    NONE,
+    host_samples,
+    machine_readiness,
+    machine_state,
+    readiness_samples,
+    state_samples,
+    vm_desired_power,
+)
 
 HOST_STATUS: dict[str, Any] = {
     "capacity": {
@@ -84,3 +93,49 @@ def test_machines_are_counted_by_power_state_and_reason() -> None:
     }
     # No machines: no series (a state nobody is in is not kept).
     assert state_samples("h1", []) == []
+
+
+def _linked(name: str, vm: str | None, ready: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": "team", "name": name}
+    if vm is not None:
+        meta["annotations"] = {"vm-api.io/virtual-machine": vm}
+    status: dict[str, Any] = {}
+    if ready is not None:
+        status["conditions"] = [
+            {"type": "UpToDate", "status": "True", "reason": "UpToDate"},
+            {"type": "InfrastructureReady", "status": ready, "reason": "Whatever"},
+        ]
+    return {"metadata": meta, "status": status}
+
+
+def test_each_machine_is_ready_or_not_with_the_power_state_its_vm_asks_for() -> None:
+    vms = [
+        {"metadata": {"namespace": "team", "name": "web"}, "spec": {"powerState": "PoweredOn"}},
+        {"metadata": {"namespace": "team", "name": "db"}, "spec": {"powerState": "PoweredOff"}},
+        # No powerState (or one the API does not know): PoweredOn, as the reconcile reads it.
+        {"metadata": {"namespace": "team", "name": "bare"}, "spec": {}},
+        {"metadata": {"namespace": "team", "name": "odd"}, "spec": {"powerState": "Exploded"}},
+    ]
+    desired = dict(vm_desired_power(vm) for vm in vms)
+    machines = [
+        _linked("web-m", "web", "True"),
+        _linked("db-m", "db", "False"),
+        _linked("bare-m", "bare", "Unknown"),
+        _linked("odd-m", "odd", None),
+        # Not linked, or linked to a VM the daemon does not hold: no desired state known.
+        _linked("lone", None, "False"),
+        _linked("orphan", "gone", "False"),
+    ]
+    got = _by_name(readiness_samples("h1", [machine_readiness(m, desired) for m in machines]))
+    assert got == {
+        ("vmapi_machine_ready", ("team", "web-m", "h1", "PoweredOn")): 1.0,
+        ("vmapi_machine_ready", ("team", "db-m", "h1", "PoweredOff")): 0.0,
+        ("vmapi_machine_ready", ("team", "bare-m", "h1", "PoweredOn")): 0.0,
+        ("vmapi_machine_ready", ("team", "odd-m", "h1", "PoweredOn")): 0.0,
+        ("vmapi_machine_ready", ("team", "lone", "h1", NONE)): 0.0,
+        ("vmapi_machine_ready", ("team", "orphan", "h1", NONE)): 0.0,
+    }
+    # A VM in another namespace with the same name is not this machine's.
+    other = dict([vm_desired_power({"metadata": {"namespace": "x", "name": "web"}, "spec": {}})])
+    assert machine_readiness(_linked("web-m", "web", "True"), other).desired == NONE
+    assert readiness_samples("h1", []) == []
