@@ -18,6 +18,7 @@ from catalog.lookup import Catalog
 from catalog.machineclass import LibvirtMachineClass
 from catalog.network import LibvirtNetwork
 from catalog.storage import LibvirtStorageClass
+from catalog.volume_attributes import VolumeAttributesClass
 from libvirt_provider import constants as c
 
 __all__ = ["CatalogReader", "CatalogSource"]
@@ -41,6 +42,9 @@ class CatalogReader:
             machine_classes=self._parse_all(c.MACHINE_CLASS_PLURAL, LibvirtMachineClass),
             networks=self._parse_all(c.NETWORK_PLURAL, LibvirtNetwork),
             storage_classes=self._parse_all(c.STORAGE_CLASS_PLURAL, LibvirtStorageClass),
+            volume_attributes_classes=self._parse_all(
+                c.VOLUME_ATTRIBUTES_CLASS_PLURAL, VolumeAttributesClass
+            ),
         )
 
     def _parse_all(self, plural: str, model: Any) -> list[Any]:

@@ -20,6 +20,7 @@ from libvirt_provider.domainxml import (
     AttachDevice,
     DetachDevice,
     LiveStep,
+    SetBlockIoTune,
     SetMemory,
     SetMetadata,
     SetVcpus,
@@ -258,6 +259,8 @@ class DomainUpdater:
                 self._hv.detach_device(uuid, xml)
             case SetMetadata(xml=xml):
                 self._hv.set_metadata(uuid, xml)
+            case SetBlockIoTune(target=target, parameters=parameters):
+                self._hv.set_block_io_tune(uuid, target, dict(parameters))
 
     def _refresh_cloud_init(self, plan: ResolvedMachine, current: str) -> None:
         """Rewrite the cloud-init volume when its data changed: the guest reads it at next boot."""
