@@ -23,7 +23,7 @@ from libvirt_provider.domainxml.changes import (
     DomainDiff,
     Setting,
 )
-from libvirt_provider.domainxml.disks import pool_volumes
+from libvirt_provider.domainxml.disks import DISK_ALIAS_PREFIX, pool_volumes
 from libvirt_provider.domainxml.domain import (
     OwnedFields,
     diff_owned,
@@ -47,6 +47,7 @@ from libvirt_provider.domainxml.metadata import OwnerMarker, owner_marker
 from libvirt_provider.domainxml.nics import interface_macs
 
 __all__ = [
+    "DISK_ALIAS_PREFIX",
     "AttachDevice",
     "Change",
     "ChangeKey",

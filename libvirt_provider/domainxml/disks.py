@@ -28,6 +28,7 @@ from libvirt_provider.domainxml.changes import (
 from libvirt_provider.resolved import DomainDisk, DomainSpec, IoTune
 
 __all__ = [
+    "DISK_ALIAS_PREFIX",
     "DiskFacts",
     "compare_disks",
     "disk_alias",
@@ -42,9 +43,12 @@ __all__ = [
 ]
 
 
+# User aliases must start with "ua-" to survive in the persistent definition (libvirt >= 3.9).
+DISK_ALIAS_PREFIX = "ua-disk-"
+
+
 def disk_alias(name: str) -> str:
-    # User aliases must start with "ua-" to survive in the persistent definition (libvirt >= 3.9).
-    return f"ua-disk-{name}"
+    return f"{DISK_ALIAS_PREFIX}{name}"
 
 
 def render_disk(devices: etree._Element, disk: DomainDisk) -> None:
