@@ -95,6 +95,9 @@ def parse_iotune(vac: VolumeAttributesClass) -> tuple[IoTune | None, list[str]]:
 def _combinations(fields: dict[str, int | str]) -> list[str]:
     """What libvirt would refuse, said in the class's own keys."""
     problems: list[str] = []
+    if "group_name" in fields and len(fields) == 1:
+        # libvirt writes no <iotune> without a limit, so a lone group would never be seen applied.
+        problems.append(f"parameter {GROUP_NAME}: needs at least one limit to share")
     for family in _RATES.values():
         for field_suffix in ("", "_max", "_max_length"):
             total = f"total_{family}{field_suffix}"

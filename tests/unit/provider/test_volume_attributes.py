@@ -97,6 +97,7 @@ class TestParameters:
                 "needs readIOPSMax",
             ),
             ({"groupName": "a/b"}, "groupName", "not a group name"),
+            ({"groupName": "alone"}, "groupName", "needs at least one limit"),
         ],
     )
     def test_bad_input_is_refused_naming_the_key(
