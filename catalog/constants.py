@@ -20,6 +20,11 @@ __all__ = [
     "STORAGE_CLASS_KIND",
     "STORAGE_CLASS_PLURAL",
     "VERSION",
+    "VOLUME_ATTRIBUTES_CLASS_GROUP",
+    "VOLUME_ATTRIBUTES_CLASS_KIND",
+    "VOLUME_ATTRIBUTES_CLASS_PLURAL",
+    "VOLUME_ATTRIBUTES_CLASS_VERSION",
+    "WATCHED_KINDS",
 ]
 
 GROUP: Final = "infrastructure.vm-api.io"
@@ -35,3 +40,20 @@ MACHINE_CLASS_PLURAL: Final = "libvirtmachineclasses"
 NETWORK_PLURAL: Final = "libvirtnetworks"
 STORAGE_CLASS_PLURAL: Final = "libvirtstorageclasses"
 CATALOG_PLURALS: Final = (IMAGE_PLURAL, MACHINE_CLASS_PLURAL, NETWORK_PLURAL, STORAGE_CLASS_PLURAL)
+
+# Kubernetes' own VolumeAttributesClass (GA in 1.34): a disk's volumeAttributesClassName names one,
+# and the daemon reads it like a catalog object, from its own API group.
+VOLUME_ATTRIBUTES_CLASS_GROUP: Final = "storage.k8s.io"
+VOLUME_ATTRIBUTES_CLASS_VERSION: Final = "v1"
+VOLUME_ATTRIBUTES_CLASS_KIND: Final = "VolumeAttributesClass"
+VOLUME_ATTRIBUTES_CLASS_PLURAL: Final = "volumeattributesclasses"
+
+WATCHED_KINDS: Final = {
+    **{plural: (GROUP, VERSION) for plural in CATALOG_PLURALS},
+    VOLUME_ATTRIBUTES_CLASS_PLURAL: (
+        VOLUME_ATTRIBUTES_CLASS_GROUP,
+        VOLUME_ATTRIBUTES_CLASS_VERSION,
+    ),
+}
+"""Every kind a machine's resolution reads by name, plural -> (group, version): each is watched,
+and a change of one wakes the machines."""

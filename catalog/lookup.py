@@ -14,6 +14,7 @@ from catalog.image import LibvirtImage
 from catalog.machineclass import LibvirtMachineClass
 from catalog.network import LibvirtNetwork
 from catalog.storage import LibvirtStorageClass
+from catalog.volume_attributes import VolumeAttributesClass
 
 __all__ = ["AmbiguousDefaultError", "Catalog"]
 
@@ -35,6 +36,7 @@ class Catalog:
     machine_classes: dict[str, LibvirtMachineClass] = field(default_factory=dict)
     networks: dict[str, LibvirtNetwork] = field(default_factory=dict)
     storage_classes: dict[str, LibvirtStorageClass] = field(default_factory=dict)
+    volume_attributes_classes: dict[str, VolumeAttributesClass] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -44,12 +46,14 @@ class Catalog:
         machine_classes: Iterable[LibvirtMachineClass] = (),
         networks: Iterable[LibvirtNetwork] = (),
         storage_classes: Iterable[LibvirtStorageClass] = (),
+        volume_attributes_classes: Iterable[VolumeAttributesClass] = (),
     ) -> Catalog:
         return cls(
             images={o.metadata.name: o for o in images},
             machine_classes={o.metadata.name: o for o in machine_classes},
             networks={o.metadata.name: o for o in networks},
             storage_classes={o.metadata.name: o for o in storage_classes},
+            volume_attributes_classes={o.metadata.name: o for o in volume_attributes_classes},
         )
 
     def default_network(self) -> LibvirtNetwork | None:

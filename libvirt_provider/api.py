@@ -28,6 +28,7 @@ from libvirt_provider.constants import (
 
 __all__ = [
     "ConsoleSpec",
+    "DiskStatus",
     "DomainTypeChoice",
     "GraphicsType",
     "HostSelector",
@@ -37,6 +38,7 @@ __all__ = [
     "LibvirtMachineStatus",
     "MachineAddress",
     "MachineMeta",
+    "ModifyVolumeStatus",
     "Placement",
     "SelectorRequirement",
     "SpreadBy",
@@ -213,6 +215,33 @@ class MachineAddress(Address):
     """How the address was learned: DHCP lease, guest agent or ARP table."""
 
 
+class ModifyVolumeStatus(KubeModel):
+    """A disk's change of VolumeAttributesClass not (yet) applied, as a PVC's modifyVolumeStatus."""
+
+    target_volume_attributes_class_name: str | None = Field(
+        default=None, max_length=253, description="The class the disk is being moved to."
+    )
+    status: Literal["Pending", "InProgress", "Infeasible"] = Field(
+        description="Pending (waits for the machine: suspended, or refused live), InProgress, or "
+        "Infeasible (the class cannot be honoured; message says why, the old limits stay)."
+    )
+    message: str | None = Field(default=None, max_length=1024, description="Why, when known.")
+
+
+class DiskStatus(KubeModel):
+    """One disk's VolumeAttributesClass as applied, as a PVC reports its own."""
+
+    name: str = Field(
+        max_length=253, description="The VM's data disk name, or bootDisk for the boot disk."
+    )
+    current_volume_attributes_class_name: str | None = Field(
+        default=None, max_length=253, description="The class whose limits the disk has now."
+    )
+    modify_volume_status: ModifyVolumeStatus | None = Field(
+        default=None, description="A change of class not applied yet; absent when none."
+    )
+
+
 class LibvirtMachineStatus(KubeModel):
     """Written by the controller only. The first six fields are the provider status contract."""
 
@@ -267,6 +296,11 @@ class LibvirtMachineStatus(KubeModel):
         max_length=64,
         description="The machine's volumes (pool/volume) whose disks say deleteOnTermination: "
         "false, as last resolved: deletion keeps these without resolving the spec again.",
+    )
+    disks: list[DiskStatus] | None = Field(
+        default=None,
+        max_length=64,
+        description="Each disk's VolumeAttributesClass (its I/O limits) and a change under way.",
     )
 
 

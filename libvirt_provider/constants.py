@@ -22,6 +22,8 @@ from catalog.constants import (
     STORAGE_CLASS_KIND,
     STORAGE_CLASS_PLURAL,
     VERSION,
+    VOLUME_ATTRIBUTES_CLASS_KIND,
+    VOLUME_ATTRIBUTES_CLASS_PLURAL,
 )
 
 __all__ = [
@@ -86,6 +88,9 @@ __all__ = [
     "METADATA_NAMESPACE",
     "METADATA_PREFIX",
     "METRICS_PREFIX",
+    "MODIFY_VOLUME_INFEASIBLE",
+    "MODIFY_VOLUME_IN_PROGRESS",
+    "MODIFY_VOLUME_PENDING",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
     "REASON_AMBIGUOUS_DEFAULT",
@@ -125,6 +130,9 @@ __all__ = [
     "VERSION",
     "VM_API_CRD_LABEL",
     "VM_API_CRD_LABEL_VALUE",
+    "VOLUME_ATTRIBUTES_CLASS_KIND",
+    "VOLUME_ATTRIBUTES_CLASS_PLURAL",
+    "VOLUME_ATTRIBUTES_DRIVER",
 ]
 
 MACHINE_KIND: Final = "LibvirtMachine"
@@ -207,6 +215,16 @@ DEFAULT_SHUTDOWN_TIMEOUT_SECONDS: Final = 120
 # The virtio-serial channel qemu's guest agent listens on: rendered into every domain, asked by
 # the driver for guest facts and graceful power-off.
 GUEST_AGENT_CHANNEL: Final = "org.qemu.guest_agent.0"
+
+# The `driverName` of the VolumeAttributesClasses this provider honours (a disk's
+# volumeAttributesClassName; docs/catalog.md). Kubernetes wants a CSI-style driver name there:
+# a DNS subdomain, no slash, so not the API group's `infrastructure.vm-api.io/...` spelling.
+VOLUME_ATTRIBUTES_DRIVER: Final = "libvirt.infrastructure.vm-api.io"
+# A disk's status.disks[].modifyVolumeStatus.status, as a PersistentVolumeClaim's: the new class is
+# waiting for the machine (suspended, or libvirt refused it live), being applied, or cannot be.
+MODIFY_VOLUME_PENDING: Final = "Pending"
+MODIFY_VOLUME_IN_PROGRESS: Final = "InProgress"
+MODIFY_VOLUME_INFEASIBLE: Final = "Infeasible"
 
 # Condition reasons of this provider (the contract copies a provider's own reason verbatim).
 REASON_REFERENCE_NOT_FOUND: Final = "ReferenceNotFound"

@@ -22,6 +22,9 @@ from catalog.image import CdromBus, DiskBus, ImageFormat, NicModel
 from catalog.network import AddressSourcePolicy, DirectMode
 
 __all__ = [
+    "IOTUNE_DIRECTIONS",
+    "IOTUNE_FAMILIES",
+    "IOTUNE_MAX",
     "BaseImage",
     "CloudInitData",
     "CloudInitMedia",
@@ -29,6 +32,7 @@ __all__ = [
     "Cpu",
     "CpuMode",
     "CpuTopology",
+    "DiskClass",
     "DomainDisk",
     "DomainSpec",
     "DomainType",
@@ -36,6 +40,7 @@ __all__ = [
     "Graphics",
     "Interface",
     "InterfaceKind",
+    "IoTune",
     "Memory",
     "OsBoot",
     "Owner",
@@ -168,6 +173,79 @@ class OsBoot(ResolvedModel):
         return self
 
 
+IOTUNE_MAX = 10**15
+"""The largest rate or burst qemu's throttling accepts (THROTTLE_VALUE_MAX)."""
+IoValue = Annotated[int, Field(ge=0, le=IOTUNE_MAX)]
+
+IOTUNE_FAMILIES = ("bytes_sec", "iops_sec")
+"""libvirt's two families of limits; each has a total, a read and a write value."""
+IOTUNE_DIRECTIONS = ("total", "read", "write")
+
+
+class IoTune(ResolvedModel):
+    """A disk's I/O limits, named as libvirt's `<iotune>` children; 0 means no limit.
+
+    The fields are in libvirt's own order (how it formats the element), which the renderer
+    follows, so a definition read back lists them the same way."""
+
+    total_bytes_sec: IoValue = 0
+    read_bytes_sec: IoValue = 0
+    write_bytes_sec: IoValue = 0
+    total_iops_sec: IoValue = 0
+    read_iops_sec: IoValue = 0
+    write_iops_sec: IoValue = 0
+    total_bytes_sec_max: IoValue = 0
+    read_bytes_sec_max: IoValue = 0
+    write_bytes_sec_max: IoValue = 0
+    total_iops_sec_max: IoValue = 0
+    read_iops_sec_max: IoValue = 0
+    write_iops_sec_max: IoValue = 0
+    group_name: SafeName | None = None
+    total_bytes_sec_max_length: IoValue = 0
+    read_bytes_sec_max_length: IoValue = 0
+    write_bytes_sec_max_length: IoValue = 0
+    total_iops_sec_max_length: IoValue = 0
+    read_iops_sec_max_length: IoValue = 0
+    write_iops_sec_max_length: IoValue = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        # libvirt refuses these combinations; the resolver says so first, in the class's terms.
+        for family in IOTUNE_FAMILIES:
+            for suffix in ("", "_max", "_max_length"):
+                total = getattr(self, f"total_{family}{suffix}")
+                if total and (
+                    getattr(self, f"read_{family}{suffix}")
+                    or getattr(self, f"write_{family}{suffix}")
+                ):
+                    raise ValueError(f"total_{family}{suffix} goes with neither read nor write")
+            for direction in IOTUNE_DIRECTIONS:
+                base = getattr(self, f"{direction}_{family}")
+                burst = getattr(self, f"{direction}_{family}_max")
+                length = getattr(self, f"{direction}_{family}_max_length")
+                if burst and burst < base:
+                    raise ValueError(f"{direction}_{family}_max is below {direction}_{family}")
+                if burst and not base:
+                    raise ValueError(f"{direction}_{family}_max needs {direction}_{family}")
+                if length and not burst:
+                    raise ValueError(f"{direction}_{family}_max_length needs its _max")
+        return self
+
+    @property
+    def limited(self) -> bool:
+        return any(v for k, v in self.settings().items() if k != "group_name")
+
+    def settings(self) -> dict[str, int | str]:
+        """Every libvirt parameter, zero where unlimited: what virDomainSetBlockIoTune is given,
+        so a parameter the class no longer sets is cleared rather than kept."""
+        values: dict[str, int | str] = {
+            name: getattr(self, name) for name in type(self).model_fields if name != "group_name"
+        }
+        if self.group_name is not None:
+            values["group_name"] = self.group_name
+        return values
+
+
 class DomainDisk(ResolvedModel):
     """A disk backed by a pool volume. The boot disk is listed first and has `boot` set."""
 
@@ -179,6 +257,8 @@ class DomainDisk(ResolvedModel):
     target: DeviceTarget
     serial: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]{1,20}$")]
     boot: bool = False
+    iotune: IoTune = Field(default_factory=IoTune)
+    """From the disk's VolumeAttributesClass; all zero (no `<iotune>`) without one."""
 
 
 class CloudInitMedia(ResolvedModel):
@@ -296,6 +376,13 @@ class NicSubnets(ResolvedModel):
     subnets: tuple[str, ...]
 
 
+class DiskClass(ResolvedModel):
+    """The VolumeAttributesClass a disk's limits come from (not in the XML: status reports it)."""
+
+    disk: AliasName
+    volume_attributes_class: KubeName | None
+
+
 class ResolvedMachine(ResolvedModel):
     domain: DomainSpec
     volumes: tuple[VolumePlan, ...]
@@ -304,3 +391,5 @@ class ResolvedMachine(ResolvedModel):
     shutdown_timeout_seconds: int = Field(ge=1)
     nic_subnets: tuple[NicSubnets, ...] = ()
     """The NICs whose network names its subnets; the others believe any global address."""
+    disk_classes: tuple[DiskClass, ...] = ()
+    """Each disk's VolumeAttributesClass, boot disk first, as the VM names it."""

@@ -23,7 +23,7 @@ from libvirt_provider.domainxml.changes import (
     DomainDiff,
     Setting,
 )
-from libvirt_provider.domainxml.disks import pool_volumes
+from libvirt_provider.domainxml.disks import DISK_ALIAS_PREFIX, pool_volumes
 from libvirt_provider.domainxml.domain import (
     OwnedFields,
     diff_owned,
@@ -37,6 +37,7 @@ from libvirt_provider.domainxml.live_update import (
     DetachDevice,
     LivePlan,
     LiveStep,
+    SetBlockIoTune,
     SetMemory,
     SetMetadata,
     SetVcpus,
@@ -46,6 +47,7 @@ from libvirt_provider.domainxml.metadata import OwnerMarker, owner_marker
 from libvirt_provider.domainxml.nics import interface_macs
 
 __all__ = [
+    "DISK_ALIAS_PREFIX",
     "AttachDevice",
     "Change",
     "ChangeKey",
@@ -58,6 +60,7 @@ __all__ = [
     "LiveStep",
     "OwnedFields",
     "OwnerMarker",
+    "SetBlockIoTune",
     "SetMemory",
     "SetMetadata",
     "SetVcpus",

@@ -75,6 +75,8 @@ class DeviceAction(enum.Enum):
     CHANGED = "changed"
     ADDED = "added"
     REMOVED = "removed"
+    # A disk's `<iotune>` (its VolumeAttributesClass), changed on the running domain.
+    IO_LIMITS = "I/O limits"
 
 
 @dataclass(frozen=True)

@@ -6,26 +6,35 @@ directory does not stale the definition.
 
 Read back, a disk is known by its user alias, else by its target. Data disks on virtio or SCSI are
 attached and detached on a running domain; the boot disk, IDE and SATA disks, and any disk whose
-settings changed wait for the next power cycle.
+settings changed wait for the next power cycle, except its I/O limits (`<iotune>`, from the disk's
+VolumeAttributesClass): those are compared apart and changed on the running domain.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 
 from lxml import etree
 
 from catalog.image import CdromBus, DiskBus
-from libvirt_provider.domainxml.changes import Change, DeviceKind, compare_devices
-from libvirt_provider.resolved import DomainDisk, DomainSpec
+from libvirt_provider.domainxml.changes import (
+    Change,
+    DeviceAction,
+    DeviceEdit,
+    DeviceKind,
+    compare_devices,
+)
+from libvirt_provider.resolved import DomainDisk, DomainSpec, IoTune
 
 __all__ = [
+    "DISK_ALIAS_PREFIX",
     "DiskFacts",
     "compare_disks",
     "disk_alias",
     "disk_facts",
     "find_disk",
+    "iotune_parameters",
     "needs_scsi_controller",
     "parse_disks",
     "pool_volumes",
@@ -34,9 +43,12 @@ __all__ = [
 ]
 
 
+# User aliases must start with "ua-" to survive in the persistent definition (libvirt >= 3.9).
+DISK_ALIAS_PREFIX = "ua-disk-"
+
+
 def disk_alias(name: str) -> str:
-    # User aliases must start with "ua-" to survive in the persistent definition (libvirt >= 3.9).
-    return f"ua-disk-{name}"
+    return f"{DISK_ALIAS_PREFIX}{name}"
 
 
 def render_disk(devices: etree._Element, disk: DomainDisk) -> None:
@@ -45,11 +57,37 @@ def render_disk(devices: etree._Element, disk: DomainDisk) -> None:
     etree.SubElement(element, "driver", name="qemu", type=disk.format.value, discard="unmap")
     etree.SubElement(element, "source", pool=disk.pool, volume=disk.volume)
     etree.SubElement(element, "target", dev=disk.target, bus=disk.bus.value)
+    _render_iotune(element, disk.iotune)
     serial = etree.SubElement(element, "serial")
     serial.text = disk.serial
     if disk.boot:
         etree.SubElement(element, "boot", order="1")
     etree.SubElement(element, "alias", name=disk_alias(disk.name))
+
+
+def _render_iotune(element: etree._Element, iotune: IoTune) -> None:
+    """Only the limits set, in libvirt's order, as libvirt itself writes the element: a disk
+    without limits has none, and a definition read back compares equal."""
+    values = {k: v for k, v in iotune.settings().items() if v}
+    if not values:
+        return
+    parent = etree.SubElement(element, "iotune")
+    for name, value in values.items():
+        etree.SubElement(parent, name).text = str(value)
+
+
+def iotune_parameters(limits: tuple[tuple[str, str], ...]) -> dict[str, int | str]:
+    """Every libvirt block-I/O-tune parameter for `limits` (as `DiskFacts.iotune` holds them),
+    zero where none is set: virDomainSetBlockIoTune keeps any parameter it is not given, so a
+    limit the new class drops must be given as 0 to be cleared."""
+    given = dict(limits)
+    values: dict[str, int | str] = {}
+    for name, zero in IoTune().settings().items():
+        text = given.get(name)
+        values[name] = zero if text is None else int(text)
+    if "group_name" in given:
+        values["group_name"] = given["group_name"]
+    return values
 
 
 def needs_scsi_controller(spec: DomainSpec) -> bool:
@@ -76,6 +114,17 @@ class DiskFacts:
     target: str | None
     serial: str | None
     boot: bool
+    iotune: tuple[tuple[str, str], ...] = ()
+    """The `<iotune>` children that are set (name, text), in document order; compared apart."""
+
+
+def _iotune_facts(element: etree._Element) -> tuple[tuple[str, str], ...]:
+    parent = element.find("iotune")
+    if parent is None:
+        return ()
+    found = [(str(child.tag), (child.text or "").strip()) for child in parent]
+    # libvirt may write a limit as 0 (unset), and a group name with no limit means nothing.
+    return tuple(sorted((k, v) for k, v in found if v not in ("", "0")))
 
 
 def disk_facts(element: etree._Element) -> DiskFacts:
@@ -94,6 +143,7 @@ def disk_facts(element: etree._Element) -> DiskFacts:
         target=target_dev,
         serial=element.findtext("serial"),
         boot=element.find("boot") is not None,
+        iotune=_iotune_facts(element),
     )
 
 
@@ -127,7 +177,20 @@ def _hotplug(disk: DiskFacts) -> bool:
     return not disk.boot and disk.bus in ("virtio", "scsi")
 
 
+def _view(disk: DiskFacts) -> tuple[object, ...]:
+    return astuple(replace(disk, iotune=()))
+
+
 def compare_disks(
     desired: Mapping[str, DiskFacts], observed: Mapping[str, DiskFacts]
 ) -> list[Change]:
-    return compare_devices(DeviceKind.DISK, desired, observed, view=astuple, hotplug=_hotplug)
+    """The disks' changes, and apart from them each disk whose I/O limits changed: a live
+    change even where the rest of the disk waits for a power cycle (a disk added or removed
+    brings its limits with it)."""
+    changes = compare_devices(DeviceKind.DISK, desired, observed, view=_view, hotplug=_hotplug)
+    for key in sorted(set(desired) & set(observed)):
+        want, have = desired[key].iotune, observed[key].iotune
+        if want != have:
+            edit = DeviceEdit(DeviceKind.DISK, key, DeviceAction.IO_LIMITS)
+            changes.append(Change(edit, dict(want), dict(have), live=True))
+    return changes

@@ -2,7 +2,8 @@
 
 The areas say what differs between the desired domain and the persistent definition, and mark each
 difference live or not. This module turns the live ones into concrete steps (a vCPU count, a
-balloon target, a device to attach or detach, the ownership metadata), choosing by the change's
+balloon target, a device to attach or detach, the ownership metadata, a disk's I/O limits),
+choosing by the change's
 typed key, and leaves the rest deferred to the next power cycle. It is pure: the reconciler carries
 the steps out through the hypervisor adapter, which applies each to the running domain and its
 persistent definition alike, so the next comparison sees the change as done.
@@ -24,7 +25,7 @@ from libvirt_provider.domainxml.changes import (
     DeviceKind,
     Setting,
 )
-from libvirt_provider.domainxml.disks import find_disk
+from libvirt_provider.domainxml.disks import disk_facts, find_disk, iotune_parameters
 from libvirt_provider.domainxml.domain import diff_owned, owned_fields
 from libvirt_provider.domainxml.metadata import marker_element
 from libvirt_provider.domainxml.nics import find_interface
@@ -34,6 +35,7 @@ __all__ = [
     "DetachDevice",
     "LivePlan",
     "LiveStep",
+    "SetBlockIoTune",
     "SetMemory",
     "SetMetadata",
     "SetVcpus",
@@ -68,7 +70,15 @@ class SetMetadata:
     xml: str
 
 
-LiveStep = SetVcpus | SetMemory | AttachDevice | DetachDevice | SetMetadata
+@dataclass(frozen=True)
+class SetBlockIoTune:
+    """A disk's I/O limits, every libvirt parameter given (0 clears one), for its target."""
+
+    target: str
+    parameters: tuple[tuple[str, int | str], ...]
+
+
+LiveStep = SetVcpus | SetMemory | AttachDevice | DetachDevice | SetMetadata | SetBlockIoTune
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,8 @@ def _step(change: Change, current: etree._Element, desired: etree._Element) -> L
         case Setting.OWNERSHIP_MARKER | Setting.TAGS:
             xml = _xml(marker_element(desired))
             return SetMetadata(xml) if xml is not None else None
+        case DeviceEdit(kind=DeviceKind.DISK, action=DeviceAction.IO_LIMITS) as edit:
+            return _iotune_step(desired, edit)
         case DeviceEdit(action=DeviceAction.ADDED) as edit:
             xml = _xml(_device(desired, edit))
             return AttachDevice(xml) if xml is not None else None
@@ -121,6 +133,16 @@ def _step(change: Change, current: etree._Element, desired: etree._Element) -> L
             xml = _xml(_device(current, edit))
             return DetachDevice(xml) if xml is not None else None
     return None
+
+
+def _iotune_step(desired: etree._Element, edit: DeviceEdit) -> SetBlockIoTune | None:
+    element = find_disk(desired, edit.device)
+    if element is None:
+        return None
+    facts = disk_facts(element)
+    if facts.target is None:
+        return None
+    return SetBlockIoTune(facts.target, tuple(iotune_parameters(facts.iotune).items()))
 
 
 def _device(root: etree._Element, edit: DeviceEdit) -> etree._Element | None:

@@ -10,7 +10,7 @@ Methods raise the classes of `libvirt_provider.errors`; they never return libvir
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from libvirt_provider.driver.types import (
@@ -164,6 +164,12 @@ class LiveOperations(Protocol):
 
     def set_metadata(self, uuid: str, xml: str) -> None:
         """Replace this provider's element in `<metadata>` (the ownership marker)."""
+        ...
+
+    def set_block_io_tune(
+        self, uuid: str, target: str, parameters: Mapping[str, int | str]
+    ) -> None:
+        """The I/O limits of the disk `target` (libvirt's `<iotune>` names; 0 clears one)."""
         ...
 
 

@@ -6,7 +6,7 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import libvirt
@@ -364,6 +364,12 @@ class LibvirtDomains(LibvirtConnection):
 
     def detach_device(self, uuid: str, xml: str) -> None:
         self._call(lambda c: self._domain(c, uuid).detachDeviceFlags(xml, _LIVE_AND_CONFIG))
+
+    def set_block_io_tune(
+        self, uuid: str, target: str, parameters: Mapping[str, int | str]
+    ) -> None:
+        values = dict(parameters)
+        self._call(lambda c: self._domain(c, uuid).setBlockIoTune(target, values, _LIVE_AND_CONFIG))
 
     def set_metadata(self, uuid: str, xml: str) -> None:
         payload = _without_prefix(xml)

@@ -18,7 +18,9 @@ from catalog.lookup import Catalog
 from catalog.machineclass import LibvirtMachineClass
 from catalog.network import LibvirtNetwork
 from catalog.storage import LibvirtStorageClass
+from catalog.volume_attributes import VolumeAttributesClass
 from libvirt_provider import constants as c
+from libvirt_provider.errors import NotFoundError
 
 __all__ = ["CatalogReader", "CatalogSource"]
 
@@ -34,6 +36,7 @@ class CatalogReader:
         self._store = store
         # plural -> name -> (resourceVersion, the parsed model, None when invalid)
         self._parsed: dict[str, dict[str, tuple[str, Any]]] = {}
+        self._unserved_logged = False
 
     def catalog(self) -> Catalog:
         return Catalog.of(
@@ -41,7 +44,19 @@ class CatalogReader:
             machine_classes=self._parse_all(c.MACHINE_CLASS_PLURAL, LibvirtMachineClass),
             networks=self._parse_all(c.NETWORK_PLURAL, LibvirtNetwork),
             storage_classes=self._parse_all(c.STORAGE_CLASS_PLURAL, LibvirtStorageClass),
+            volume_attributes_classes=self._volume_attributes_classes(),
         )
+
+    def _volume_attributes_classes(self) -> list[VolumeAttributesClass]:
+        """Kubernetes' own kind, served from 1.34 on: an API server that does not serve it has
+        none, and only the machines that name a class say so ("not found")."""
+        try:
+            return self._parse_all(c.VOLUME_ATTRIBUTES_CLASS_PLURAL, VolumeAttributesClass)
+        except NotFoundError:
+            if not self._unserved_logged:
+                log.warning("the API server serves no storage.k8s.io/v1 VolumeAttributesClasses")
+                self._unserved_logged = True
+            return []
 
     def _parse_all(self, plural: str, model: Any) -> list[Any]:
         """Every valid object of a catalog kind; an object is parsed once per resourceVersion

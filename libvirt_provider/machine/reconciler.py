@@ -18,6 +18,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import Counter
 from pydantic import ValidationError
@@ -46,6 +47,7 @@ from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.agent_backoff import AgentBackoff
 from libvirt_provider.machine.book import HostBook
 from libvirt_provider.machine.create import Creation
+from libvirt_provider.machine.disk_status import applied_disks, infeasible_disks
 from libvirt_provider.machine.inputs import InputReader, PowerIntent, power_intent
 from libvirt_provider.machine.power import observed_power_state
 from libvirt_provider.machine.powering import PowerDriver
@@ -99,6 +101,13 @@ class Report:
     shutdown_requested_at: dt.datetime | None = None
     retained: list[str] | None = None
     """`pool/volume` of the disks kept at deletion, when this pass resolved the machine."""
+    disks: list[dict[str, Any]] | None = None
+    """status.disks (their VolumeAttributesClasses); None keeps what status says."""
+
+
+def _status_disks(obj: Obj) -> list[Any] | None:
+    disks = (obj.get("status") or {}).get("disks")
+    return disks if isinstance(disks, list) else None
 
 
 def _key(machine: LibvirtMachine) -> str:
@@ -296,14 +305,21 @@ class MachineReconciler:
             # Catalog objects are watched and wake the machine when they change; Secrets and
             # RBAC are not, so a problem with them is looked at again, with backoff.
             outcome = RETRY if reason in _UNWATCHED_INPUTS else DONE
+            disks = infeasible_disks(
+                _status_disks(obj),
+                [(p.field, p.message) for p in resolution.problems],
+                vm.get("spec") or {},
+            )
             if existing is None:
-                return report, outcome
+                return Report(report.readiness, disks=disks), outcome
             if current is not None:
                 # Still running what it was built with: the host counts it (after a restart, the
                 # book would otherwise admit newcomers into the room this domain takes).
                 self._book.hold(_key(machine), definition_demand(current))
             state = observed_power_state(self._hv.status(existing.uuid))
-            return Report(report.readiness, domain_uuid=existing.uuid, power_state=state), outcome
+            return Report(
+                report.readiness, domain_uuid=existing.uuid, power_state=state, disks=disks
+            ), outcome
         plan = resolution.machine
         key = _key(machine)
         if existing is None:
@@ -419,6 +435,11 @@ class MachineReconciler:
             pending=update.pending,
             shutdown_requested_at=power.shutdown_requested_at,
             retained=retained_record(plan),
+            disks=applied_disks(
+                _status_disks(obj),
+                [(d.disk, d.volume_attributes_class) for d in plan.disk_classes],
+                update.limits_pending,
+            ),
         )
         if not power.settled:
             return report, CONVERGING
@@ -536,6 +557,7 @@ class MachineReconciler:
             if report.shutdown_requested_at is not None
             else None,
             retained_volumes=report.retained,
+            disks=report.disks,
         )
         patch = merge_patch(current, desired)
         if patch:

@@ -259,6 +259,7 @@ def compute_status(
     shutdown_requested_at: str | None = None,
     guest: Mapping[str, str] | None = None,
     retained_volumes: Sequence[str] | None = None,
+    disks: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The whole status to write; equal to `current` when nothing changed (so no patch is sent)."""
     current = current or {}
@@ -300,6 +301,10 @@ def compute_status(
     retained = current.get("retainedVolumes") if retained_volumes is None else retained_volumes
     if retained is not None:
         status["retainedVolumes"] = sorted(retained)[:MAX_RETAINED_VOLUMES]
+    # None: this pass said nothing of the disks' classes (disk_status.py), so the last stands.
+    reported = current.get("disks") if disks is None else [dict(d) for d in disks]
+    if reported:
+        status["disks"] = reported[:MAX_DISKS]
     return status
 
 
@@ -308,6 +313,8 @@ MAX_PENDING_CHANGES = 64
 MAX_PENDING_CHANGE_LENGTH = 1024
 # The CRD's bound on status.retainedVolumes (a machine has far fewer disks).
 MAX_RETAINED_VOLUMES = 64
+# The CRD's bound on status.disks.
+MAX_DISKS = 64
 
 
 def _bounded(changes: Sequence[str]) -> list[str]:

@@ -11,15 +11,20 @@ change libvirt refuses live joins the pending ones, with a Warning Event the fir
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from libvirt_provider import constants as c
 from libvirt_provider.domainxml import (
+    DISK_ALIAS_PREFIX,
     AttachDevice,
+    Change,
     DetachDevice,
+    DeviceAction,
+    DeviceEdit,
     LiveStep,
+    SetBlockIoTune,
     SetMemory,
     SetMetadata,
     SetVcpus,
@@ -53,6 +58,8 @@ class UpdateOutcome:
     pending: list[str] = field(default_factory=list)
     # Set when a volume the spec added cannot be made yet: the definition waits with it.
     waiting_for_image: str | None = None
+    # Disks (resolved names: boot, data-<name>) whose new I/O limits were not applied this pass.
+    limits_pending: set[str] = field(default_factory=set)
 
 
 def ensure_volume(hv: Hypervisor, volume: VolumePlan) -> bool:
@@ -97,6 +104,15 @@ def create_volume(hv: Hypervisor, volume: VolumePlan) -> None:
             capacity_bytes=volume.capacity_bytes,
         )
     )
+
+
+def _limited_disks(changes: Iterable[Change]) -> set[str]:
+    """The disks (resolved names) among `changes` whose I/O limits change."""
+    return {
+        change.key.device.removeprefix(DISK_ALIAS_PREFIX)
+        for change in changes
+        if isinstance(change.key, DeviceEdit) and change.key.action is DeviceAction.IO_LIMITS
+    }
 
 
 def _gib(size: int) -> str:
@@ -220,6 +236,7 @@ class DomainUpdater:
         if status.state not in _LIVE_STATES or status.has_managed_save:
             # A saved (suspended) domain resumes with the hardware it was saved with.
             out.pending.extend([str(c) for c, _ in live.steps] + [str(c) for c in live.deferred])
+            out.limits_pending.update(_limited_disks(c for c, _ in live.steps))
             return
         applied: list[str] = []
         for change, step in live.steps:
@@ -227,6 +244,7 @@ class DomainUpdater:
                 self._apply_live(uuid, step)
             except _REFUSED as err:
                 self._refused(obj, out, str(change), err)
+                out.limits_pending.update(_limited_disks([change]))
             else:
                 applied.append(str(change))
         if applied:
@@ -258,6 +276,8 @@ class DomainUpdater:
                 self._hv.detach_device(uuid, xml)
             case SetMetadata(xml=xml):
                 self._hv.set_metadata(uuid, xml)
+            case SetBlockIoTune(target=target, parameters=parameters):
+                self._hv.set_block_io_tune(uuid, target, dict(parameters))
 
     def _refresh_cloud_init(self, plan: ResolvedMachine, current: str) -> None:
         """Rewrite the cloud-init volume when its data changed: the guest reads it at next boot."""

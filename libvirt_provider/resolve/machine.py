@@ -34,17 +34,23 @@ from libvirt_provider.resolve.context import (
     validation_problems,
 )
 from libvirt_provider.resolve.network import resolve_interfaces
-from libvirt_provider.resolve.storage import resolve_boot_disk, resolve_data_disks
+from libvirt_provider.resolve.storage import (
+    resolve_boot_disk,
+    resolve_data_disks,
+    resolve_disk_limits,
+)
 from libvirt_provider.resolved import (
     CloudInitData,
     CloudInitMedia,
     Console,
+    DiskClass,
     DomainDisk,
     DomainSpec,
     DomainType,
     FirmwareKind,
     Graphics,
     Interface,
+    IoTune,
     NicSubnets,
     OsBoot,
     Owner,
@@ -96,6 +102,7 @@ def resolve_pair(ctx: Context) -> Resolution:
     size = resolve_size(ctx, domain_type)
     boot = resolve_boot_disk(ctx)
     data_plans = resolve_data_disks(ctx)
+    limits = resolve_disk_limits(ctx)
     image = boot[0] if boot is not None else None
     nics, configs, customised, subnets = resolve_interfaces(ctx, image)
     cloud_init = resolve_cloud_init(
@@ -131,6 +138,7 @@ def resolve_pair(ctx: Context) -> Resolution:
         cdrom_bus=cdrom_bus,
         disk_bus=boot_image.spec.guest.disk_bus,
         plans=[boot_plan, *data_plans],
+        limits=limits,
         nics=nics,
         subnets=subnets,
         cloud_init=cloud_init,
@@ -147,14 +155,16 @@ def _assemble(
     cdrom_bus: CdromBus,
     disk_bus: DiskBus,
     plans: list[VolumePlan],
+    limits: dict[str, tuple[str | None, IoTune]],
     nics: list[Interface],
     subnets: list[NicSubnets],
     cloud_init: CloudInitData | None,
 ) -> Resolution:
     targets = _TargetNames()
+    names = ["boot" if index == 0 else f"data-{plan.disk}" for index, plan in enumerate(plans)]
     disks = [
         DomainDisk(
-            name="boot" if plan.disk == "boot" and index == 0 else f"data-{plan.disk}",
+            name=names[index],
             pool=plan.pool,
             volume=plan.volume,
             format=plan.format,
@@ -162,6 +172,7 @@ def _assemble(
             target=targets.next(disk_bus.value),
             serial=plan.disk[:20],
             boot=index == 0,
+            iotune=limits[names[index]][1],
         )
         for index, plan in enumerate(plans)
     ]
@@ -202,6 +213,9 @@ def _assemble(
             autostart=ctx.machine.spec.autostart,
             shutdown_timeout_seconds=ctx.machine.spec.graceful_shutdown_timeout_seconds,
             nic_subnets=tuple(subnets),
+            disk_classes=tuple(
+                DiskClass(disk=name, volume_attributes_class=limits[name][0]) for name in names
+            ),
         )
     except ValidationError as error:
         return Resolution(machine=None, problems=tuple(validation_problems(error, VM)))

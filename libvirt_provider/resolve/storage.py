@@ -15,11 +15,13 @@ from libvirt_provider.constants import (
     REASON_INVALID_SPEC,
     REASON_NOT_AVAILABLE_ON_HOST,
     REASON_REFERENCE_NOT_FOUND,
+    VOLUME_ATTRIBUTES_DRIVER,
 )
 from libvirt_provider.images.names import base_volume_name, parse_cached_name
 from libvirt_provider.naming import is_machine_volume, volume_name
 from libvirt_provider.resolve.context import VM, Context, check_reference
-from libvirt_provider.resolved import BaseImage, VolumePlan
+from libvirt_provider.resolve.iotune import parse_iotune
+from libvirt_provider.resolved import BaseImage, IoTune, VolumePlan
 
 GIB = 2**30
 
@@ -124,13 +126,45 @@ def _disk_common(ctx: Context, disk: BootDisk | VmDisk, where: str) -> bool:
     if disk.source.snapshot is not None:
         ctx.unsupported(f"{where}.source.snapshot", "snapshot sources are not supported")
         ok = False
-    if disk.volume_attributes_class_name is not None:
-        ctx.unsupported(
-            f"{where}.volumeAttributesClassName",
-            "libvirt storage pools have no volume attributes classes",
-        )
-        ok = False
     return ok
+
+
+def resolve_disk_limits(ctx: Context) -> dict[str, tuple[str | None, IoTune]]:
+    """Each disk's VolumeAttributesClass and the limits it asks for, by the disk's device name
+    (`boot`, `data-<name>`); a disk whose class cannot be honoured is a problem and left out."""
+    disks: list[tuple[str, BootDisk | VmDisk, str]] = []
+    if ctx.vm.boot_disk is not None:
+        disks.append(("boot", ctx.vm.boot_disk, f"{VM}.spec.bootDisk"))
+    disks.extend((f"data-{d.name}", d, f"{VM}.spec.disks[{d.name}]") for d in ctx.vm.disks or ())
+    limits: dict[str, tuple[str | None, IoTune]] = {}
+    for device, disk, where in disks:
+        name = disk.volume_attributes_class_name
+        if name is None:
+            limits[device] = (None, IoTune())
+            continue
+        iotune = _class_limits(ctx, name, f"{where}.volumeAttributesClassName")
+        if iotune is not None:
+            limits[device] = (name, iotune)
+    return limits
+
+
+def _class_limits(ctx: Context, name: str, where: str) -> IoTune | None:
+    vac = ctx.catalog.volume_attributes_classes.get(name)
+    if vac is None:
+        ctx.problem(REASON_REFERENCE_NOT_FOUND, where, f"VolumeAttributesClass {name!r} not found")
+        return None
+    if vac.driver_name != VOLUME_ATTRIBUTES_DRIVER:
+        ctx.problem(
+            REASON_INVALID_SPEC,
+            where,
+            f"VolumeAttributesClass {name!r} is for driver {vac.driver_name!r}, not for this "
+            f"provider's {VOLUME_ATTRIBUTES_DRIVER!r}",
+        )
+        return None
+    iotune, problems = parse_iotune(vac)
+    for problem in problems:
+        ctx.problem(REASON_INVALID_SPEC, where, f"VolumeAttributesClass {name!r} {problem}")
+    return iotune
 
 
 def resolve_boot_disk(ctx: Context) -> tuple[LibvirtImage, VolumePlan] | None:

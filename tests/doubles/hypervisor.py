@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import uuid as uuidlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -498,6 +498,29 @@ class FakeHypervisor:
             metadata.append(copy.deepcopy(element))
 
         self._edit("set_metadata", uuid, edit)
+
+    def set_block_io_tune(
+        self, uuid: str, target: str, parameters: Mapping[str, int | str]
+    ) -> None:
+        # As libvirt writes the element: only the parameters set, none at all when none is.
+        def edit(root: etree._Element) -> None:
+            for disk in root.iterfind("devices/disk"):
+                dev = disk.find("target")
+                if dev is None or dev.get("dev") != target:
+                    continue
+                old = disk.find("iotune")
+                if old is not None:
+                    disk.remove(old)
+                values = {k: v for k, v in parameters.items() if v}
+                if values:
+                    iotune = etree.Element("iotune")
+                    for name, value in values.items():
+                        etree.SubElement(iotune, name).text = str(value)
+                    dev.addnext(iotune)
+                return
+            raise PermanentError(f"no disk {target}")
+
+        self._edit("set_block_io_tune", uuid, edit)
 
     def add_lifecycle_listener(self, listener: LifecycleListener) -> None:
         self.listeners.append(listener)

@@ -16,6 +16,8 @@ from catalog.lookup import Catalog
 from catalog.machineclass import LibvirtMachineClass
 from catalog.network import LibvirtNetwork
 from catalog.storage import LibvirtStorageClass
+from catalog.volume_attributes import VolumeAttributesClass
+from libvirt_provider.constants import VOLUME_ATTRIBUTES_DRIVER
 from libvirt_provider.driver.types import HostFacts
 from libvirt_provider.resolve import Resolution, SecretData, resolve_machine
 
@@ -84,6 +86,14 @@ def storage_class(name: str = "standard", **spec: Any) -> LibvirtStorageClass:
     body: dict[str, Any] = {"pool": "vmapi-lab", "default": True}
     body.update(spec)
     return LibvirtStorageClass.model_validate({"metadata": {"name": name}, "spec": body})
+
+
+def volume_attributes_class(
+    name: str = "slow", driver: str = VOLUME_ATTRIBUTES_DRIVER, **parameters: str
+) -> VolumeAttributesClass:
+    return VolumeAttributesClass.model_validate(
+        {"metadata": {"name": name}, "driverName": driver, "parameters": parameters}
+    )
 
 
 def catalog(**kinds: Any) -> Catalog:

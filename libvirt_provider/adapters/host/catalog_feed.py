@@ -1,8 +1,10 @@
 """The catalog's informers, one per kind for the whole process, shared by every host unit.
 
 A daemon in remote mode serves many hosts; each host's machine controller listens for catalog
-changes (a new image, a changed machine class), but one watch per kind is enough, whatever the
-number of hosts. Units add and remove their listeners as they start and stop.
+changes (a new image, a changed machine class, a changed VolumeAttributesClass), but one watch
+per kind is enough, whatever the number of hosts. Units add and remove their listeners as they
+start and stop. Kubernetes' own VolumeAttributesClasses are watched the same way, from their group
+(`storage.k8s.io/v1`), since a disk's limits come from them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from catalog.constants import CATALOG_PLURALS, GROUP, VERSION
+from catalog.constants import WATCHED_KINDS
 from generic.adapters.informer import ClusterInformer
 from libvirt_provider.adapters.runtime.shutdown import Step
 
@@ -27,16 +29,16 @@ class CatalogFeed:
 
     def __init__(self, api: ApiClient) -> None:
         self._lock = threading.Lock()
-        self._listeners: dict[str, list[Listener]] = {p: [] for p in CATALOG_PLURALS}
+        self._listeners: dict[str, list[Listener]] = {p: [] for p in WATCHED_KINDS}
         self.informers = {
             plural: ClusterInformer(
                 api,
-                group=GROUP,
-                version=VERSION,
+                group=group,
+                version=version,
                 plural=plural,
                 on_change=self._fan_out(plural),
             )
-            for plural in CATALOG_PLURALS
+            for plural, (group, version) in WATCHED_KINDS.items()
         }
 
     def _fan_out(self, plural: str) -> Listener:

@@ -6,10 +6,11 @@ What wakes a machine's reconcile, so changes arrive promptly rather than by poll
   each daemon sees only its own machines, whatever their labels say);
 - a watch event of a VirtualMachine whose `spec.infrastructureRef` names a LibvirtMachine (the
   generic VM carries the portable intent: power, size, image);
-- a change of any catalog object (images, classes, networks, storage classes), from the catalog
-  informers that also serve the passes' reads (`catalog_listener`), which wakes every machine of
-  this host; for images only when the spec changed or the image went, since every host writes
-  import progress into image status and that means nothing to a machine;
+- a change of any catalog object (images, classes, networks, storage classes, Kubernetes'
+  VolumeAttributesClasses), from the catalog informers that also serve the passes' reads
+  (`catalog_listener`), which wakes every machine of this host; for images only when the spec
+  changed or the image went, since every host writes import progress into image status and that
+  means nothing to a machine;
 - a libvirt lifecycle event of a domain (started, stopped, crashed, saved), mapped back to its
   machine by domain UUID (= the LibvirtMachine's uid);
 - a reconnect to libvirtd (events may have been missed) and a slow resync, only a safety net.

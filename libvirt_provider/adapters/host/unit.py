@@ -16,7 +16,7 @@ from typing import Any
 import kopf
 from kubernetes.client import ApiClient
 
-from catalog.constants import CATALOG_PLURALS
+from catalog.constants import WATCHED_KINDS
 from generic.adapters.operator import register_login
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.host.agent import HostAgent
@@ -152,7 +152,7 @@ class HostUnit:
         configure_provider_settings(kopf_settings, host=host)
         self._listeners = {
             plural: catalog_listener(plural, controller=controller, images=cache)
-            for plural in CATALOG_PLURALS
+            for plural in WATCHED_KINDS
         }
         self.store.use_informers(catalog.informers)
         self.operator = OperatorThread(f"provider-operator-{host}", registry, kopf_settings)

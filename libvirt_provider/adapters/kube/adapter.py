@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
+from catalog.constants import WATCHED_KINDS
 from generic import constants as vmapi
 from generic.adapters.copies import Copies
 from generic.adapters.events import EventRecorder
@@ -260,11 +261,13 @@ class KubeAdapter:
         cached = informer.items() if informer is not None else None
         if cached is not None:
             return cached
+        # The custom-objects path serves built-in groups too (VolumeAttributesClasses).
+        group, version = WATCHED_KINDS.get(plural, (c.GROUP, c.VERSION))
         with _translated():
             listing = cast(
                 Obj,
                 self._custom.list_cluster_custom_object(
-                    c.GROUP, c.VERSION, plural, _request_timeout=REQUEST_TIMEOUT
+                    group, version, plural, _request_timeout=REQUEST_TIMEOUT
                 ),
             )
         return list(listing.get("items") or [])

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from catalog.constants import (
+    CATALOG_PLURALS,
+    GROUP,
+    VERSION,
+    VOLUME_ATTRIBUTES_CLASS_PLURAL,
+    WATCHED_KINDS,
+)
 from libvirt_provider.adapters.host.controller import MachineController, catalog_listener
 from libvirt_provider.images.cache import ImageCache
 
@@ -49,3 +56,15 @@ def test_any_change_of_another_catalog_kind_wakes_every_machine() -> None:
     on_class("MODIFIED", {"metadata": {"name": "small", "generation": 1}})
     on_class("MODIFIED", {"metadata": {"name": "small", "generation": 1}})
     assert (counts.woken, counts.passes) == (2, 0)
+
+
+def test_a_changed_volume_attributes_class_wakes_every_machine() -> None:
+    counts = _Counts()
+    on_class = _listener(VOLUME_ATTRIBUTES_CLASS_PLURAL, counts)
+    on_class("MODIFIED", {"metadata": {"name": "slow"}, "parameters": {"readIOPS": "10"}})
+    assert (counts.woken, counts.passes) == (1, 0)
+
+
+def test_volume_attributes_classes_are_watched_in_their_own_group() -> None:
+    assert WATCHED_KINDS[VOLUME_ATTRIBUTES_CLASS_PLURAL] == ("storage.k8s.io", "v1")
+    assert all(WATCHED_KINDS[p] == (GROUP, VERSION) for p in CATALOG_PLURALS)

@@ -21,6 +21,7 @@ from libvirt_provider.resolved import (
     Graphics,
     Interface,
     InterfaceKind,
+    IoTune,
     Memory,
     OsBoot,
     Owner,
@@ -93,6 +94,14 @@ def _uid(case: str) -> uuid.UUID:
 
 def _domain(case: str) -> str:
     return domain_name("default", case, str(_uid(case)))
+
+
+# Disks of many-disks-spice-no-serial with I/O limits (VolumeAttributesClasses): bytes with a
+# group, and operations with a burst and its length.
+_LIMITS = {
+    1: IoTune(read_bytes_sec=10 * 2**20, write_bytes_sec=5 * 2**20, group_name="tenant-a"),
+    2: IoTune(total_iops_sec=200, total_iops_sec_max=400, total_iops_sec_max_length=10),
+}
 
 
 def _cases() -> dict[str, DomainSpec]:
@@ -208,6 +217,7 @@ def _cases() -> dict[str, DomainSpec]:
                     bus=DiskBus.VIRTIO if i < 2 else DiskBus.SCSI,
                     target=f"vd{'bc'[i]}" if i < 2 else f"sd{'ab'[i - 2]}",
                     serial=f"data{i}",
+                    iotune=_LIMITS.get(i, IoTune()),
                 )
                 for i in range(4)
             ),

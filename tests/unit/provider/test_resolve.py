@@ -325,29 +325,6 @@ class TestUnsupportedByProvider:
             (
                 b.vm_spec(
                     bootDisk={
-                        "source": {"image": b.ref("LibvirtImage", "tiny")},
-                        "sizeGiB": 1,
-                        "volumeAttributesClassName": "gold",
-                    }
-                ),
-                "volumeAttributesClassName",
-            ),
-            (
-                b.vm_spec(
-                    disks=[
-                        {
-                            "name": "d",
-                            "source": {"blank": True},
-                            "sizeGiB": 1,
-                            "volumeAttributesClassName": "gold",
-                        }
-                    ]
-                ),
-                "disks[d].volumeAttributesClassName",
-            ),
-            (
-                b.vm_spec(
-                    bootDisk={
                         "source": {"image": b.ref("Image", "x", "catalog.other.io")},
                         "sizeGiB": 1,
                     }
