@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -251,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
                 what=f"namespace {ns} gone",
             )
         daemons.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
         with contextlib.suppress(ApiException):
             custom.delete_cluster_custom_object(GROUP, V, "libvirtmachineclasses", HUGE)
 
