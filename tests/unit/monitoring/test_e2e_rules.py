@@ -1,11 +1,16 @@
-"""The rules the alerts' e2e test loads into Prometheus (tests/support/prometheus.py) are the
-shipped ones but for each alert's `for:`: the e2e test proves the shipped expressions, labels and
-annotations, not a copy that drifted."""
+"""The alerts' e2e test's Prometheus (tests/support/prometheus.py): the rules it loads are the
+shipped ones but for each alert's `for:`, so the e2e test proves the shipped expressions, labels
+and annotations, not a copy that drifted; and a machine without Debian's prometheus fails that
+test, naming the package, instead of skipping it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import yaml
 
+from tests.support import prometheus
 from tests.support.prometheus import RULES, TEST_FOR, rules_for_tests
 
 
@@ -23,3 +28,13 @@ def test_only_each_alerts_for_is_shortened() -> None:
                 assert changed == rule
     assert alerts >= 10, "every shipped alert is in the tested rules"
     assert shipped == yaml.safe_load(RULES.read_text()), "the shipped rules are left untouched"
+
+
+def test_a_missing_prometheus_fails_naming_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(prometheus, "PROMETHEUS", tmp_path / "prometheus")
+    with pytest.raises(pytest.fail.Exception, match="install Debian's prometheus package"):
+        prometheus.start_prometheus(
+            ["127.0.0.1:1"], job="libvirt-provider", workdir=tmp_path, log=tmp_path / "log"
+        )
