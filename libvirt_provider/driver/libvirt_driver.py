@@ -7,6 +7,7 @@ and volumes (`libvirt_volumes`). Host facts are read here.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from typing import TYPE_CHECKING
 
@@ -73,6 +74,7 @@ class LibvirtHypervisor(LibvirtDomains, LibvirtVolumes, LibvirtConsoles):
             for pool in conn.listAllStoragePools():
                 if not pool.isActive():
                     continue
+                _refresh(pool)
                 _state, capacity, _allocation, available = pool.info()
                 pools.append(PoolInfo(pool.name(), int(capacity), int(available)))
             networks = frozenset(n.name() for n in conn.listAllNetworks() if n.isActive())
@@ -89,6 +91,15 @@ class LibvirtHypervisor(LibvirtDomains, LibvirtVolumes, LibvirtConsoles):
             )
 
         return self._call(inventory)
+
+
+def _refresh(pool: libvirt.virStoragePool) -> None:
+    """Rescan a pool, so that its sizes are today's: libvirt keeps a pool's capacity and free
+    space from its last refresh, and a file that grew behind libvirt's back (a guest's thin disk,
+    anything written into a directory pool) would otherwise never show. A pool busy with a job (a
+    volume being built) refuses; its last figures then stand until the next heartbeat."""
+    with contextlib.suppress(libvirt.libvirtError):
+        pool.refresh(0)
 
 
 def _version(number: int) -> str:

@@ -31,6 +31,8 @@ the product's container image with podman, `container-api` serves podman's Docke
 
 `remote-sshd-stop`, `remote-sshd-start`, `remote-rotate-host-key`, `remote-link-down`,
 `remote-link-up` and `remote-restart-libvirtd` act on the remote host for tests.
+`host-libvirtd-stop --host <name>` and `host-libvirtd-start --host <name>` stop an extra host's
+libvirtd and start it again, for tests of a host whose libvirtd is down.
 
 `down` stops the node if it runs (and fails if any of its processes, cgroups or mounts is left),
 kills every process in the lab's namespaces and the control plane, deletes the namespaces (and
@@ -1747,6 +1749,53 @@ def restart_libvirtd(lab: Lab) -> None:
     print(f"lab: libvirtd restarted (pid {new_pid})")
 
 
+def _host_entry(lab: Lab, name: str) -> tuple[ExtraHost, dict[str, object], dict[str, object]]:
+    """The extra host `name` (its namespace), its entry in the state and the state itself."""
+    state = load_state(lab)
+    recorded = state.get("hosts")
+    entries = [h for h in recorded if isinstance(h, dict)] if isinstance(recorded, list) else []
+    entry = next((h for h in entries if h.get("netns") == name), None)
+    host = next((h for h in lab.hosts if h.netns == name), None)
+    if host is None or entry is None:
+        raise LabError(f"no lab host {name!r}; the lab's hosts: {[h.netns for h in lab.hosts]}")
+    return host, entry, state
+
+
+def stop_host_libvirtd(lab: Lab, name: str) -> None:
+    """Stop an extra host's libvirtd and leave it stopped (its networks' dnsmasq and any guest
+    keep running), as when libvirtd dies on a real host: its daemon then reports the host not
+    Ready. `host-libvirtd-start` brings it back; until then the lab is not healthy."""
+    _, entry, _ = _host_entry(lab, name)
+    pid = entry.get("libvirtd_pid")
+    if isinstance(pid, int) and pid_alive(pid):
+        stop_pids([pid])
+
+
+def start_host_libvirtd(lab: Lab, name: str) -> int:
+    """Start an extra host's libvirtd again (nothing to do when it runs); returns its pid."""
+    host, entry, state = _host_entry(lab, name)
+    pid = entry.get("libvirtd_pid")
+    if isinstance(pid, int) and pid_alive(pid):
+        return pid
+    cpus = os.sched_getaffinity(0)
+    probed_on = cpu_of_cached_probe(host.libvirtd)
+    new_pid = spawn_libvirtd(host.libvirtd, cpu=probed_on if probed_on in cpus else None)
+    entry["libvirtd_pid"] = new_pid
+    save_state(lab, state)
+    wait_libvirtd(host.libvirtd, new_pid)
+    release_cpu_pin(new_pid, cpus)
+    return new_pid
+
+
+def host_libvirtd_command(lab: Lab, command: str, name: str | None) -> None:
+    if not name:
+        raise LabError(f"{command} needs --host <name>")
+    if command == "host-libvirtd-stop":
+        stop_host_libvirtd(lab, name)
+    else:
+        print(f"lab: libvirtd of {name} runs (pid {start_host_libvirtd(lab, name)})")
+
+
 def restart_apiserver(lab: Lab, *, down_for: float = 0.0) -> float:
     """Stop the kube-apiserver (etcd is embedded in it) and start it again with the same command
     line, its data kept, after `down_for` more seconds; returns the seconds it was unavailable.
@@ -2541,6 +2590,8 @@ def main(argv: list[str] | None = None) -> int:
             "remote-link-down",
             "remote-link-up",
             "remote-restart-libvirtd",
+            "host-libvirtd-stop",
+            "host-libvirtd-start",
         ],
     )
     parser.add_argument(
@@ -2553,6 +2604,10 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         help="with restart-apiserver: keep it stopped this long before starting it again",
+    )
+    parser.add_argument(
+        "--host",
+        help="with host-libvirtd-stop and host-libvirtd-start: the extra host (its namespace name)",
     )
     args = parser.parse_args(argv)
     lab = Lab.from_env()
@@ -2587,6 +2642,8 @@ def main(argv: list[str] | None = None) -> int:
             print(rotate_host_key(lab))
         elif args.command in ("remote-link-down", "remote-link-up"):
             set_remote_link(lab, up=args.command == "remote-link-up")
+        elif args.command in ("host-libvirtd-stop", "host-libvirtd-start"):
+            host_libvirtd_command(lab, args.command, args.host)
         elif args.command == "remote-restart-libvirtd":
             pid = restart_remote_libvirtd(lab)
             print(f"lab: libvirtd of {lab.remote.name} restarted (pid {pid})")

@@ -23,9 +23,12 @@ Helpers live here instead, each module saying what it holds and why:
   localhost, users with a kubeconfig of their own, `kubectl vm` through pipes, direct requests);
 - `black_hole`: a remote host on 127.0.0.1 that accepts TCP and never answers, a TLS client
   PKI to try it with, and the process's thread and descriptor counts.
+- `prometheus`: a real Prometheus (Debian's package) on loopback, scraping daemons under test
+  with deploy/monitoring/rules.yaml (each alert's `for:` shortened), and its alerts API.
 
 Helpers that only one directory's tests share stay beside them as plain modules (never a conftest
-or a test module): tests/unit/domainxml/cases.py and fields.py, tests/unit/images/qcow2_bytes.py.
+or a test module): tests/unit/domainxml/cases.py and fields.py, tests/unit/images/qcow2_bytes.py,
+tests/e2e/monitoring/small_pool.py.
 
 Rules, checked by tests/unit/test_test_support.py: nothing imports a conftest or a test module;
 conftests hold fixtures and hooks only; this package imports from no other part of tests/ but the

@@ -27,7 +27,8 @@ from tests.support.lab_access import REPO, LabHost, LabInfo, LabRemote
 from tests.support.waiting import eventually
 
 
-def _log_dir() -> Path:
+def log_dir() -> Path:
+    """Where the processes under test log, beside the lab's logs: `.logs/` or $VMAPI_LAB_LOGS."""
     return Path(os.environ.get("VMAPI_LAB_LOGS") or REPO / ".logs")
 
 
@@ -82,7 +83,7 @@ def start_daemon(
         args.append("--no-generic")
     args += [f"--generic-namespace={pattern}" for pattern in generic_namespaces]
     args += list(extra_args)
-    log = _log_dir() / log_name
+    log = log_dir() / log_name
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -238,7 +239,7 @@ def start_remote_daemon(
 ) -> RemoteDaemon:
     """`libvirt-provider --remote` in the lab's client namespace, its output in a fresh log."""
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "VMAPI_CRASH_POINT")}
-    logs = _log_dir()
+    logs = log_dir()
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"e2e-remote-{identity}.log"
     args = [

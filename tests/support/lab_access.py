@@ -117,6 +117,12 @@ def remote_restart_libvirtd() -> None:
     lab_command("remote-restart-libvirtd")
 
 
+def host_libvirtd(name: str, *, up: bool) -> None:
+    """Stop the extra lab host `name`'s libvirtd (its daemon then finds it down) or start it again
+    (returns once it answers)."""
+    lab_command("host-libvirtd-start" if up else "host-libvirtd-stop", f"--host={name}")
+
+
 @dataclass(frozen=True)
 class LabInfo:
     env: dict[str, str]

@@ -333,7 +333,10 @@ class HostAgent:
         """libvirt's inventory, read at most once a heartbeat: the passes in between (a change
         of the object or of the machines' allocations) change nothing that libvirt reports."""
         cached = self._last_inventory
-        if cached is not None and time.monotonic() - cached[0] < self._interval:
+        # With a second's slack: the next heartbeat's pass starts `interval` after this one
+        # started, so the read, stamped when it ended, is a little younger than `interval`
+        # then, and without slack every other heartbeat would reuse it (libvirt read every 20 s).
+        if cached is not None and time.monotonic() - cached[0] < self._interval - MIN_SYNC_SECONDS:
             return cached[1], None
         try:
             inventory = self._hv.host_inventory()

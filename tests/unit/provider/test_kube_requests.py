@@ -323,3 +323,38 @@ def test_the_machine_watch_selects_by_spec_host() -> None:
     machines = kopf.Resource(c.GROUP, c.VERSION, c.MACHINE_PLURAL)
     assert settings.watching.field_selectors.collect(machines) == ["spec.host=h1"]
     assert settings.watching.label_selectors.collect(machines) == []
+
+
+class _CountingHypervisor:
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def host_inventory(self) -> object:
+        self.reads += 1
+        return object()
+
+
+def test_libvirts_inventory_is_read_at_every_heartbeat_and_not_in_between(
+    server: StubApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hypervisor = _CountingHypervisor()
+    reading = HostAgent(
+        server.api_client(),
+        hypervisor=hypervisor,  # type: ignore[arg-type]  # only host_inventory is asked
+        host="h1",
+        lease_namespace="sys",
+        allocations=lambda: (None, 0),  # type: ignore[arg-type, return-value]
+        interval=10.0,
+    )
+    now = [100.0]
+    monkeypatch.setattr("libvirt_provider.adapters.host.agent.time.monotonic", lambda: now[0])
+    reading._inventory()
+    # A pass woken in between (a machine's allocation changed) reuses the read.
+    now[0] += 3.0
+    reading._inventory()
+    assert hypervisor.reads == 1
+    # The next heartbeat's pass starts 10 s after the last one began, so a little less than
+    # 10 s after that read ended; it reads libvirt again.
+    now[0] += 6.9
+    reading._inventory()
+    assert hypervisor.reads == 2
