@@ -130,6 +130,35 @@ def allocatable_of_status(status: Mapping[str, Any]) -> tuple[int, int] | None:
     return cpus, parse_size(str(room.get("memory") or ""))
 
 
+# A pool's free space is written again only once it moved by this share of the pool's capacity
+# (at least 1 MiB) from the figure written last: pools are rescanned every heartbeat, and a
+# pool on a busy filesystem changes by megabytes each time, which would rewrite every host's
+# status every 10 s for a figure nobody needs to the megabyte.
+POOL_AVAILABLE_STEP = 0.01
+
+
+def _reported_available(
+    name: str, capacity: int, available: int, previous: LibvirtHostStatus | None
+) -> str:
+    """The pool's free space as status says it: the figure written last while the pool's size
+    is the same and its free space moved by less than `POOL_AVAILABLE_STEP` of it."""
+    fresh = format_size(available)
+    before = next(
+        (
+            p
+            for p in ((previous.capacity.pools or []) if previous and previous.capacity else [])
+            if p.name == name
+        ),
+        None,
+    )
+    if before is None or parse_size(before.capacity) != parse_size(format_size(capacity)):
+        return fresh
+    step = max(MIB, int(capacity * POOL_AVAILABLE_STEP))
+    if abs(parse_size(before.available) - available) < step:
+        return before.available
+    return fresh
+
+
 def _gib(size: int) -> str:
     return f"{size / 2**30:.1f}Gi"
 
@@ -164,7 +193,7 @@ def host_status(
                 PoolCapacity(
                     name=p.name,
                     capacity=format_size(p.capacity),
-                    available=format_size(p.available),
+                    available=_reported_available(p.name, p.capacity, p.available, previous),
                 )
                 for p in inventory.pools
             ],

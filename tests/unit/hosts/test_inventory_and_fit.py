@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -97,6 +98,31 @@ class TestHostStatus:
         first = status()
         again = status(previous=LibvirtHostStatus.model_validate(first), now="later")
         assert again == first
+
+    def test_a_pools_free_space_is_written_again_only_once_it_moved_by_a_hundredth(self) -> None:
+        """Pools are rescanned every heartbeat; a busy filesystem moves by megabytes each time,
+        and each would otherwise be a status write."""
+        first = status()
+        previous = LibvirtHostStatus.model_validate(first)
+
+        def after(available: int) -> str:
+            moved = replace(INVENTORY, pools=(PoolInfo("vmapi-lab", 100 * GIB, available),))
+            pools = status(inventory=moved, previous=previous)["capacity"]["pools"]
+            return str(pools[0]["available"])
+
+        assert after(40 * GIB - 900 * 2**20) == "40Gi"  # under 1 % of 100 GiB: as written
+        assert after(40 * GIB + 900 * 2**20) == "40Gi"
+        assert after(38 * GIB) == "38Gi"
+        assert after(45 * GIB) == "45Gi"
+        # A pool of another size is a new pool: its figure is written as it is.
+        resized = replace(
+            INVENTORY, pools=(PoolInfo("vmapi-lab", 200 * GIB, 40 * GIB + 5 * 2**20),)
+        )
+        assert status(inventory=resized, previous=previous)["capacity"]["pools"][0] == {
+            "name": "vmapi-lab",
+            "capacity": "200Gi",
+            "available": "40965Mi",
+        }
 
     def test_libvirt_unreachable_keeps_the_figures_and_turns_ready_false(self) -> None:
         first = status()
