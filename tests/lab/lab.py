@@ -1822,7 +1822,18 @@ def restart_apiserver(lab: Lab, *, down_for: float = 0.0) -> float:
     ):
         raise LabError(f"kube-apiserver did not become ready within 180 s; log: {log}")
     if not pid_alive(new_pid):
-        raise LabError(f"kube-apiserver exited during its restart; log: {log}")
+        # The exit status and the log's last lines, in the error itself: a restart that fails
+        # once in a long run leaves nothing else to read.
+        status = ""
+        with contextlib.suppress(ChildProcessError, OSError):
+            _, code = os.waitpid(new_pid, os.WNOHANG)
+            status = f" (wait status {code})"
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - 4096))
+            tail = "\n".join(f.read().decode(errors="replace").splitlines()[-5:])
+        raise LabError(
+            f"kube-apiserver exited during its restart{status}; log: {log}; it ends:\n{tail}"
+        )
     return time.monotonic() - started
 
 
