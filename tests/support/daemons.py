@@ -90,6 +90,16 @@ def start_daemon(
     return proc, log
 
 
+def stop_daemon(proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Stop a daemon `start_daemon` started and assert it exited 0 (killed after 60 s)."""
+    proc.terminate()
+    try:
+        assert proc.wait(timeout=60) == 0, f"the daemon did not stop cleanly; see {log}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def health_base(proc: subprocess.Popen[bytes], log: Path) -> str:
     """The base URL of a starting daemon's health endpoint, once it announced it."""
     found = eventually(

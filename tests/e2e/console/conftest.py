@@ -18,7 +18,7 @@ from tests.support.console import (
     register_apiservice,
     unregister_apiservice,
 )
-from tests.support.daemons import answers, free_port, health_base, start_daemon
+from tests.support.daemons import answers, free_port, health_base, start_daemon, stop_daemon
 from tests.support.factories import HOST, pair
 from tests.support.kube import (
     NS_PREFIX,
@@ -67,12 +67,7 @@ def console_port(
         yield port
     finally:
         unregister_apiservice(api_client)
-        proc.terminate()
-        try:
-            assert proc.wait(timeout=60) == 0, f"the daemon did not stop cleanly; see {log}"
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        stop_daemon(proc, log)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 from kubernetes import client
 
-from tests.support.daemons import Daemon, health_base, log_dir, start_daemon
+from tests.support.daemons import Daemon, health_base, log_dir, start_daemon, stop_daemon
 from tests.support.hosts import host_ready
 from tests.support.kube import install_api
 from tests.support.lab_access import LabInfo, host_libvirtd
@@ -47,12 +47,7 @@ def watched(lab: LabInfo, api_client: client.ApiClient) -> Iterator[Daemon]:
     finally:
         # A test that failed half-way must not leave the host's libvirtd down for the next module.
         host_libvirtd(host.name, up=True)
-        proc.terminate()
-        try:
-            assert proc.wait(timeout=60) == 0, f"the daemon did not stop cleanly; see {log}"
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        stop_daemon(proc, log)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from tests.support.daemons import answers, health_base, start_daemon
+from tests.support.daemons import answers, health_base, start_daemon, stop_daemon
 from tests.support.factories import HOST
 from tests.support.kube import NS_PREFIX, install_api, namespace
 from tests.support.lab_access import LabInfo
@@ -44,12 +44,7 @@ def daemon(
         )
         yield base
     finally:
-        proc.terminate()
-        try:
-            assert proc.wait(timeout=60) == 0, f"the daemon did not stop cleanly; see {log}"
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        stop_daemon(proc, log)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.support.daemons import health_base, start_daemon
+from tests.support.daemons import health_base, start_daemon, stop_daemon
 from tests.support.kube import VM_GROUP, V, delete_quietly, install_api, namespace
 from tests.support.lab_access import LabInfo
 from tests.support.waiting import eventually
@@ -161,9 +161,4 @@ def test_fat_vms_leave_the_leaders_memory_alone(
                     what="the leader releasing every fat VM",
                 )
     finally:
-        proc.terminate()
-        try:
-            assert proc.wait(timeout=60) == 0, f"the daemon did not stop cleanly; see {log}"
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        stop_daemon(proc, log)
