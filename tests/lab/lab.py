@@ -55,6 +55,7 @@ import resource
 import shlex
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -529,6 +530,34 @@ def stop_pids(pids: list[int], *, grace: float = 10.0) -> None:
     for pid in pids:
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def port_free(port: int) -> bool:
+    """Whether a listener could bind 127.0.0.1:`port` now. SO_REUSEADDR as Go's listeners set it,
+    so connections in TIME_WAIT do not count: only a process still listening does."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_ports_free(ports: list[int], *, what: str, timeout: float = 30.0) -> None:
+    """Wait until nothing listens on `ports` any more. A killed process can look gone before its
+    sockets are: a multi-threaded one's main thread shows as a zombie while its other threads still
+    tear down (freeing a large heap first, closing files last), and one spawned on its ports then
+    fails to bind (the lab's API server did, once, in a long run)."""
+    if not wait_for(lambda: all(port_free(p) for p in ports), timeout=timeout, interval=0.1):
+        busy = [p for p in ports if not port_free(p)]
+        held = subprocess.run(
+            ["ss", "-ltnpH", *[f"sport = :{p}" for p in busy[:1]]],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        raise LabError(f"{what}: ports {busy} still in use after {timeout:.0f} s: {held}")
 
 
 def spawn(cmd: list[str], *, log: Path) -> int:
@@ -1323,6 +1352,11 @@ def apiserver_ready(lab: Lab) -> bool:
         return False
 
 
+def apiserver_ports(lab: Lab) -> list[int]:
+    """The API server's own port and its embedded etcd's client and peer ports."""
+    return [lab.api_port, lab.etcd_port, lab.etcd_port + 1]
+
+
 def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> None:
     server = f"https://127.0.0.1:{lab.api_port}"
     run(
@@ -1333,6 +1367,7 @@ def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> N
     pki = lab.pki
     make_front_proxy_credentials(lab)
     log = lab.logs / "kube-apiserver.log"
+    wait_ports_free(apiserver_ports(lab), what="starting kube-apiserver")
     pid = spawn(
         [
             str(kube_lab),
@@ -1812,6 +1847,7 @@ def restart_apiserver(lab: Lab, *, down_for: float = 0.0) -> float:
     # It stops listening at once on SIGTERM but may take 30 s more to exit (open watches); what
     # clients see is the same either way, so it is killed after a short grace.
     stop_pids([pid], grace=5)
+    wait_ports_free(apiserver_ports(lab), what="restarting kube-apiserver")
     time.sleep(down_for)  # the outage itself
     log = lab.logs / "kube-apiserver.log"
     new_pid = spawn(cmd, log=log)
