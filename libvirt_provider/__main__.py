@@ -141,6 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         "and collection of unused bases); they also run on image and machine deletions",
     )
     parser.add_argument(
+        "--image-handout-grace",
+        type=_positive_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds a base image handed to a new machine stays protected from collection, "
+        "covering the moment before the machine's overlay exists on it",
+    )
+    parser.add_argument(
         "--no-image-gc",
         action="store_true",
         help="never delete cached base images (e.g. when pools are shared between hosts)",
@@ -236,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console_key_file=args.console_key_file or "",
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
+            image_handout_grace=args.image_handout_grace,
             remote=args.remote,
             identity=args.identity or "",
             credentials_dir=args.credentials_dir,

@@ -56,6 +56,7 @@ class UnitSettings:
     console_log_dir: str | None = None
     image_gc_interval: float = 300.0
     image_gc: bool = True
+    image_handout_grace: float = 60.0
 
 
 class HostUnit:
@@ -93,6 +94,7 @@ class HostUnit:
             host=host,
             interval=settings.image_gc_interval,
             collect=settings.image_gc,
+            grace=settings.image_handout_grace,
         )
 
         def allocations() -> tuple[Demand, int]:

@@ -92,6 +92,8 @@ class DaemonConfig:
     image_gc_interval: float = 300.0
     # False keeps every cached base image forever (status is still written).
     image_gc: bool = True
+    # Seconds a base handed to a new machine is safe from collection (before its overlay exists).
+    image_handout_grace: float = 60.0
     # Remote mode: serve the LibvirtHosts that have spec.connection (claimed one by one through
     # their heartbeat Leases) instead of this machine's own libvirtd.
     remote: bool = False
@@ -385,6 +387,7 @@ def unit_settings(cfg: DaemonConfig) -> UnitSettings:
         console_log_dir=cfg.console_log_dir,
         image_gc_interval=cfg.image_gc_interval,
         image_gc=cfg.image_gc,
+        image_handout_grace=cfg.image_handout_grace,
     )
 
 

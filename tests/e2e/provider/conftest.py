@@ -31,6 +31,8 @@ def daemon(
         # The tests' namespaces only, as a cluster with other tenants would run it; namespaces
         # are created right after start-up, which is when a namespace could once be missed.
         generic_namespaces=(f"{NS_PREFIX}*",),
+        # A module may add flags of its own (DAEMON_ARGS), e.g. a shorter wait it exercises.
+        extra_args=tuple(getattr(request.module, "DAEMON_ARGS", ())),
     )
     try:
         base = health_base(proc, log)

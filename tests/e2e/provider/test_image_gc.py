@@ -35,8 +35,11 @@ from tests.support.virt import domain_names
 from tests.support.waiting import eventually
 
 LAST_PASS = "vmapi_libvirt_image_cache_last_pass_timestamp_seconds"
-# A machine that got its base moments before stays protected for the importer's grace (60 s).
-GONE_TIMEOUT = 180
+# A machine that got its base moments before stays protected for the importer's grace: 5 s here
+# (`--image-handout-grace`, 60 s by default), so a deletion is seen within seconds, not a minute.
+HANDOUT_GRACE = 5
+DAEMON_ARGS = (f"--image-handout-grace={HANDOUT_GRACE}",)
+GONE_TIMEOUT = 120
 
 
 @dataclass(frozen=True)
