@@ -25,12 +25,14 @@ and the provider's finalizer is managed by the reconciler.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import kopf
+from prometheus_client import Gauge
 
 from catalog.constants import GROUP, VERSION
 from generic import constants as vmapi
@@ -57,6 +59,12 @@ log = logging.getLogger(__name__)
 
 KOPF_PREFIX = "provider.infrastructure.vm-api.io"
 
+QUEUE_DEPTH: Final = Gauge(
+    "vmapi_libvirt_machine_queue_depth",
+    "LibvirtMachines of the host waiting to be reconciled, those waiting out a backoff included.",
+    ["host"],
+)
+
 
 def configure_settings(settings: kopf.OperatorSettings, *, host: str) -> None:
     """kopf settings of the provider's operator: the generic controller's, under its own names,
@@ -74,9 +82,15 @@ class MachineController:
     """Work queue, worker threads, and the maps from watch events to machine keys."""
 
     def __init__(
-        self, reconciler: MachineReconciler, *, workers: int = 4, resync_seconds: float = 300.0
+        self,
+        reconciler: MachineReconciler,
+        *,
+        workers: int = 4,
+        resync_seconds: float = 300.0,
+        host: str | None = None,
     ) -> None:
         self._reconciler = reconciler
+        self._host = host
         # Failures back off from 1 s, doubling, to 5 minutes: a machine whose step fails the same
         # way each time costs about 20 attempts an hour.
         self.queue: WorkQueue[MachineKey] = WorkQueue(base_delay=1.0, max_delay=300.0)
@@ -88,6 +102,8 @@ class MachineController:
         self._resync = BackgroundLoop("resync", self._resync_loop)
 
     def start(self) -> None:
+        if self._host is not None:
+            QUEUE_DEPTH.labels(host=self._host).set_function(lambda: len(self.queue))
         self._pool.start()
         self._resync.start()
 
@@ -95,6 +111,10 @@ class MachineController:
         self._resync.stop(timeout=0)
         self.queue.shutdown()
         self._pool.stop()
+        if self._host is not None:
+            # A host this daemon no longer serves (a remote host's Lease lost) leaves no series.
+            with contextlib.suppress(KeyError):
+                QUEUE_DEPTH.remove(self._host)
 
     def on_machine(self, namespace: str, name: str, uid: str | None, *, deleted: bool) -> None:
         key = MachineKey(namespace, name)

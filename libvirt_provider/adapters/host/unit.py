@@ -140,7 +140,9 @@ class HostUnit:
             built=self.store.built_machines,
             on_capacity_freed=lambda: controller.wake(reconciler.refused()),
         )
-        self.controller = controller = MachineController(reconciler, workers=settings.workers)
+        self.controller = controller = MachineController(
+            reconciler, workers=settings.workers, host=host
+        )
         hypervisor.add_lifecycle_listener(controller.on_domain_event)
         hypervisor.add_reconnect_listener(controller.wake_all)
         self.cache = cache

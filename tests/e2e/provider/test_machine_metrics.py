@@ -113,6 +113,8 @@ def test_the_host_its_machines_and_the_leader_are_reported(daemon: str, guest: G
     assert sum(running.values()) >= 1, f"no running machine counted: {running}"
     # The module's daemon leads the generic controller (the fixture waited for it).
     assert series[("vmapi_generic_leader", ())] == 1.0
+    # The host's machine queue is served (empty or a few entries: nothing piles up here).
+    assert 0 <= series[("vmapi_libvirt_machine_queue_depth", host)] < 10
 
 
 def test_a_deleted_machines_series_are_gone(
