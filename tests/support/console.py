@@ -26,7 +26,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
-from tests.support.kube import service_account_kubeconfig
+from tests.support.daemons import answers, free_port, health_base, start_daemon, stop_daemon
+from tests.support.factories import HOST
+from tests.support.kube import NS_PREFIX, apply, install_api, service_account_kubeconfig
 from tests.support.lab_access import REPO, LabInfo
 from tests.support.waiting import eventually
 
@@ -248,3 +250,38 @@ def direct_request(
         return response.status, response.read().decode("utf-8", "replace")
     finally:
         conn.close()
+
+
+def start_console_daemon(
+    lab: LabInfo, api_client: client.ApiClient, workdir: Path, *, log_name: str
+) -> tuple[subprocess.Popen[bytes], Path, int]:
+    """A daemon serving consoles on a free port with deploy/'s ServiceAccount (so deploy/'s RBAC,
+    console-rbac.yaml included, is what is proven enough), healthy and holding the front proxy's
+    trust; returns its process, log and console port. The caller stops it (`stop_daemon`)."""
+    install_api(lab, api_client)
+    deploy = REPO / "deploy"
+    apply(lab, deploy / "namespace.yaml", deploy / "rbac.yaml", deploy / "console-rbac.yaml")
+    kubeconfig = workdir / "provider.kubeconfig"
+    service_account_kubeconfig(lab, api_client, kubeconfig)
+    port = free_port()
+    proc, log = start_daemon(
+        lab,
+        host=HOST,
+        log_name=log_name,
+        kubeconfig=str(kubeconfig),
+        lease_namespace="vm-api-system",
+        generic_namespaces=(f"{NS_PREFIX}*",),
+        extra_args=console_flags(lab, port),
+    )
+    try:
+        base = health_base(proc, log)
+        eventually(lambda: answers(f"{base}/healthz"), timeout=60, what="the daemon healthy")
+        eventually(
+            lambda: "console: front-proxy trust loaded" in log.read_text(),
+            timeout=60,
+            what=f"the daemon serving consoles with the front proxy's trust (log: {log})",
+        )
+    except BaseException:
+        stop_daemon(proc, log)
+        raise
+    return proc, log, port

@@ -154,6 +154,21 @@ class ConsoleServer:
         self._accept_thread.start()
         self._refresh.start()
 
+    def problem(self) -> str | None:
+        """The readiness check: why no request could be served now, or None. The Service behind
+        the APIService routes only to ready daemons, so a daemon whose endpoint is down, or which
+        cannot tell the API server's front proxy from anyone else, is left out of it."""
+        if self._accept_thread is None or not self._accept_thread.is_alive():
+            return "the console endpoint is not accepting connections"
+        with self._lock:
+            trust = self._trust
+        if trust is None:
+            return (
+                f"the front proxy's CA is not read yet ({c.AUTHENTICATION_CONFIGMAP_NAMESPACE}/"
+                f"{c.AUTHENTICATION_CONFIGMAP}); console requests are refused"
+            )
+        return None
+
     def stop(self) -> None:
         self._stopping.set()
         self._refresh.stop(5.0)

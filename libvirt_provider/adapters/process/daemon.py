@@ -256,17 +256,6 @@ def run(cfg: DaemonConfig) -> int:
     register_host_metrics(
         mode.metrics_sources, leading=lambda: leader.leading if leader is not None else None
     )
-    liveness = list(mode.liveness)
-    if leader is not None:
-        liveness.append(("generic controller", leader.problem))
-    health = HealthServer(
-        address=cfg.health_address,
-        port=cfg.health_port,
-        metrics=_metrics_beside_probes(cfg),
-        liveness=liveness,
-        readiness=mode.readiness,
-    )
-    metrics = _metrics_server(cfg)
     console = (
         ConsoleServer(
             settings_from_files(
@@ -278,6 +267,22 @@ def run(cfg: DaemonConfig) -> int:
         if cfg.console_port is not None
         else None
     )
+    liveness = list(mode.liveness)
+    if leader is not None:
+        liveness.append(("generic controller", leader.problem))
+    readiness = list(mode.readiness)
+    if console is not None:
+        # Readiness only: a console endpoint that cannot serve must take this daemon out of the
+        # APIService's Service, not restart a daemon whose machines are fine.
+        readiness.append(("console subresources", console.problem))
+    health = HealthServer(
+        address=cfg.health_address,
+        port=cfg.health_port,
+        metrics=_metrics_beside_probes(cfg),
+        liveness=liveness,
+        readiness=readiness,
+    )
+    metrics = _metrics_server(cfg)
 
     catalog.start()
     health.start()

@@ -14,22 +14,18 @@ import pytest
 from kubernetes import client
 
 from tests.support.console import (
-    console_flags,
     register_apiservice,
+    start_console_daemon,
     unregister_apiservice,
 )
-from tests.support.daemons import answers, free_port, health_base, start_daemon, stop_daemon
-from tests.support.factories import HOST, pair
+from tests.support.daemons import stop_daemon
+from tests.support.factories import pair
 from tests.support.kube import (
-    NS_PREFIX,
-    apply,
     create,
     get,
-    install_api,
     namespace,
-    service_account_kubeconfig,
 )
-from tests.support.lab_access import REPO, LabInfo
+from tests.support.lab_access import LabInfo
 from tests.support.waiting import eventually
 
 
@@ -40,29 +36,10 @@ def console_port(
     """A daemon serving consoles on this port, registered as the APIService, Available. It runs
     with a token of deploy/'s ServiceAccount, so deploy/'s RBAC (console-rbac.yaml: reviews and
     the front proxy's ConfigMap) is what the tests prove enough."""
-    install_api(lab, api_client)
-    deploy = REPO / "deploy"
-    apply(lab, deploy / "namespace.yaml", deploy / "rbac.yaml", deploy / "console-rbac.yaml")
-    kubeconfig = tmp_path_factory.mktemp("console") / "provider.kubeconfig"
-    service_account_kubeconfig(lab, api_client, kubeconfig)
-    port = free_port()
-    proc, log = start_daemon(
-        lab,
-        host=HOST,
-        log_name="e2e-console-daemon.log",
-        kubeconfig=str(kubeconfig),
-        lease_namespace="vm-api-system",
-        generic_namespaces=(f"{NS_PREFIX}*",),
-        extra_args=console_flags(lab, port),
+    proc, log, port = start_console_daemon(
+        lab, api_client, tmp_path_factory.mktemp("console"), log_name="e2e-console-daemon.log"
     )
     try:
-        base = health_base(proc, log)
-        eventually(lambda: answers(f"{base}/healthz"), timeout=60, what="the daemon healthy")
-        eventually(
-            lambda: "console: front-proxy trust loaded" in log.read_text(),
-            timeout=60,
-            what=f"the daemon serving consoles with the front proxy's trust (log: {log})",
-        )
         register_apiservice(lab, api_client, port)
         yield port
     finally:
