@@ -6,26 +6,16 @@ with namespace, VM and host variables, CPU, memory, disk and network)."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from tests.unit.monitoring.metric_names import MONITORING, documented, exported, recorded
+from tests.support.dashboard import VARIABLE, concrete, panels, queries, variables
+from tests.unit.monitoring.metric_names import documented, exported, recorded
 
-DASHBOARD = MONITORING / "grafana-dashboard.json"
-# What stands in for Grafana's variables when promtool parses a query: an interval for the
-# interval variables, and a regex matching anything for the template variables (they are only
-# used inside `=~"..."`, which the test below checks).
-INTERVALS = re.compile(r"\$__(rate_interval|interval|range)\b")
-VARIABLE = re.compile(r"\$\{?([a-zA-Z_]\w*)(?::\w+)?\}?")
-# Grafana's label_values(selector, label) and label_values(label).
-LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.*),)?\s*(?P<label>\w+)\s*\)$", re.S)
 # PromQL words that are not metric names.
 KEYWORDS = {
     "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
@@ -38,42 +28,8 @@ _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([
 _NAME = re.compile(r"(?<![\w.])[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
-def _dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())  # type: ignore[no-any-return]
-
-
-def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for panel in panels:
-        yield panel
-        yield from _panels(panel.get("panels") or [])
-
-
-def _variables() -> list[dict[str, Any]]:
-    return list(_dashboard()["templating"]["list"])
-
-
 def _queries() -> list[tuple[str, str]]:
-    """(where, PromQL) of every query: each panel target's `expr`, and the selector of each
-    query variable's label_values()."""
-    found = []
-    for panel in _panels(_dashboard()["panels"]):
-        for target in panel.get("targets") or []:
-            found.append((f"panel {panel['title']!r} {target['refId']}", target["expr"]))
-    for variable in _variables():
-        if variable["type"] != "query":
-            continue
-        query = variable["query"]
-        text = query["query"] if isinstance(query, dict) else query
-        parsed = LABEL_VALUES.match(text.strip())
-        assert parsed is not None, f"variable {variable['name']}: not a label_values() query"
-        if parsed.group("selector"):
-            found.append((f"variable {variable['name']}", parsed.group("selector")))
-    return found
-
-
-def concrete(expr: str) -> str:
-    """The query as Prometheus would get it from Grafana, variables filled in."""
-    return VARIABLE.sub(".*", INTERVALS.sub("5m", expr))
+    return [(q.where, q.expr) for q in queries()]
 
 
 def metric_names(expr: str) -> set[str]:
@@ -157,10 +113,10 @@ def test_variables_are_only_used_as_regex_matchers() -> None:
             assert before.endswith('=~"'), f"{where}: ${found.group(1)} outside a =~ matcher"
 
 
-def test_it_has_the_namespace_vm_and_host_variables() -> None:
-    names = {variable["name"] for variable in _variables()}
+def test_it_has_the_namespace_vm_and_hostvariables() -> None:
+    names = {variable["name"] for variable in variables()}
     assert {"datasource", "namespace", "vm", "host"} <= names
-    for variable in _variables():
+    for variable in variables():
         if variable["type"] == "query":
             assert variable["multi"]
             assert variable["includeAll"]
@@ -188,10 +144,10 @@ def test_the_fleet_and_machine_views_read(family: str) -> None:
 
 
 def test_every_panel_reads_the_chosen_datasource_and_ids_are_unique() -> None:
-    panels = list(_panels(_dashboard()["panels"]))
-    ids = [panel["id"] for panel in panels]
+    every = list(panels())
+    ids = [panel["id"] for panel in every]
     assert len(ids) == len(set(ids))
-    for panel in panels:
+    for panel in every:
         if panel["type"] == "row":
             continue
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]

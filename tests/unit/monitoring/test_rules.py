@@ -99,10 +99,7 @@ def test_every_runbook_is_an_alerts_and_follows_the_template() -> None:
 
 def test_every_metric_a_rule_reads_is_exported_and_documented() -> None:
     used = {
-        name
-        for rule in rules()
-        for name in NAME.findall(rule["expr"])
-        if name.startswith("vmapi_")
+        name for rule in rules() for name in NAME.findall(rule["expr"]) if name.startswith("vmapi_")
     }
     assert "vmapi_machine_ready" in used  # the scan finds names at all
     served = exported()
