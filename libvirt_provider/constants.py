@@ -132,6 +132,7 @@ __all__ = [
     "STORAGE_CLASS_KIND",
     "STORAGE_CLASS_PLURAL",
     "TOP_INTERVAL_SECONDS",
+    "TOP_REQUEST_TIMEOUT",
     "VERSION",
     "VM_API_CRD_LABEL",
     "VM_API_CRD_LABEL_VALUE",
@@ -385,6 +386,8 @@ STATS_LIST_KIND: Final = "LibvirtMachineStatsList"
 STATS_HOST_FIELD: Final = "spec.host"
 # Seconds `kubectl vm top` waits between its two samples by default (CPU use is a rate).
 TOP_INTERVAL_SECONDS: Final = 1.0
+# (connect, read) seconds of each of its requests: over the daemon's 5 s statistics deadline.
+TOP_REQUEST_TIMEOUT: Final = (10.0, 30.0)
 
 # Seconds after a start within which the host admits no machine until every machine listed with a
 # domain here has been counted (`machine/reconciler.py`); past it, it admits against what it has.

@@ -1,5 +1,5 @@
-"""What `kubectl vm top` decides without I/O: the path it reads, CPU use from two samples, and the
-table it prints.
+"""What `kubectl vm top` decides without I/O: the host filter, CPU use from two samples, and
+the table it prints.
 
 CPU use is a rate, and libvirt reports a counter (CPU seconds the domain used since it started,
 all vCPUs together). So the plugin reads the statistics twice, `--interval` apart (1 s by default),
@@ -19,27 +19,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from libvirt_provider import constants as c
 
-__all__ = ["MachineUsage", "format_table", "machine_usage", "stats_path", "stats_query"]
+__all__ = [
+    "MachineUsage",
+    "format_table",
+    "machine_usage",
+    "stats_field_selector",
+]
 
 
-def stats_path(namespace: str | None, name: str | None) -> str:
-    """The path of one machine's statistics, a namespace's, or (namespace None) every
-    namespace's."""
-    path = f"/apis/{c.SUBRESOURCE_GROUP}/{c.SUBRESOURCE_VERSION}"
-    if namespace is not None:
-        path += f"/namespaces/{quote(namespace, safe='')}"
-    path += f"/{c.STATS_RESOURCE}"
-    if name is not None:
-        path += f"/{quote(name, safe='')}"
-    return path
-
-
-def stats_query(host: str | None) -> list[tuple[str, str]]:
-    return [("fieldSelector", f"{c.STATS_HOST_FIELD}={host}")] if host else []
+def stats_field_selector(host: str | None) -> str | None:
+    return f"{c.STATS_HOST_FIELD}={host}" if host else None
 
 
 @dataclass(frozen=True)

@@ -29,14 +29,13 @@ import tty
 from collections.abc import Sequence
 from typing import Any
 
-import urllib3
 import websocket
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
+from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
 from libvirt_provider.console.client import console_path, split_at_escape, websocket_url
-from libvirt_provider.console.top import format_table, machine_usage, stats_path, stats_query
+from libvirt_provider.console.top import format_table, machine_usage, stats_field_selector
 
 __all__ = ["build_parser", "main"]
 
@@ -225,30 +224,25 @@ def _console(args: argparse.Namespace) -> int:
     return 0
 
 
-def _api_refusal(err: ApiException) -> str:
-    """An API error as kubectl prints it."""
-    try:
-        status = json.loads(err.body or "")
-        return f"Error from server ({status.get('reason') or err.status}): {status['message']}"
-    except (ValueError, KeyError, TypeError):
-        return f"Error from server ({err.reason or err.status}): {(err.body or '').strip()}"
-
-
-def _sample(api: client.ApiClient, path: str, query: list[tuple[str, str]]) -> dict[str, Any]:
-    """One GET through the kubernetes client (its TLS, token and exec-plugin refresh), decoded;
-    an error answer raises `ApiException`, as the generated classes do."""
-    request = api.param_serialize(
-        method="GET",
-        resource_path=path,
-        query_params=query,
-        header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )
-    response = api.call_api(*request, _request_timeout=(10.0, 30.0))
-    response.read()  # type: ignore[no-untyped-call]
-    if not 200 <= response.status <= 299:
-        raise ApiException.from_response(http_resp=response, body=None, data=None)
-    answer = json.loads((response.data or b"").decode("utf-8"))
+def _sample(
+    kube: KubeApi, namespace: str | None, name: str | None, host: str | None
+) -> dict[str, Any]:
+    """One reading of `libvirtmachinestats`: one machine's, a namespace's or every namespace's."""
+    group, version, plural = c.SUBRESOURCE_GROUP, c.SUBRESOURCE_VERSION, c.STATS_RESOURCE
+    selector = stats_field_selector(host)
+    timeout = c.TOP_REQUEST_TIMEOUT
+    if namespace is None:
+        answer = kube.list_cluster_custom_object(
+            group, version, plural, field_selector=selector, _request_timeout=timeout
+        )
+    elif name is None:
+        answer = kube.list_namespaced_custom_object(
+            group, version, namespace, plural, field_selector=selector, _request_timeout=timeout
+        )
+    else:
+        answer = kube.get_namespaced_custom_object(
+            group, version, namespace, plural, name, _request_timeout=timeout
+        )
     return answer if isinstance(answer, dict) else {}
 
 
@@ -258,18 +252,14 @@ def _top(args: argparse.Namespace) -> int:
         return 2
     configuration, default_namespace = _configuration(args)
     namespace = None if args.all_namespaces else (args.namespace or default_namespace)
-    path = stats_path(namespace, args.name)
-    query = stats_query(args.host)
     with client.ApiClient(configuration) as api:
+        kube = KubeApi(api)
         try:
-            first = _sample(api, path, query)
+            first = _sample(kube, namespace, args.name, args.host)
             time.sleep(max(0.0, args.interval))
-            second = _sample(api, path, query)
-        except ApiException as err:
-            print(_api_refusal(err), file=sys.stderr)
-            return 1
-        except (OSError, urllib3.exceptions.HTTPError) as err:
-            print(f"error: cannot reach the API server: {err}", file=sys.stderr)
+            second = _sample(kube, namespace, args.name, args.host)
+        except API_ERRORS as err:
+            print(failure_message(err), file=sys.stderr)
             return 1
     for host in second.get("partialHosts") or ():
         print(f"warning: host {host} did not answer in time: its machines have no figures",

@@ -20,8 +20,7 @@ from libvirt_provider.console.stats import (
 from libvirt_provider.console.top import (
     format_table,
     machine_usage,
-    stats_path,
-    stats_query,
+    stats_field_selector,
 )
 from libvirt_provider.driver.types import DomainStats
 
@@ -202,14 +201,9 @@ def test_a_machine_the_daemon_does_not_hold(machine: dict[str, Any] | None, code
     assert "vm1" in refusal.message
 
 
-def test_the_plugins_paths() -> None:
-    assert stats_path("a", "vm1") == f"{PREFIX}/namespaces/a/libvirtmachinestats/vm1"
-    assert stats_path("a", None) == f"{PREFIX}/namespaces/a/libvirtmachinestats"
-    assert stats_path(None, None) == f"{PREFIX}/libvirtmachinestats"
-    assert stats_query("node-1") == [("fieldSelector", "spec.host=node-1")]
-    assert stats_query(None) == []
-    for path in (stats_path("a", "vm1"), stats_path("a", None), stats_path(None, None)):
-        assert isinstance(match_stats_route(path), StatsRoute)
+def test_the_plugins_host_filter() -> None:
+    assert stats_field_selector("node-1") == "spec.host=node-1"
+    assert stats_field_selector(None) is None
 
 
 def _doc(cpu: float, at: float, *, running: bool = True, name: str = "vm1") -> dict[str, Any]:
