@@ -2,15 +2,17 @@
 from the daemon's bulk statistics, through the lab's API server and its aggregation layer, for a
 ServiceAccount allowed in the guest's namespace; refused for another namespace, by the API
 server without the stats role there and by the daemon itself without the right to read that
-namespace's LibvirtMachines; and across namespaces, only the namespaces it may read.
+namespace's LibvirtMachines; across namespaces, only the namespaces it may read; and straight to
+the daemon's port, forged headers see nothing.
 
-One daemon and one booted guest serve the module (conftest.py). About 30 to 60 s warm, most of
-it the guest's boot; each `kubectl vm top` takes two samples a second apart.
+One daemon and one booted guest serve the module (conftest.py). 21 to 41 s warm in the runs so
+far, most of it the guest's boot; each `kubectl vm top` takes two samples a second apart.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -23,8 +25,10 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.support.console import (
     STATS_CLUSTER_ROLE,
+    direct_request,
     grant_machine_reading,
     grant_stats,
+    lab_pki,
     run_top,
     top_rows,
     user_kubeconfig,
@@ -34,6 +38,7 @@ from tests.support.kube import create, get, namespace
 from tests.support.lab_access import LabInfo
 from tests.support.waiting import GiveUp, eventually
 
+STATS_PREFIX = "/apis/subresources.infrastructure.vm-api.io/v1alpha1"
 MEBIBYTES = re.compile(r"^(\d+)Mi$")
 MILLICORES = re.compile(r"^(\d+)m$")
 
@@ -201,3 +206,27 @@ def test_across_namespaces_a_user_sees_only_the_namespaces_it_may_read(
     namespaces = {r["NAMESPACE"] for r in rows}
     assert guest_ns in namespaces, rows
     assert other_ns not in namespaces, rows
+
+
+def test_straight_to_the_daemons_port_forged_headers_see_nothing(
+    lab: LabInfo, console_port: int, guest_ns: str
+) -> None:
+    """The daemon's own checks, the API server bypassed: no front-proxy certificate, 401; the
+    real one for a user who may read no LibvirtMachine: 403 for a namespace, and an empty list
+    across namespaces."""
+    pki = lab_pki(lab)
+    ca = pki / "console-ca.crt"
+    one = f"{STATS_PREFIX}/namespaces/{guest_ns}/libvirtmachinestats/guest"
+    forged = {"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters"}
+    code, body = direct_request(console_port, one, forged, ca=ca)
+    assert code == 401, body
+    real = (pki / "front-proxy-client.crt", pki / "front-proxy-client.key")
+    mallory = {"X-Remote-User": "mallory"}
+    code, body = direct_request(console_port, one, mallory, cert=real, ca=ca)
+    assert code == 403, body
+    assert json.loads(body)["message"].startswith('User "mallory" cannot get resource'), body
+    code, body = direct_request(
+        console_port, f"{STATS_PREFIX}/libvirtmachinestats", mallory, cert=real, ca=ca
+    )
+    assert code == 200, body
+    assert json.loads(body)["items"] == [], body
