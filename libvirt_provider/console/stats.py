@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -38,11 +38,14 @@ from libvirt_provider.metrics.machine_stats import machine_samples
 
 __all__ = [
     "HostSample",
+    "MayRead",
     "StatsRoute",
     "cannot_read",
+    "encode",
     "match_stats_route",
     "missing_machine",
     "read_review",
+    "readable_namespaces",
     "stats_document",
 ]
 
@@ -134,6 +137,26 @@ def cannot_read(identity: Identity, verb: str, namespace: str, reason: str = "")
     if reason:
         message += f": {reason}"
     return Refusal(403, "Forbidden", message)
+
+
+MayRead = Callable[[str, str, str | None], bool]
+"""Whether the caller may (verb, namespace, name) LibvirtMachines: a SubjectAccessReview."""
+
+
+def readable_namespaces(
+    identity: Identity, route: StatsRoute, namespaces: Iterable[str], may_read: MayRead
+) -> dict[str, bool] | Refusal:
+    """Which namespaces' machines the caller may see, asking `may_read` as little as it can:
+    the namespace asked for (a 403 if not); for every namespace, all at once when the caller may
+    list LibvirtMachines cluster-wide, else each namespace that holds one of the machines."""
+    if route.namespace is not None:
+        if not may_read(route.verb, route.namespace, route.name):
+            return cannot_read(identity, route.verb, route.namespace)
+        return {route.namespace: True}
+    wanted = sorted(set(namespaces))
+    if may_read("list", "", None):
+        return dict.fromkeys(wanted, True)
+    return {ns: may_read("list", ns, None) for ns in wanted}
 
 
 @dataclass(frozen=True)

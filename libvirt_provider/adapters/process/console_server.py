@@ -82,11 +82,11 @@ from libvirt_provider.console.sessions import Seat, SessionRegistry, WriterBusyE
 from libvirt_provider.console.stats import (
     HostSample,
     StatsRoute,
-    cannot_read,
     encode,
     match_stats_route,
     missing_machine,
     read_review,
+    readable_namespaces,
     stats_document,
 )
 from libvirt_provider.driver.libvirt_console import LibvirtConsoleStream
@@ -371,20 +371,6 @@ class ConsoleServer:
         status = review.get("status") or {}
         return bool(status.get("allowed")) and not status.get("denied")
 
-    def _allowed(
-        self, identity: Identity, route: StatsRoute, namespaces: set[str]
-    ) -> dict[str, bool]:
-        """Which namespaces' machines the user may see: the one asked for (403 if not), or, for
-        every namespace, all at once when they may list LibvirtMachines cluster-wide, else each
-        namespace that holds one of the machines, reviewed one by one."""
-        if route.namespace is not None:
-            if not self._may_read(identity, route.verb, route.namespace, route.name):
-                raise _RefusedError(cannot_read(identity, route.verb, route.namespace))
-            return {route.namespace: True}
-        if self._may_read(identity, "list", "", None):
-            return dict.fromkeys(namespaces, True)
-        return {ns: self._may_read(identity, "list", ns, None) for ns in sorted(namespaces)}
-
     def _serve_stats(
         self, conn: ssl.SSLSocket, request: _Request, route: StatsRoute, identity: Identity
     ) -> None:
@@ -402,9 +388,14 @@ class ConsoleServer:
             ]
             for source in sources
         }
-        allowed = self._allowed(
-            identity, route, {ns for machines in held.values() for ns, _n, _u in machines}
+        allowed = readable_namespaces(
+            identity,
+            route,
+            (ns for machines in held.values() for ns, _n, _u in machines),
+            lambda verb, namespace, name: self._may_read(identity, verb, namespace, name),
         )
+        if isinstance(allowed, Refusal):
+            raise _RefusedError(allowed)
         # Only hosts with a machine the user may see are asked: a user who may see nothing
         # costs no libvirt call.
         wanted = [s for s in sources if any(allowed.get(ns) for ns, _n, _u in held[s.host])]

@@ -15,6 +15,7 @@ from libvirt_provider.console.stats import (
     match_stats_route,
     missing_machine,
     read_review,
+    readable_namespaces,
     stats_document,
 )
 from libvirt_provider.console.top import (
@@ -265,3 +266,45 @@ def test_the_table_is_aligned_and_says_what_has_no_figure() -> None:
     assert table[2].split() == ["a", "off", "h1", "NotRunning", "2", "-", "-", "-", "-"]
     assert table[0].index("HOST") == table[1].index("h1")
     assert format_table(usages, all_namespaces=False).splitlines()[0].startswith("NAME ")
+
+
+class Reviews:
+    """A fake SubjectAccessReview: the (verb, namespace) pairs allowed, and what was asked."""
+
+    def __init__(self, *allowed: tuple[str, str]) -> None:
+        self.allowed = set(allowed)
+        self.asked: list[tuple[str, str, str | None]] = []
+
+    def __call__(self, verb: str, namespace: str, name: str | None) -> bool:
+        self.asked.append((verb, namespace, name))
+        return (verb, namespace) in self.allowed
+
+
+def test_a_namespace_asked_for_is_one_review_and_a_403_when_refused() -> None:
+    reviews = Reviews(("get", "a"))
+    assert readable_namespaces(ALICE, StatsRoute("a", "vm1", None), ["b"], reviews) == {"a": True}
+    assert reviews.asked == [("get", "a", "vm1")]
+    refused = readable_namespaces(ALICE, StatsRoute("b", None, None), [], reviews)
+    assert isinstance(refused, Refusal)
+    assert refused.code == 403
+    assert 'cannot list resource "libvirtmachines"' in refused.message
+
+
+def test_every_namespace_is_one_review_for_a_cluster_wide_reader() -> None:
+    reviews = Reviews(("list", ""))
+    everything = StatsRoute(None, None, None)
+    assert readable_namespaces(ALICE, everything, ["b", "a", "a"], reviews) == {
+        "a": True,
+        "b": True,
+    }
+    assert reviews.asked == [("list", "", None)]
+
+
+def test_else_each_namespace_holding_a_machine_is_reviewed_once() -> None:
+    reviews = Reviews(("list", "a"))
+    everything = StatsRoute(None, None, "h1")
+    assert readable_namespaces(ALICE, everything, ["b", "a", "b"], reviews) == {
+        "a": True,
+        "b": False,
+    }
+    assert reviews.asked == [("list", "", None), ("list", "a", None), ("list", "b", None)]
