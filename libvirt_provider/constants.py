@@ -125,8 +125,14 @@ __all__ = [
     "REASON_WAITING_FOR_ADDRESS",
     "RESOLUTION_REASONS",
     "SECRETS_CLUSTER_ROLE",
+    "STATS_HOST_FIELD",
+    "STATS_KIND",
+    "STATS_LIST_KIND",
+    "STATS_RESOURCE",
     "STORAGE_CLASS_KIND",
     "STORAGE_CLASS_PLURAL",
+    "TOP_INTERVAL_SECONDS",
+    "TOP_REQUEST_TIMEOUT",
     "VERSION",
     "VM_API_CRD_LABEL",
     "VM_API_CRD_LABEL_VALUE",
@@ -369,6 +375,19 @@ CONSOLE_MAX_CONNECTIONS: Final = 64
 CONSOLE_SILENT_PINGS: Final = 3
 # Seconds `kubectl vm` waits for the console's WebSocket handshake.
 CONSOLE_CONNECT_TIMEOUT: Final = 30.0
+
+# `kubectl vm top`'s resource in the same aggregated group (docs/console.md, "kubectl vm top"):
+# get and list, namespaced and across namespaces, as metrics.k8s.io serves `kubectl top`. The
+# daemon authorises each namespace it answers for as a read of the LibvirtMachines themselves.
+STATS_RESOURCE: Final = "libvirtmachinestats"
+STATS_KIND: Final = "LibvirtMachineStats"
+STATS_LIST_KIND: Final = "LibvirtMachineStatsList"
+# The one field selector the list takes: the machines of one host.
+STATS_HOST_FIELD: Final = "spec.host"
+# Seconds `kubectl vm top` waits between its two samples by default (CPU use is a rate).
+TOP_INTERVAL_SECONDS: Final = 1.0
+# (connect, read) seconds of each of its requests: over the daemon's 5 s statistics deadline.
+TOP_REQUEST_TIMEOUT: Final = (10.0, 30.0)
 
 # Seconds after a start within which the host admits no machine until every machine listed with a
 # domain here has been counted (`machine/reconciler.py`); past it, it admits against what it has.

@@ -36,6 +36,7 @@ __all__ = [
     "api_failure",
     "describe_failure",
     "failed_test_raises",
+    "failure_message",
     "failure_of",
     "lean_decoder",
     "load_kube_config",
@@ -93,6 +94,19 @@ def describe_failure(exc: BaseException) -> str:
     if isinstance(exc, ApiException):
         return f"{exc.status} {exc.reason}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def failure_message(exc: BaseException) -> str:
+    """A failed call as kubectl prints it: `Error from server (Reason): message` from the
+    Status object of an error answer, else the network error."""
+    if not isinstance(exc, ApiException):
+        return f"error: cannot reach the API server: {exc}"
+    body = exc.body.decode("utf-8", "replace") if isinstance(exc.body, bytes) else exc.body
+    try:
+        status = json.loads(body or "")
+        return f"Error from server ({status.get('reason') or exc.status}): {status['message']}"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"Error from server ({exc.reason or exc.status}): {(body or '').strip()}"
 
 
 ErrorFactory = Callable[[str, int | None], Exception]
@@ -359,6 +373,26 @@ class KubeApi:
             request_timeout=_request_timeout,
             preload_content=_preload_content,
             decode=_decode,
+        )
+
+    def list_namespaced_custom_object(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        _request_timeout: Timeout = None,
+    ) -> Any:
+        """A namespace's list."""
+        return self._call(
+            "GET",
+            "/apis/{group}/{version}/namespaces/{namespace}/{plural}",
+            _custom(group, version, plural, namespace=namespace),
+            query=[("fieldSelector", field_selector), ("labelSelector", label_selector)],
+            request_timeout=_request_timeout,
         )
 
     def create_cluster_custom_object(

@@ -76,6 +76,15 @@ def discovery_document(path: str) -> bytes | None:
                     "verbs": ["get"],
                 }
                 for sub in SERVED_SUBRESOURCES
+            ]
+            + [
+                {
+                    "name": c.STATS_RESOURCE,
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": c.STATS_KIND,
+                    "verbs": ["get", "list"],
+                }
             ],
         }
     else:

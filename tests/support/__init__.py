@@ -20,9 +20,12 @@ Helpers live here instead, each module saying what it holds and why:
   run on them;
 - `reconciling`: the machine reconciler over the in-memory doubles (`tests/doubles/`);
 - `console`: the console subresources in the lab (the APIService on an ExternalName Service to
-  localhost, users with a kubeconfig of their own, `kubectl vm` through pipes, direct requests);
+  localhost, users with a kubeconfig of their own and their RoleBindings, `kubectl vm` console
+  and top through pipes, direct requests);
 - `black_hole`: a remote host on 127.0.0.1 that accepts TCP and never answers, a TLS client
   PKI to try it with, and the process's thread and descriptor counts.
+- `dashboard`: deploy/monitoring/grafana-dashboard.json's panels, variables and queries, and a
+  query as Grafana sends it (its variables filled in);
 - `prometheus`: a real Prometheus (Debian's package) on loopback, scraping daemons under test
   with deploy/monitoring/rules.yaml (each alert's `for:` shortened), and its alerts API.
 

@@ -230,6 +230,77 @@ def run_plugin(kubeconfig: Path, namespace: str, name: str) -> tuple[int, str]:
     return code, plugin.errors
 
 
+STATS_CLUSTER_ROLE = "vm-api-libvirtmachine-stats"
+
+
+def run_top(kubeconfig: Path | str, *args: str) -> tuple[int, str, str]:
+    """`kubectl vm top ARGS` as a user runs it: its exit code, stdout and stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "libvirt_provider.adapters.plugin.kubectl_vm",
+            f"--kubeconfig={kubeconfig}",
+            "top",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+        cwd=REPO,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def top_rows(stdout: str) -> list[dict[str, str]]:
+    """`kubectl vm top`'s table as one dict per row, keyed by the header's columns."""
+    lines = [line.split() for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header, *rows = lines
+    return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+def grant_stats(api_client: client.ApiClient, namespace: str, user: str) -> None:
+    """A RoleBinding in `namespace` to deploy/'s stats ClusterRole for `user` (what lets
+    `kubectl vm top` through the API server there, not yet the daemon's own check)."""
+    _bind(api_client, namespace, user, STATS_CLUSTER_ROLE, kind="ClusterRole")
+
+
+def grant_machine_reading(api_client: client.ApiClient, namespace: str, user: str) -> None:
+    """A Role and RoleBinding in `namespace` letting `user` get and list LibvirtMachines: what
+    the daemon asks before it shows their figures."""
+    client.RbacAuthorizationV1Api(api_client).create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "read-libvirtmachines"},
+            "rules": [
+                {
+                    "apiGroups": [c.GROUP],
+                    "resources": [c.MACHINE_PLURAL],
+                    "verbs": ["get", "list"],
+                }
+            ],
+        },
+    )
+    _bind(api_client, namespace, user, "read-libvirtmachines", kind="Role")
+
+
+def _bind(api_client: client.ApiClient, namespace: str, user: str, role: str, *, kind: str) -> None:
+    account_ns, account = user.split(":")[2:4]
+    client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": f"{role}-{account}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_ns}],
+        },
+    )
+
+
 def direct_request(
     port: int,
     path: str,

@@ -6,6 +6,11 @@ kubeconfig, read by the kubernetes client, so client certificates, tokens and ex
 work. On a terminal it is interactive (raw mode; `Ctrl-]` leaves); otherwise stdin is sent as it
 comes and the guest's output is written to stdout, so scripts and tests can drive it; the end of
 stdin ends the session.
+
+`kubectl vm top [NAME] [-n NAMESPACE | -A] [--host HOST]` prints CPU and memory per machine from
+the daemons, through the same API server and aggregated endpoint (the `libvirtmachinestats`
+resource, docs/console.md): it reads the statistics twice, `--interval` apart, because CPU use
+is a rate (`console/top.py` says how it is computed).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import ssl
 import sys
 import termios
 import threading
+import time
 import tty
 from collections.abc import Sequence
 from typing import Any
@@ -26,8 +32,10 @@ from typing import Any
 import websocket
 from kubernetes import client, config
 
+from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
 from libvirt_provider.console.client import console_path, split_at_escape, websocket_url
+from libvirt_provider.console.top import format_table, machine_usage, stats_field_selector
 
 __all__ = ["build_parser", "main"]
 
@@ -49,6 +57,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     console.add_argument("name", help="the LibvirtMachine's name")
     console.add_argument("-n", "--namespace", default=None, help="its namespace")
+    top = commands.add_parser(
+        "top",
+        help="show CPU and memory per machine",
+        description="CPU and memory of LibvirtMachines, from the daemons (RBAC: get or list on "
+        "libvirtmachinestats, and reading the LibvirtMachines themselves, in their namespace). "
+        "CPU is the use between two samples --interval apart.",
+    )
+    top.add_argument("name", nargs="?", default=None, help="one LibvirtMachine (default: all)")
+    top.add_argument("-n", "--namespace", default=None, help="their namespace")
+    top.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="every namespace whose LibvirtMachines you may list",
+    )
+    top.add_argument("--host", default=None, help="only the machines of this LibvirtHost")
+    top.add_argument(
+        "--interval",
+        type=float,
+        default=c.TOP_INTERVAL_SECONDS,
+        help="seconds between the two samples (default %(default)s)",
+    )
     return parser
 
 
@@ -194,11 +224,62 @@ def _console(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sample(
+    kube: KubeApi, namespace: str | None, name: str | None, host: str | None
+) -> dict[str, Any]:
+    """One reading of `libvirtmachinestats`: one machine's, a namespace's or every namespace's."""
+    group, version, plural = c.SUBRESOURCE_GROUP, c.SUBRESOURCE_VERSION, c.STATS_RESOURCE
+    selector = stats_field_selector(host)
+    timeout = c.TOP_REQUEST_TIMEOUT
+    if namespace is None:
+        answer = kube.list_cluster_custom_object(
+            group, version, plural, field_selector=selector, _request_timeout=timeout
+        )
+    elif name is None:
+        answer = kube.list_namespaced_custom_object(
+            group, version, namespace, plural, field_selector=selector, _request_timeout=timeout
+        )
+    else:
+        answer = kube.get_namespaced_custom_object(
+            group, version, namespace, plural, name, _request_timeout=timeout
+        )
+    return answer if isinstance(answer, dict) else {}
+
+
+def _top(args: argparse.Namespace) -> int:
+    if args.name is not None and args.all_namespaces:
+        print("error: a machine's name and --all-namespaces do not go together", file=sys.stderr)
+        return 2
+    configuration, default_namespace = _configuration(args)
+    namespace = None if args.all_namespaces else (args.namespace or default_namespace)
+    with client.ApiClient(configuration) as api:
+        kube = KubeApi(api)
+        try:
+            first = _sample(kube, namespace, args.name, args.host)
+            time.sleep(max(0.0, args.interval))
+            second = _sample(kube, namespace, args.name, args.host)
+        except API_ERRORS as err:
+            print(failure_message(err), file=sys.stderr)
+            return 1
+    for host in second.get("partialHosts") or ():
+        print(f"warning: host {host} did not answer in time: its machines have no figures",
+              file=sys.stderr)  # fmt: skip
+    usages = machine_usage(first, second)
+    if not usages:
+        where = "any namespace" if namespace is None else f"{namespace} namespace"
+        print(f"No resources found in {where}.", file=sys.stderr)
+        return 0
+    print(format_table(usages, all_namespaces=namespace is None))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "console":
         return _console(args)
+    if args.command == "top":
+        return _top(args)
     parser.print_help()
     return 2
 

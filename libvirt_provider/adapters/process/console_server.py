@@ -17,6 +17,11 @@ Per connection, one thread; per request, in this order (the decisions are `conso
    (`driver/libvirt_console.py`) to the socket and back, pings every `CONSOLE_PING_SECONDS`, the
    session released the moment either side leaves.
 
+`kubectl vm top`'s `libvirtmachinestats` (`console/stats.py`) goes through the same steps 1 and
+2, then a SubjectAccessReview per namespace it answers for (may the user read its
+LibvirtMachines?), then one bulk statistics call per host with a machine to show, shared with
+/metrics' (`MachineStatsCollector.take`), bounded by the same deadline.
+
 Nothing here logs a header other than the user's name, and never a certificate or token.
 """
 
@@ -46,6 +51,7 @@ from generic.adapters.kubeclient import (
 )
 from generic.background import BackgroundLoop
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.process.machine_metrics import HostSource, MachineStatsCollector
 from libvirt_provider.console.auth import (
     FrontProxyTrust,
     Identity,
@@ -73,8 +79,19 @@ from libvirt_provider.console.routes import (
     match_route,
 )
 from libvirt_provider.console.sessions import Seat, SessionRegistry, WriterBusyError
+from libvirt_provider.console.stats import (
+    HostSample,
+    StatsRoute,
+    encode,
+    match_stats_route,
+    missing_machine,
+    read_review,
+    readable_namespaces,
+    stats_document,
+)
 from libvirt_provider.driver.libvirt_console import LibvirtConsoleStream
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from libvirt_provider.driver.types import DomainStats
 from libvirt_provider.errors import ProviderError
 
 __all__ = ["ConsoleServer", "ConsoleSettings"]
@@ -119,10 +136,15 @@ class ConsoleServer:
         settings: ConsoleSettings,
         api: client.ApiClient,
         hosts: Callable[[], list[tuple[str, LibvirtHypervisor]]],
+        *,
+        stats_sources: Callable[[], list[HostSource]] = list,
+        stats: MachineStatsCollector | None = None,
     ) -> None:
         self._settings = settings
         self._kube = KubeApi(api)
         self._hosts = hosts
+        self._stats_sources = stats_sources
+        self._stats = stats
         self._sessions = SessionRegistry()
         self._trust: FrontProxyTrust | None = None
         self._context = self._make_context(None)
@@ -292,7 +314,15 @@ class ConsoleServer:
         cert = conn.getpeercert()
         common_name = _common_name(cert) if cert else None
         route = match_route(request.path)
+        stats_route = match_stats_route(request.path) if route is None else None
         try:
+            if isinstance(stats_route, Refusal):
+                raise _RefusedError(stats_route)
+            if stats_route is not None:
+                identity = self._caller(request, trust, common_name, need_user=True)
+                assert identity is not None
+                self._serve_stats(conn, request, stats_route, identity)
+                return
             if route is None:
                 self._discovery(conn, request, trust, common_name)
                 return
@@ -302,7 +332,8 @@ class ConsoleServer:
         except _RefusedError as refused:
             # The aggregator asks every aggregated server for its OpenAPI documents, often: a
             # path this endpoint does not serve is not news.
-            level = logging.DEBUG if refused.refusal.code == 404 and route is None else logging.INFO
+            quiet = refused.refusal.code == 404 and route is None and stats_route is None
+            level = logging.DEBUG if quiet else logging.INFO
             log.log(
                 level,
                 "console: %s %s from %s refused: %d %s",
@@ -339,6 +370,81 @@ class ConsoleServer:
         if body is None:
             raise _RefusedError(Refusal(404, "NotFound", "the server could not find the resource"))
         _answer(conn, 200, body)
+
+    # -- kubectl vm top -------------------------------------------------------------------
+
+    def _may_read(self, identity: Identity, verb: str, namespace: str, name: str | None) -> bool:
+        body = read_review(identity, verb, namespace, name)
+        try:
+            review = self._kube.create_subject_access_review(
+                body, _request_timeout=c.CONSOLE_API_TIMEOUT
+            )
+        except API_ERRORS as err:
+            raise _RefusedError(
+                Refusal(503, "ServiceUnavailable", f"cannot check access: {describe_failure(err)}")
+            ) from err
+        status = review.get("status") or {}
+        return bool(status.get("allowed")) and not status.get("denied")
+
+    def _serve_stats(
+        self, conn: ssl.SSLSocket, request: _Request, route: StatsRoute, identity: Identity
+    ) -> None:
+        if request.method != "GET":
+            raise _RefusedError(
+                Refusal(405, "MethodNotAllowed", f"{c.STATS_RESOURCE} are read with GET")
+            )
+        sources = [s for s in self._stats_sources() if route.host is None or s.host == route.host]
+        held = {
+            source.host: [
+                (m.namespace, m.name, m.uid)
+                for m in source.machines()
+                if (route.namespace is None or m.namespace == route.namespace)
+                and (route.name is None or m.name == route.name)
+            ]
+            for source in sources
+        }
+        allowed = readable_namespaces(
+            identity,
+            route,
+            (ns for machines in held.values() for ns, _n, _u in machines),
+            lambda verb, namespace, name: self._may_read(identity, verb, namespace, name),
+        )
+        if isinstance(allowed, Refusal):
+            raise _RefusedError(allowed)
+        # Only hosts with a machine the user may see are asked: a user who may see nothing
+        # costs no libvirt call.
+        wanted = [s for s in sources if any(allowed.get(ns) for ns, _n, _u in held[s.host])]
+        samples = [
+            HostSample(source.host, tuple(held[source.host]), _records(answer), taken_at)
+            for source, answer, taken_at in (self._stats.take(wanted) if self._stats else ())
+        ]
+        code, body = stats_document(route, samples, allowed)
+        if code == 404 and route.name is not None and route.namespace is not None:
+            raise _RefusedError(
+                missing_machine(route, self._read_machine(route.namespace, route.name))
+            )
+        _answer(conn, code, encode(body))
+
+    def _read_machine(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._kube.get_namespaced_custom_object(  # type: ignore[no-any-return]
+                c.GROUP,
+                c.VERSION,
+                namespace,
+                c.MACHINE_PLURAL,
+                name,
+                _request_timeout=c.CONSOLE_API_TIMEOUT,
+            )
+        except API_ERRORS as err:
+            if failure_of(err) is not ApiFailure.NOT_FOUND:
+                raise _RefusedError(
+                    Refusal(
+                        503,
+                        "ServiceUnavailable",
+                        f"cannot read the machine: {describe_failure(err)}",
+                    )
+                ) from err
+            return None
 
     # -- the console -----------------------------------------------------------------------
 
@@ -579,6 +685,10 @@ class _Bridge:
         if resume:
             stream.resume_reading()
         return None
+
+
+def _records(answer: list[DomainStats] | None) -> tuple[DomainStats, ...] | None:
+    return tuple(answer) if answer is not None else None
 
 
 def _cut(sock: socket.socket) -> None:

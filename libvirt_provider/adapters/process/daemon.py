@@ -16,8 +16,9 @@ Threads, and why:
   thread; the leader also runs the placer (`cluster.placer`), which binds machines without a host.
 - The image cache (`images/cache.py`) has a thread of its own: it writes this host's entries into
   LibvirtImage status and deletes cached base images nothing uses, off the reconcile workers.
-- With `--console-port`, the console subresources (`process.console_server`, docs/console.md):
-  an accept thread, a thread per connection, a loop re-reading the front-proxy trust.
+- With `--console-port`, the console subresources and `kubectl vm top`'s statistics
+  (`process.console_server`, docs/console.md): an accept thread, a thread per connection, a loop
+  re-reading the front-proxy trust.
 - A small HTTP server (`process.health`) answers `/healthz` (liveness) and `/readyz`
   (readiness: libvirt answers too, judged by a loop of its own every few seconds), and a second
   one `/metrics` (Prometheus) on loopback, unless both are asked for on one address.
@@ -249,7 +250,7 @@ def run(cfg: DaemonConfig) -> int:
     catalog = CatalogFeed(api)
     mode = _remote_mode(cfg, api, catalog) if cfg.remote else _local_mode(cfg, api, catalog)
     register_call_metrics(mode.hosts)
-    register_machine_metrics(mode.metrics_sources)
+    machine_stats = register_machine_metrics(mode.metrics_sources)
     leader = (
         GenericLeader(leader_settings(cfg, mode.name), api, mode.store) if cfg.generic else None
     )
@@ -263,6 +264,8 @@ def run(cfg: DaemonConfig) -> int:
             ),
             api,
             mode.hosts,
+            stats_sources=mode.metrics_sources,
+            stats=machine_stats,
         )
         if cfg.console_port is not None
         else None

@@ -76,10 +76,13 @@ class _HostCall:
         self.started = time.monotonic()
         self.answer: list[DomainStats] | None = None
         self.error: str | None = None
+        # Unix time of the middle of the call: when the counters were read, as near as known.
+        self.taken_at = time.time()
         self._hypervisor = hypervisor
         self.thread = threading.Thread(target=self._run, name="machine-stats", daemon=True)
 
     def _run(self) -> None:
+        began = time.time()
         try:
             answer = self._hypervisor.domain_stats()
         except Exception as err:  # said as partial; a scrape never raises for a host
@@ -88,6 +91,7 @@ class _HostCall:
             return
         with self.lock:
             self.answer = answer
+            self.taken_at = (began + time.time()) / 2
 
 
 class MachineStatsCollector(Collector):
@@ -107,10 +111,7 @@ class MachineStatsCollector(Collector):
         partial, seconds, machines = _scrape_families()
         sources = list(self.sources())
         started = time.monotonic()
-        pending = [(source, self._start(source)) for source in sources]
-        end = started + self._deadline
-        for source, call in pending:
-            answer = self._finish(source.host, call, end)
+        for source, answer, _taken_at in self.take(sources):
             seconds.add_metric([source.host], time.monotonic() - started)
             partial.add_metric([source.host], 0.0 if answer is not None else 1.0)
             if answer is None:
@@ -130,6 +131,18 @@ class MachineStatsCollector(Collector):
             machines.add_metric([source.host], float(named))
         yield from families.values()
         yield from (partial, seconds, machines)
+
+    def take(
+        self, sources: Iterable[HostSource]
+    ) -> Iterator[tuple[HostSource, list[DomainStats] | None, float]]:
+        """Each source's bulk statistics (None: failed, or not within the deadline) and the Unix
+        time they were taken, as each arrives; the hosts are asked side by side. What /metrics
+        and `kubectl vm top` (the console endpoint) both read: their calls are shared."""
+        end = time.monotonic() + self._deadline
+        pending = [(source, self._start(source)) for source in sources]
+        for source, call in pending:
+            answer = self._finish(source.host, call, end)
+            yield source, answer, call.taken_at if call is not None else time.time()
 
     def _start(self, source: HostSource) -> _HostCall | None:
         """The host's call: a new one, or the one in flight when it started within a deadline

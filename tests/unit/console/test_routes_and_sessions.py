@@ -44,13 +44,14 @@ def test_other_paths_are_no_route(path: str) -> None:
     assert match_route(path) is None
 
 
-def test_discovery_lists_the_console_subresource() -> None:
+def test_discovery_lists_the_console_subresource_and_the_stats() -> None:
     body = discovery_document(PREFIX)
     assert body is not None
     doc = json.loads(body)
     assert doc["kind"] == "APIResourceList"
     assert [(r["name"], r["verbs"], r["namespaced"]) for r in doc["resources"]] == [
-        ("libvirtmachines/console", ["get"], True)
+        ("libvirtmachines/console", ["get"], True),
+        ("libvirtmachinestats", ["get", "list"], True),
     ]
     group = discovery_document("/apis/subresources.infrastructure.vm-api.io")
     assert group is not None

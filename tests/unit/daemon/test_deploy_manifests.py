@@ -17,6 +17,7 @@ from libvirt_provider.constants import (
     CONSOLE_RESOURCE,
     CONSOLE_SUBRESOURCE,
     SECRETS_CLUSTER_ROLE,
+    STATS_RESOURCE,
     SUBRESOURCE_GROUP,
     SUBRESOURCE_VERSION,
 )
@@ -169,14 +170,21 @@ def test_the_daemon_may_review_access_and_read_the_front_proxys_trust() -> None:
         (None, "system:auth-delegator"),
         ("kube-system", "extension-apiserver-authentication-reader"),
     }
-    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
-    assert role["rules"] == [
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    assert set(roles) == {"vm-api-libvirtmachine-console", "vm-api-libvirtmachine-stats"}
+    assert roles["vm-api-libvirtmachine-console"]["rules"] == [
         {
             "apiGroups": [SUBRESOURCE_GROUP],
             "resources": [f"{CONSOLE_RESOURCE}/{CONSOLE_SUBRESOURCE}"],
             "verbs": ["get"],
         }
     ]
+    # kubectl vm top: get and list, for viewers too (the daemon checks the machines' own RBAC).
+    stats = roles["vm-api-libvirtmachine-stats"]
+    assert stats["rules"] == [
+        {"apiGroups": [SUBRESOURCE_GROUP], "resources": [STATS_RESOURCE], "verbs": ["get", "list"]}
+    ]
+    assert stats["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     kustomization = yaml.safe_load((REPO / "deploy" / "kustomization.yaml").read_text())
     assert "console-rbac.yaml" in kustomization["resources"]
     # The APIService is not in the default install: unavailable, it would hold namespace deletion.

@@ -285,3 +285,26 @@ def test_scrapes_at_the_same_moment_share_one_call() -> None:
     assert host.calls == 1
     for series in answers:
         assert _value(series, "vmapi_machine_stats_partial", host="h1") == 0.0
+
+
+def test_take_answers_each_host_with_the_time_of_its_call_for_kubectl_vm_top() -> None:
+    identity, stats = _machine("a", "vm1", "u-1")
+    host = FakeHost([stats])
+    broken = FakeHost([])
+    broken.fail = RetryableError("libvirtd restarting")
+    sources = [
+        HostSource("h1", host, lambda: [identity]),
+        HostSource("h2", broken, list),
+    ]
+    collector = MachineStatsCollector(lambda: sources, deadline=5.0)
+    before = time.time()
+    answers = {source.host: (answer, at) for source, answer, at in collector.take(sources)}
+    after = time.time()
+    assert answers["h1"][0] == [stats]
+    assert before <= answers["h1"][1] <= after
+    assert answers["h2"][0] is None
+    assert host.calls == 1
+    # A second sample is a call of its own, taken later.
+    again = {s.host: at for s, _answer, at in collector.take(sources[:1])}
+    assert host.calls == 2
+    assert again["h1"] > answers["h1"][1]

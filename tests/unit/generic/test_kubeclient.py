@@ -29,6 +29,7 @@ from generic.adapters.kubeclient import (
     KubeApi,
     api_failure,
     describe_failure,
+    failure_message,
     failure_of,
     new_watch,
     translated_api_errors,
@@ -128,6 +129,9 @@ CASES: list[tuple[str, str, tuple[Any, ...], dict[str, Any], tuple[Any, ...] | N
      {"resource_version": "41", "allow_watch_bookmarks": True,
       "field_selector": "metadata.name=h1", "timeout_seconds": 287, "watch": True,
       "_preload_content": False, "_request_timeout": (5.0, 317.5)}, None),
+    ("CustomObjectsApi", "list_namespaced_custom_object",
+     ("subresources." + GROUP, VERSION, "ns", "libvirtmachinestats"),
+     {"field_selector": "spec.host=h1", "_request_timeout": T}, None),
     ("CustomObjectsApi", "create_cluster_custom_object",
      (GROUP, VERSION, "libvirthosts", {"kind": "LibvirtHost", "metadata": {"name": "h1"},
                                        "spec": {}}),
@@ -418,3 +422,14 @@ def test_the_stub_answers_json_as_kube_apiserver_does(server: StubApiServer) -> 
             GROUP, VERSION, "ns", "libvirtmachines", "m", OPS, _content_type=JSON_PATCH
         )
     assert failure_of(caught.value) is ApiFailure.REJECTED
+
+
+def test_a_failure_reads_as_kubectl_prints_it() -> None:
+    status = {"kind": "Status", "reason": "Forbidden", "message": 'User "u" cannot list x'}
+    refused = ApiException(status=403, reason="Forbidden", body=json.dumps(status))
+    assert failure_message(refused) == 'Error from server (Forbidden): User "u" cannot list x'
+    plain = ApiException(status=502, reason="Bad Gateway", body="upstream gone\n")
+    assert failure_message(plain) == "Error from server (Bad Gateway): upstream gone"
+    assert failure_message(ConnectionRefusedError(111, "refused")).startswith(
+        "error: cannot reach the API server: "
+    )

@@ -11,59 +11,39 @@ absence fails these tests, never skips them.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.metrics import MetricWrapperBase
 
-import libvirt_provider.adapters.process.daemon  # noqa: F401  (imports every module-level metric)
-from libvirt_provider.adapters.process.call_metrics import _CallCollector
-from libvirt_provider.adapters.process.host_metrics import HostStateCollector
-from libvirt_provider.adapters.process.machine_metrics import MachineStatsCollector
+from tests.unit.monitoring.metric_names import (
+    MONITORING,
+    NAME,
+    REPO,
+    RULES,
+    documented,
+    exported,
+    rules,
+)
 
-REPO = Path(__file__).resolve().parents[3]
-MONITORING = REPO / "deploy" / "monitoring"
-RULES = MONITORING / "rules.yaml"
 PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"
 TESTS = Path(__file__).resolve().parent / "alerts_test.yaml"
 RUNBOOKS = REPO / "docs" / "runbooks"
 RUNBOOK_BASE = "https://github.com/vm-api/libvirt-provider/blob/main/docs/runbooks/"
 SEVERITIES = {"warning", "critical"}
-# A PromQL name: metric names may hold colons (recorded ones do), so a recorded name is never
-# mistaken for the exported metric inside it.
-NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 # Alerts about something with no label of its own to name.
 NAMELESS = {"VirtualMachineControllerNoLeader"}
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.fail(
-            "promtool is missing: run tests/lab/install-deps.sh (as root), which installs "
-            "Debian's prometheus package"
-        )
-    return found
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
 
 
-def _rules() -> list[dict[str, Any]]:
-    groups = yaml.safe_load(RULES.read_text())["groups"]
-    return [rule for group in groups for rule in group["rules"]]
-
-
 def _alerts() -> dict[str, dict[str, Any]]:
-    return {rule["alert"]: rule for rule in _rules() if "alert" in rule}
+    return {rule["alert"]: rule for rule in rules() if "alert" in rule}
 
 
 def test_promtool_finds_the_rules_valid(promtool: str) -> None:
@@ -117,61 +97,19 @@ def test_every_runbook_is_an_alerts_and_follows_the_template() -> None:
         assert (RUNBOOKS / f"{name}.md").read_text().startswith(f"# {name}\n"), name
 
 
-def _family_names(families: Iterator[Any]) -> set[str]:
-    """The names a query uses for these families: a counter's with `_total`, a histogram's
-    series."""
-    names = set()
-    for family in families:
-        if family.type == "counter":
-            names.add(f"{family.name}_total")
-        elif family.type == "histogram":
-            names |= {f"{family.name}_{suffix}" for suffix in ("bucket", "sum", "count")}
-        else:
-            names.add(family.name)
-    return names
-
-
-def _exported() -> set[str]:
-    """Every metric name the daemon serves: the module-level metrics of the imported packages
-    and the families of the collectors /metrics registers at start."""
-    names: set[str] = set()
-    for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").startswith(("generic", "libvirt_provider")):
-            for value in vars(module).values():
-                if isinstance(value, MetricWrapperBase):
-                    names |= _family_names(iter(value.describe()))
-    names |= _family_names(HostStateCollector(list, lambda: None).describe())
-    names |= _family_names(MachineStatsCollector(list, deadline=1.0).describe())
-    names |= _family_names(_CallCollector(list).collect())
-    return names
-
-
-def _documented() -> set[str]:
-    """The names in the first column of docs/metrics.md's tables."""
-    names = set()
-    for line in (REPO / "docs" / "metrics.md").read_text().splitlines():
-        found = re.match(r"\| `(vmapi_[a-z0-9_]+)` \|", line)
-        if found:
-            names.add(found.group(1))
-    return names
-
-
 def test_every_metric_a_rule_reads_is_exported_and_documented() -> None:
     used = {
-        name
-        for rule in _rules()
-        for name in NAME.findall(rule["expr"])
-        if name.startswith("vmapi_")
+        name for rule in rules() for name in NAME.findall(rule["expr"]) if name.startswith("vmapi_")
     }
     assert "vmapi_machine_ready" in used  # the scan finds names at all
-    exported = _exported()
-    assert {"vmapi_libvirt_connected", "vmapi_host_ready"} <= exported
-    assert used - exported == set(), "not served by the daemon"
-    assert used - _documented() == set(), "not in docs/metrics.md"
+    served = exported()
+    assert {"vmapi_libvirt_connected", "vmapi_host_ready"} <= served
+    assert used - served == set(), "not served by the daemon"
+    assert used - documented() == set(), "not in docs/metrics.md"
 
 
 def test_the_recorded_names_say_their_labels_metric_and_operation() -> None:
-    for rule in _rules():
+    for rule in rules():
         if "record" not in rule:
             continue
         level, metric, operation = rule["record"].split(":")
