@@ -557,7 +557,8 @@ def wait_ports_free(ports: list[int], *, what: str, timeout: float = 30.0) -> No
             text=True,
             check=False,
         ).stdout.strip()
-        raise LabError(f"{what}: ports {busy} still in use after {timeout:.0f} s: {held}")
+        holder = " ".join(held.splitlines()[0].split()) if held else "a process outside the lab"
+        raise LabError(f"{what}: ports {busy} still in use after {timeout:.0f} s ({holder})")
 
 
 def spawn(cmd: list[str], *, log: Path) -> int:
@@ -1367,7 +1368,11 @@ def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> N
     pki = lab.pki
     make_front_proxy_credentials(lab)
     log = lab.logs / "kube-apiserver.log"
-    wait_ports_free(apiserver_ports(lab), what="starting kube-apiserver")
+    # Briefly: right after `down` the last API server may still be letting go of them; anything
+    # longer is another program on the lab's ports, said at once with the log to look at.
+    wait_ports_free(
+        apiserver_ports(lab), what=f"cannot start kube-apiserver (log: {log})", timeout=10
+    )
     pid = spawn(
         [
             str(kube_lab),
