@@ -22,6 +22,10 @@ and its log (and then taking down whatever it had started):
   reached only over the network: an sshd (key-only root login) and libvirtd's TLS listener on a
   veth link from the client namespace `<netns>-rc`, where the lab's API server is forwarded to
   127.0.0.1 (see RemoteHost, prepare_remote, forward.py);
+- with extra hosts, migration links between them: a switch namespace `<netns>-mx` with a bridge
+  and a veth pair to each host (10.213.40.(10+i)/24), each host's libvirtd with a host UUID of
+  its own and a TLS listener there, its qemu taking TLS-only migration streams there, all with
+  certificates of a lab migration CA (see the "migration links" section);
 - the domain type guests should use: `kvm` only if a probe guest really boots under KVM here,
   otherwise `qemu` (software emulation). /dev/kvm existing is not enough on nested hosts.
 
@@ -36,7 +40,8 @@ libvirtd and start it again, for tests of a host whose libvirtd is down.
 
 `down` stops the node if it runs (and fails if any of its processes, cgroups or mounts is left),
 kills every process in the lab's namespaces and the control plane, deletes the namespaces (and
-with them the bridges) and removes the lab directory. Mounts exist only in the private mount
+with them the bridges and veth pairs, the migration switch's included) and removes the lab
+directory. Mounts exist only in the private mount
 namespaces, so they vanish with their last process.
 """
 
