@@ -103,8 +103,8 @@ def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
     # The extra hosts' migration switch: a bridge and one end of each host's veth pair.
     switch = f"{lab.netns}-mx"
     assert (switch in _netns_names()) == bool(lab.hosts)
-    switch_links = _links_in(switch) if lab.hosts else []
-    assert len([n for n in switch_links if n.startswith("vmapimx")]) == len(lab.hosts) + 1
+    switch_links = [n for n in (_links_in(switch) if lab.hosts else []) if n.startswith("vmapimx")]
+    assert len(switch_links) == len(lab.hosts) + 1, switch_links
     # The optional node (started by tests/e2e/node): its processes, and what it made on the host.
     pids += [state[k] for k in ("containerd_pid", "kubelet_pid", "scheduler_pid") if k in state]
     made = [Path(target) for target, _ in state.get("node_created_dirs", [])]
