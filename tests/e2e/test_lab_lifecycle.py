@@ -60,6 +60,14 @@ def _netns_pids(name: str) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
+def _links_in(netns: str) -> list[str]:
+    """The names of the network interfaces in `netns`."""
+    out = subprocess.run(
+        ["ip", "-n", netns, "-o", "link", "show"], check=True, capture_output=True, text=True
+    )
+    return [line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines()]
+
+
 def _host_netns(lab_netns: str) -> list[str]:
     """The namespaces of a lab's extra libvirt hosts (`<netns>-h<i>`) that exist."""
     return [n for n in _netns_names() if re.fullmatch(rf"{re.escape(lab_netns)}-h[0-9]+", n)]
@@ -92,6 +100,11 @@ def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
         assert in_remote, f"{netns} should hold the remote host's processes before teardown"
         pids += in_remote
     pids += [p for p in state.get("remote", {}).values() if isinstance(p, int)]
+    # The extra hosts' migration switch: a bridge and one end of each host's veth pair.
+    switch = f"{lab.netns}-mx"
+    assert (switch in _netns_names()) == bool(lab.hosts)
+    switch_links = [n for n in (_links_in(switch) if lab.hosts else []) if n.startswith("vmapimx")]
+    assert len(switch_links) == len(lab.hosts) + 1, switch_links
     # The optional node (started by tests/e2e/node): its processes, and what it made on the host.
     pids += [state[k] for k in ("containerd_pid", "kubelet_pid", "scheduler_pid") if k in state]
     made = [Path(target) for target, _ in state.get("node_created_dirs", [])]
@@ -105,7 +118,10 @@ def test_lab_down_leaves_nothing_behind(lab: LabInfo) -> None:
     assert lab.netns not in _netns_names()
     assert _host_netns(lab.netns) == []
     assert _remote_netns(lab.netns) == []
+    assert switch not in _netns_names()
     assert not Path("/sys/class/net/vmapibr0").exists()
+    for name in switch_links:
+        assert not Path(f"/sys/class/net/{name}").exists(), name
     assert not lab.dir.exists()
     assert _processes_mentioning(str(lab.dir)) == []
     assert _mounts_mentioning(str(lab.dir)) == []
@@ -143,5 +159,6 @@ def test_failed_start_is_one_clear_line_and_leaves_nothing(tmp_path: Path) -> No
     assert "vmapilabfail" not in _netns_names()
     assert _host_netns("vmapilabfail") == []
     assert _remote_netns("vmapilabfail") == []
+    assert "vmapilabfail-mx" not in _netns_names()
     assert not lab_dir.exists()
     assert _processes_mentioning(str(lab_dir)) == []

@@ -22,6 +22,10 @@ and its log (and then taking down whatever it had started):
   reached only over the network: an sshd (key-only root login) and libvirtd's TLS listener on a
   veth link from the client namespace `<netns>-rc`, where the lab's API server is forwarded to
   127.0.0.1 (see RemoteHost, prepare_remote, forward.py);
+- with extra hosts, migration links between them: a switch namespace `<netns>-mx` with a bridge
+  and a veth pair to each host (10.213.40.(10+i)/24), each host's libvirtd with a host UUID of
+  its own and a TLS listener there, its qemu taking TLS-only migration streams there, all with
+  certificates of a lab migration CA (see the "migration links" section);
 - the domain type guests should use: `kvm` only if a probe guest really boots under KVM here,
   otherwise `qemu` (software emulation). /dev/kvm existing is not enough on nested hosts.
 
@@ -36,7 +40,8 @@ libvirtd and start it again, for tests of a host whose libvirtd is down.
 
 `down` stops the node if it runs (and fails if any of its processes, cgroups or mounts is left),
 kills every process in the lab's namespaces and the control plane, deletes the namespaces (and
-with them the bridges) and removes the lab directory. Mounts exist only in the private mount
+with them the bridges and veth pairs, the migration switch's included) and removes the lab
+directory. Mounts exist only in the private mount
 namespaces, so they vanish with their last process.
 """
 
@@ -63,6 +68,7 @@ import tarfile
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -106,6 +112,9 @@ class Libvirtd:
     # namespace (/run/libvirt/libvirt-sock, bound to `root/run`), where virt-ssh-helper, run by
     # its sshd, looks for it.
     default_socket: bool = False
+    # The extra hosts run with --listen: their TLS listener on the migration link (see
+    # write_migration_config) is how one host's libvirtd reaches another's to migrate.
+    listen: bool = False
 
     @property
     def socket(self) -> Path:
@@ -282,6 +291,7 @@ class ExtraHost:
             logs=self.logs,
             suffix=f"-h{self.index}",
             hostname=self.netns,
+            listen=True,
         )
 
     @property
@@ -313,6 +323,50 @@ class ExtraHost:
     @property
     def only_bridge(self) -> str:
         return f"vmapih{self.index}br1"
+
+    # The migration link (see the "migration links" section): one address per host on a bridge
+    # in the switch namespace `<netns>-mx`; 10.213.40.0/24 is used nowhere else in the lab.
+    migration_subnet_prefix = "10.213.40"
+    migration_link_prefix = 24
+    migration_veth = "vmapimig0"
+    tls_port = 16514
+
+    @property
+    def migration_address(self) -> str:
+        return f"{self.migration_subnet_prefix}.{10 + self.index}"
+
+    @property
+    def migration_switch_veth(self) -> str:
+        """The link's end in the switch namespace, enslaved to its bridge."""
+        return f"vmapimx{self.index}"
+
+    @property
+    def migration_tls(self) -> Path:
+        """This host's migration certificates: libvirtd's listener and qemu's stream."""
+        return self.dir / "migration-tls"
+
+    @property
+    def migration_qemu_tls(self) -> Path:
+        """qemu's x509 directory (ca-cert.pem, server-*.pem, client-*.pem)."""
+        return self.migration_tls / "qemu"
+
+    @property
+    def migration_pkipath(self) -> Path:
+        """A `?pkipath=` for this host's libvirtd as the client of another host's (peer-to-peer
+        migration): the CA and this host's client certificate."""
+        return self.migration_tls / "client"
+
+    @property
+    def migration_uri(self) -> str:
+        """How another host's libvirtd reaches this one to migrate a domain here; the source's
+        libvirtd appends `?pkipath=` with its own client credentials."""
+        return f"qemu+tls://{self.migration_address}/system"
+
+    @property
+    def host_uuid(self) -> str:
+        """A host UUID of its own: every libvirtd on one machine would otherwise report the
+        machine's SMBIOS UUID, and libvirt refuses to migrate to "the same host"."""
+        return str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.netns}.hosts.vmapi-lab"))
 
 
 @dataclass(frozen=True)
@@ -403,6 +457,20 @@ class Lab:
             dir=self.dir / "remote",
             logs=self.logs,
         )
+
+    @property
+    def migration_netns(self) -> str:
+        """The switch namespace between the extra hosts' migration links (see the "migration
+        links" section)."""
+        return f"{self.netns}-mx"
+
+    @property
+    def migration_bridge(self) -> str:
+        return "vmapimxbr0"
+
+    def existing_migration_netns(self) -> list[str]:
+        """The switch namespace, if a previous `up` made it."""
+        return [self.migration_netns] if netns_exists(self.migration_netns) else []
 
     def existing_remote_netns(self) -> list[str]:
         """The remote host's and its client's namespaces, if a previous `up` made them."""
@@ -1612,7 +1680,9 @@ def start_hosts(lab: Lab, guest_image: Path, state: dict[str, object]) -> None:
         recorded.append(entry)
         save_state(lab, state)
         create_netns(host.netns)
+        add_migration_link(lab, host)
         write_libvirt_config(host.libvirtd)
+        write_migration_config(host)
         copy_qemu_capabilities(seed, host.libvirtd)
         pid = spawn_libvirtd(host.libvirtd, cpu=cpu)
         entry["libvirtd_pid"] = pid
@@ -1752,6 +1822,7 @@ def spawn_libvirtd(libvirtd: Libvirtd, *, cpu: int | None = None) -> int:
     script = (
         f"{binds} && exec libvirtd --config {shlex.quote(str(root / 'etc' / 'libvirtd.conf'))} "
         f"--pid-file {shlex.quote(str(root / 'libvirtd.pid'))}"
+        + (" --listen" if libvirtd.listen else "")
     )
     unshare = ["unshare", "--mount", "--propagation", "private"]
     if libvirtd.hostname is not None:
@@ -2366,6 +2437,172 @@ def remote_healthy(lab: Lab, state: dict[str, object]) -> bool:
 # state and environment
 
 
+# ---------------------------------------------------------------------------------------------
+# migration links: the extra hosts reach each other to live-migrate (see docs/lab.md)
+#
+# A switch namespace `<netns>-mx` holds a bridge; each extra host gets a veth pair from it, made
+# inside the switch namespace with the peer moved straight into the host's (never in the
+# machine's own namespace), and one address on 10.213.40.0/24. Each host's libvirtd listens for
+# TLS on that address only (peer-to-peer migration: the source's libvirtd opens
+# qemu+tls://<target>/system with its own client certificate) and tells its qemu to take incoming
+# migration streams there too, encrypted with certificates of the same lab CA.
+
+MIGRATION_TLS_EXTENSIONS = TLS_EXTENSIONS.replace(
+    "extendedKeyUsage = clientAuth\n",
+    "extendedKeyUsage = clientAuth\nsubjectAltName = IP:{address}\n",
+)
+
+
+def prepare_migration(lab: Lab, state: dict[str, object]) -> None:
+    """The switch namespace and its bridge, then the migration CA and every host's certificates
+    (its libvirtd's TLS listener starts with them)."""
+    netns = lab.migration_netns
+    state["migration_netns"] = netns
+    save_state(lab, state)
+    create_netns(netns)
+    bridge = lab.migration_bridge
+    run(
+        ["ip", "-n", netns, "link", "add", bridge, "type", "bridge"],
+        what="creating the migration switch's bridge",
+    )
+    run(
+        ["ip", "-n", netns, "link", "set", bridge, "up"],
+        what="bringing up the migration switch's bridge",
+    )
+    make_migration_credentials(lab)
+
+
+def add_migration_link(lab: Lab, host: ExtraHost) -> None:
+    """The host's veth pair to the migration switch, addressed and up on both ends."""
+    switch, dev = lab.migration_netns, host.migration_switch_veth
+    run(
+        [
+            "ip", "-n", switch, "link", "add", dev, "type", "veth",
+            "peer", "name", host.migration_veth, "netns", host.netns,
+        ],
+        what=f"creating {host.netns}'s migration link",
+    )  # fmt: skip
+    run(
+        ["ip", "-n", switch, "link", "set", dev, "master", lab.migration_bridge, "up"],
+        what=f"attaching {dev} to the migration switch",
+    )
+    address = f"{host.migration_address}/{host.migration_link_prefix}"
+    run(
+        ["ip", "-n", host.netns, "addr", "add", address, "dev", host.migration_veth],
+        what=f"addressing {host.migration_veth} in {host.netns}",
+    )
+    run(
+        ["ip", "-n", host.netns, "link", "set", host.migration_veth, "up"],
+        what=f"bringing up {host.migration_veth} in {host.netns}",
+    )
+
+
+def _openssl_cert(
+    *, directory: Path, cnf: Path, name: str, subject: str, section: str, ca: Path | None, log: Path
+) -> None:
+    """`directory/name.key` and `name.crt`: a P-256 certificate, self-signed or signed by the CA
+    whose `ca.crt` and `ca.key` are given as `ca` (their common stem)."""
+    cmd = [
+        "openssl", "req", "-x509", "-new", "-config", str(cnf), "-extensions", section,
+        "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", str(directory / f"{name}.key"), "-out", str(directory / f"{name}.crt"),
+        "-subj", subject, "-days", "365", "-sha256",
+    ]  # fmt: skip
+    if ca is not None:
+        cmd += ["-CA", str(ca.with_suffix(".crt")), "-CAkey", str(ca.with_suffix(".key"))]
+    run(cmd, what=f"making the migration certificate {name}", log=log)
+
+
+def make_migration_credentials(lab: Lab) -> None:
+    """One lab CA for migration and, per host, a server certificate for its migration address
+    (its libvirtd's listener and its qemu's incoming stream) and a client certificate (its
+    libvirtd connecting to another host's, its qemu sending a stream), laid out as libvirt's
+    `pkipath` (client/) and qemu's x509 directory (qemu/) expect."""
+    ca_dir = lab.dir / "migration-ca"
+    ca_dir.mkdir(parents=True, exist_ok=True)
+    log = lab.logs / "migration-tls.log"
+    ca_cnf = ca_dir / "openssl.cnf"
+    ca_cnf.write_text(TLS_EXTENSIONS.format(address="127.0.0.1"))
+    _openssl_cert(
+        directory=ca_dir,
+        cnf=ca_cnf,
+        name="ca",
+        subject="/O=vmapi lab/CN=vmapi lab migration CA",
+        section="ca",
+        ca=None,
+        log=log,
+    )
+    ca = ca_dir / "ca"
+    for host in lab.hosts:
+        tls = host.migration_tls
+        tls.mkdir(parents=True, exist_ok=True)
+        cnf = tls / "openssl.cnf"
+        cnf.write_text(MIGRATION_TLS_EXTENSIONS.format(address=host.migration_address))
+        subject = f"/O=vmapi lab/CN={host.netns}"
+        for kind in ("server", "client"):
+            _openssl_cert(
+                directory=tls, cnf=cnf, name=kind, subject=subject, section=kind, ca=ca, log=log
+            )
+        qemu, client = host.migration_qemu_tls, host.migration_pkipath
+        qemu.mkdir(exist_ok=True)
+        client.mkdir(exist_ok=True)
+        for source, target in (
+            (ca_dir / "ca.crt", qemu / "ca-cert.pem"),
+            (tls / "server.crt", qemu / "server-cert.pem"),
+            (tls / "server.key", qemu / "server-key.pem"),
+            (tls / "client.crt", qemu / "client-cert.pem"),
+            (tls / "client.key", qemu / "client-key.pem"),
+            (ca_dir / "ca.crt", client / "cacert.pem"),
+            (tls / "client.crt", client / "clientcert.pem"),
+            (tls / "client.key", client / "clientkey.pem"),
+        ):
+            shutil.copyfile(source, target)
+            if target.name.endswith("key.pem"):
+                target.chmod(0o600)
+
+
+def write_migration_config(host: ExtraHost) -> None:
+    """What the host's libvirtd and qemu need to send and take migrations (appended to the files
+    write_libvirt_config wrote): a host UUID of its own, the TLS listener on the migration
+    address, and qemu's incoming streams and NBD server on that address with TLS certificates."""
+    etc = host.libvirtd.root / "etc"
+    tls = host.migration_tls
+    ca = host.migration_qemu_tls / "ca-cert.pem"
+    with (etc / "libvirtd.conf").open("a") as conf:
+        conf.write(
+            f'host_uuid = "{host.host_uuid}"\n'
+            "listen_tls = 1\n"
+            "listen_tcp = 0\n"
+            f'listen_addr = "{host.migration_address}"\n'
+            f'tls_port = "{host.tls_port}"\n'
+            f'ca_file = "{ca}"\n'
+            f'cert_file = "{tls / "server.crt"}"\n'
+            f'key_file = "{tls / "server.key"}"\n'
+            "tls_no_verify_certificate = 0\n"
+            'auth_tls = "none"\n'
+        )
+    with (etc / "qemu.conf").open("a") as conf:
+        conf.write(
+            f'migration_address = "{host.migration_address}"\n'
+            f'migration_host = "{host.migration_address}"\n'
+            f'migrate_tls_x509_cert_dir = "{host.migration_qemu_tls}"\n'
+            "migrate_tls_x509_verify = 1\n"
+            # A migration without VIR_MIGRATE_TLS is refused before anything is sent.
+            "migrate_tls_force = 1\n"
+        )
+
+
+def migration_env(lab: Lab) -> dict[str, str]:
+    """What tests need to migrate between the extra hosts (see `make lab-env`)."""
+    values: dict[str, str] = {}
+    for host in lab.hosts:
+        prefix = f"VMAPI_LAB_HOST_{host.index}"
+        values[f"{prefix}_MIGRATION_ADDRESS"] = host.migration_address
+        values[f"{prefix}_MIGRATION_URI"] = host.migration_uri
+        values[f"{prefix}_MIGRATION_PKIPATH"] = str(host.migration_pkipath)
+    return values
+
+
 def load_state(lab: Lab) -> dict[str, object]:
     try:
         return dict(json.loads(lab.state_file.read_text()))
@@ -2401,6 +2638,7 @@ def env_lines(lab: Lab, state: dict[str, object]) -> list[str]:
     for host in lab.hosts:
         values[f"VMAPI_LAB_HOST_{host.index}_URI"] = host.libvirtd.uri
         values[f"VMAPI_LAB_HOST_{host.index}_NETNS"] = host.netns
+    values |= migration_env(lab)
     values["VMAPI_LAB_REMOTE"] = "1" if lab.remote_enabled else "0"
     if lab.remote_enabled:
         r = lab.remote
@@ -2449,6 +2687,7 @@ def lab_healthy(lab: Lab) -> bool:
         and (lab.pki / "front-proxy-client.crt").exists()
         and all(isinstance(p, int) and pid_alive(p) for p in pids)
         and all(netns_exists(n) for n in [lab.netns, *(h.netns for h in lab.hosts)])
+        and (not lab.hosts or netns_exists(lab.migration_netns))
         and apiserver_ready(lab)
         and libvirt_answers(lab.libvirtd)
         and all(libvirt_answers(h.libvirtd) for h in lab.hosts)
@@ -2502,6 +2741,7 @@ def up(lab: Lab, *, node: bool = False) -> None:
         or netns_exists(lab.netns)
         or lab.existing_host_netns()
         or lab.existing_remote_netns()
+        or lab.existing_migration_netns()
     ):
         down(lab, quiet=True)
     started = time.monotonic()
@@ -2521,6 +2761,8 @@ def up(lab: Lab, *, node: bool = False) -> None:
         start_control_plane(lab, kube_lab, state)
         state["domain_type"] = detect_domain_type(lab, guest)
         start_libvirt(lab, guest, debian, state)
+        if lab.hosts:
+            prepare_migration(lab, state)
         start_hosts(lab, guest, state)
         state["ready"] = True
         save_state(lab, state)
@@ -2558,7 +2800,12 @@ def down(lab: Lab, *, quiet: bool = False) -> None:
     # lab's own and its hosts', as many as the last `up` made, whatever the count is now, and the
     # remote host's (its namespace holder, libvirtd and sshd) and its client's (the forwarder and
     # whatever a test started there). Deleting the namespaces deletes the link between them.
-    names = [lab.netns, *lab.existing_host_netns(), *lab.existing_remote_netns()]
+    names = [
+        lab.netns,
+        *lab.existing_host_netns(),
+        *lab.existing_remote_netns(),
+        *lab.existing_migration_netns(),
+    ]
     for _ in range(3):
         pids = [p for name in names for p in netns_pids(name)]
         if not pids:

@@ -33,6 +33,15 @@ class LabHost:
     name: str
     uri: str
     netns: str
+    # Its end of the lab's migration links: another host's libvirtd reaches it at `migration_uri`
+    # (TLS), presenting the client certificate in its own `migration_pkipath`.
+    migration_address: str = ""
+    migration_uri: str = ""
+    migration_pkipath: Path | None = None
+
+    def migration_uri_from(self, source: LabHost) -> str:
+        """The URI `source`'s libvirtd opens for a peer-to-peer migration to this host."""
+        return f"{self.migration_uri}?pkipath={source.migration_pkipath}"
 
 
 @dataclass(frozen=True)
@@ -183,6 +192,13 @@ class LabInfo:
                 name=self.env[f"VMAPI_LAB_HOST_{i}_NETNS"],
                 uri=self.env[f"VMAPI_LAB_HOST_{i}_URI"],
                 netns=self.env[f"VMAPI_LAB_HOST_{i}_NETNS"],
+                migration_address=self.env.get(f"VMAPI_LAB_HOST_{i}_MIGRATION_ADDRESS", ""),
+                migration_uri=self.env.get(f"VMAPI_LAB_HOST_{i}_MIGRATION_URI", ""),
+                migration_pkipath=(
+                    Path(self.env[f"VMAPI_LAB_HOST_{i}_MIGRATION_PKIPATH"])
+                    if f"VMAPI_LAB_HOST_{i}_MIGRATION_PKIPATH" in self.env
+                    else None
+                ),
             )
             for i in range(count)
         ]
