@@ -41,6 +41,8 @@ __all__ = [
     "DEFAULT_MAX_CONCURRENT_OPERATIONS",
     "DEFAULT_SHUTDOWN_TIMEOUT_SECONDS",
     "EVENT_CLEANUP_FAILED",
+    "EVENT_CONSOLE_ATTACHED",
+    "EVENT_CONSOLE_DETACHED",
     "EVENT_DEFINED",
     "EVENT_DISK_GROWN",
     "EVENT_LIVE_UPDATE_FAILED",
@@ -309,6 +311,9 @@ EVENT_REDEFINED: Final = "Redefined"
 EVENT_UPDATED_LIVE: Final = "UpdatedLive"
 EVENT_LIVE_UPDATE_FAILED: Final = "LiveUpdateFailed"
 EVENT_PLACED: Final = "Placed"
+# The console's audit trail on the LibvirtMachine: who attached, and when they left after how long.
+EVENT_CONSOLE_ATTACHED: Final = "ConsoleAttached"
+EVENT_CONSOLE_DETACHED: Final = "ConsoleDetached"
 EVENT_SPREAD_NOT_HONOURED: Final = "SpreadNotHonoured"
 
 # Every connection reason that is not `Connected`.
@@ -375,6 +380,8 @@ CONSOLE_MAX_CONNECTIONS: Final = 64
 CONSOLE_SILENT_PINGS: Final = 3
 # Seconds `kubectl vm` waits for the console's WebSocket handshake.
 CONSOLE_CONNECT_TIMEOUT: Final = 30.0
+# The component that posts the console's audit Events (`source.component`).
+CONSOLE_EVENT_COMPONENT: Final = "libvirt-provider-console"
 
 # `kubectl vm top`'s resource in the same aggregated group (docs/console.md, "kubectl vm top"):
 # get and list, namespaced and across namespaces, as metrics.k8s.io serves `kubectl top`. The

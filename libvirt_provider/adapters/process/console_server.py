@@ -42,6 +42,7 @@ from typing import Any
 
 from kubernetes import client
 
+from generic.adapters.events import EventRecorder
 from generic.adapters.kubeclient import (
     API_ERRORS,
     ApiFailure,
@@ -52,6 +53,7 @@ from generic.adapters.kubeclient import (
 from generic.background import BackgroundLoop
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.process.machine_metrics import HostSource, MachineStatsCollector
+from libvirt_provider.console.audit import attached, detached
 from libvirt_provider.console.auth import (
     FrontProxyTrust,
     Identity,
@@ -98,6 +100,9 @@ __all__ = ["ConsoleServer", "ConsoleSettings"]
 
 log = logging.getLogger(__name__)
 
+# The role of a session in its audit Events (viewers, read-only, are not served yet).
+_WRITER = "writer"
+
 # Reading the front proxy's trust fails with the API's errors, or on a malformed ConfigMap.
 _TRUST_ERRORS: tuple[type[Exception], ...] = (*API_ERRORS, ValueError)
 
@@ -142,6 +147,9 @@ class ConsoleServer:
     ) -> None:
         self._settings = settings
         self._kube = KubeApi(api)
+        self._events = EventRecorder(
+            api, component=c.CONSOLE_EVENT_COMPONENT, instance=socket.gethostname()
+        )
         self._hosts = hosts
         self._stats_sources = stats_sources
         self._stats = stats
@@ -464,7 +472,9 @@ class ConsoleServer:
                 forbidden(identity, route.namespace, route.subresource, status.get("reason") or "")
             )
 
-    def _target(self, route: ConsoleRoute) -> tuple[ConsoleTarget, LibvirtHypervisor]:
+    def _target(
+        self, route: ConsoleRoute
+    ) -> tuple[ConsoleTarget, LibvirtHypervisor, dict[str, Any]]:
         machine: dict[str, Any] | None
         try:
             machine = self._kube.get_namespaced_custom_object(
@@ -489,7 +499,19 @@ class ConsoleServer:
         found = console_target(route, machine, frozenset(hosts))
         if isinstance(found, Refusal):
             raise _RefusedError(found)
-        return found, hosts[found.host]
+        assert machine is not None  # console_target refuses a machine that does not exist
+        return found, hosts[found.host], machine
+
+    def _audit(self, machine: dict[str, Any], reason: str, message: str) -> None:
+        """An audit Event on the machine, posted off the session's thread: a slow API server
+        must not delay a keystroke or the end of a session."""
+        threading.Thread(
+            target=self._events.record,
+            args=(machine,),
+            kwargs={"type_": "Normal", "reason": reason, "message": message},
+            name="console-audit",
+            daemon=True,
+        ).start()
 
     def _console(
         self, conn: ssl.SSLSocket, request: _Request, route: ConsoleRoute, identity: Identity
@@ -497,7 +519,7 @@ class ConsoleServer:
         if request.method != "GET":
             raise _RefusedError(Refusal(405, "MethodNotAllowed", "the console is a GET upgrade"))
         self._authorize(identity, route)
-        target, hypervisor = self._target(route)
+        target, hypervisor, machine = self._target(route)
         key = request.header("Sec-WebSocket-Key")
         if "websocket" not in request.tokens("Upgrade") or not key:
             raise _RefusedError(Refusal(400, "BadRequest", "the console is a WebSocket"))
@@ -541,17 +563,20 @@ class ConsoleServer:
                         f"Sec-WebSocket-Protocol: {c.CONSOLE_SUBPROTOCOL}\r\n\r\n"
                     ).encode("ascii")
                 )
+                self._audit(machine, *attached(identity.user, _WRITER))
                 why = bridge.run(stream)
             finally:
                 stream.close()
+            took = time.monotonic() - started
             log.info(
                 "console: %s left %s/%s after %.0f s (%s)",
                 identity.user,
                 route.namespace,
                 route.name,
-                time.monotonic() - started,
+                took,
                 why,
             )
+            self._audit(machine, *detached(identity.user, _WRITER, took, why))
         finally:
             bridge.close()
             with self._bridges_done:

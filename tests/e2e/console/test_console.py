@@ -85,6 +85,27 @@ def test_a_bound_user_types_into_the_serial_shell_and_reads_the_answer(
     logs = list(console_log_dir(lab).glob("*.serial.log"))
     assert any(f"{marker}-42" in log.read_text(errors="replace") for log in logs)
 
+    # Each session left its audit trail on the LibvirtMachine: who attached, and for how long.
+    def audit() -> list[str] | None:
+        said = [
+            f"{e.reason}: {e.message}"
+            for e in client.CoreV1Api(api_client).list_namespaced_event(guest_ns).items
+            if e.involved_object.kind == "LibvirtMachine"
+            and e.involved_object.name == "guest"
+            and e.reason in ("ConsoleAttached", "ConsoleDetached")
+            and user in (e.message or "")
+        ]
+        detached = [m for m in said if m.startswith("ConsoleDetached")]
+        return said if len(detached) >= 2 else None
+
+    said = eventually(audit, timeout=30, what="both sessions' ConsoleDetached Events")
+    assert f"ConsoleAttached: {user} attached to the serial console as writer" in said, said
+    assert all(
+        f"{user} left the serial console (writer) after " in m
+        for m in said
+        if m.startswith("ConsoleDetached")
+    ), said
+
 
 def test_on_a_terminal_the_plugin_is_interactive_and_ctrl_close_bracket_leaves(
     lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
