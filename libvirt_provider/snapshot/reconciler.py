@@ -44,6 +44,7 @@ from libvirt_provider.errors import (
     ProviderError,
     StateConflictError,
 )
+from libvirt_provider.faults import crash_point
 from libvirt_provider.machine.linkage import check_link
 from libvirt_provider.snapshot.names import copy_volume_name, owned_by, pending_overlay_name
 from libvirt_provider.snapshot.plan import (
@@ -376,8 +377,10 @@ class SnapshotReconciler:
                 self._hv.divert_writes(source.uuid, pending, quiesce=False)
             diverted = True
             diverted_seconds = time.monotonic() - before
+            crash_point("snapshot:after-divert")
             at = self._now()
             copies = self._copy(uid, chosen)
+            crash_point("snapshot:after-copy")
         finally:
             if diverted:
                 # On every path: the machine writes its own volumes again before this returns.
