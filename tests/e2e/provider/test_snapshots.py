@@ -2,9 +2,8 @@
 without being stopped (recorded as Crash-consistent), a stopped one too, the copies are overlays
 on the machine's image holding only what it wrote, they outlive the VM, and deleting the snapshot
 removes them. A missing or unlinked VM is reported with a reason and an Event. One guest is
-booted for the module. Cost: 22 s measured on the lab, 88 s while other labs loaded the cores (a
-daemon start, one boot, four snapshots, a
-power-off, the VM's and the snapshots' deletions).
+booted for the module. Cost: 22 s measured on the lab, 88 s while other labs loaded the cores
+(a daemon start, one boot, four snapshots, a power-off, the VM's and the snapshots' deletions).
 """
 
 from __future__ import annotations
