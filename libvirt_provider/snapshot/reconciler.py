@@ -110,7 +110,11 @@ class SnapshotReconciler:
     # -- the pass ----------------------------------------------------------------------------
 
     def reconcile(self, key: SnapshotKey) -> Outcome:
-        snap = self._store.get_snapshot(key.namespace, key.name)
+        try:
+            snap = self._store.get_snapshot(key.namespace, key.name)
+        except ProviderError as err:
+            log.warning("snapshot %s/%s could not be read: %s", key.namespace, key.name, err)
+            return Outcome(retry=True)
         if snap is None:
             return Outcome()
         try:
@@ -561,6 +565,10 @@ class SnapshotReconciler:
             )
         except StateConflictError:
             return Outcome(immediately=True)
+        except ProviderError as err:
+            # The report itself failed (the API server is away): the next pass says it.
+            log.warning("snapshot: reporting %s failed: %s", reason, err)
+            return Outcome(retry=True)
         return Outcome(retry=retry)
 
     def _write(

@@ -24,6 +24,7 @@ from libvirt_provider.errors import (
     GuestAgentUnavailableError,
     NotFoundError,
     PermanentError,
+    RetryableError,
     StateConflictError,
 )
 from libvirt_provider.snapshot.names import pending_overlay_name, snapshot_prefix
@@ -422,3 +423,19 @@ def test_a_snapshot_held_by_another_host_or_never_started_is_deleted_accordingly
     reconciler.reconcile(KEY)
     assert store.snapshot["metadata"]["finalizers"] == []  # type: ignore[index]
     assert host.calls == []
+
+
+def test_an_api_server_away_is_retried_with_backoff_not_raised() -> None:
+    store, _host, reconciler = _world()
+
+    def away(*_: Any, **__: Any) -> Obj:
+        raise RetryableError("the API server is away")
+
+    store.get_snapshot = away  # type: ignore[method-assign]
+    assert reconciler.reconcile(KEY).retry
+
+    store, _host, reconciler = _world()
+    store.vm = None
+    store.patch_snapshot_status = away  # type: ignore[method-assign]
+    assert reconciler.reconcile(KEY).retry
+    assert store.events == []
