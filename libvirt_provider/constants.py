@@ -54,6 +54,9 @@ __all__ = [
     "EVENT_RESUMED",
     "EVENT_SAVED_STATE_DISCARDED",
     "EVENT_SHUTDOWN_REQUESTED",
+    "EVENT_SNAPSHOT_RECOVERED",
+    "EVENT_SNAPSHOT_TAKEN",
+    "EVENT_SNAPSHOT_VOLUMES_DELETED",
     "EVENT_SPREAD_NOT_HONOURED",
     "EVENT_STARTED",
     "EVENT_SUSPENDED",
@@ -127,6 +130,25 @@ __all__ = [
     "REASON_WAITING_FOR_ADDRESS",
     "RESOLUTION_REASONS",
     "SECRETS_CLUSTER_ROLE",
+    "SNAPSHOT_BOOT_DISK",
+    "SNAPSHOT_COMMIT_TIMEOUT_SECONDS",
+    "SNAPSHOT_CONDITION_READY",
+    "SNAPSHOT_FINALIZER",
+    "SNAPSHOT_KIND",
+    "SNAPSHOT_PLURAL",
+    "SNAPSHOT_REASON_AGENT_UNAVAILABLE",
+    "SNAPSHOT_REASON_DELETING",
+    "SNAPSHOT_REASON_FAILED",
+    "SNAPSHOT_REASON_HOST_UNREACHABLE",
+    "SNAPSHOT_REASON_POOL_FULL",
+    "SNAPSHOT_REASON_READY",
+    "SNAPSHOT_REASON_SOURCE_NOT_BUILT",
+    "SNAPSHOT_REASON_SOURCE_NOT_FOUND",
+    "SNAPSHOT_REASON_SOURCE_NOT_LINKED",
+    "SNAPSHOT_REASON_TAKING",
+    "SNAPSHOT_REASON_UNKNOWN_DISK",
+    "SNAPSHOT_SHORT_NAMES",
+    "SNAPSHOT_VOLUME_PREFIX",
     "STATS_HOST_FIELD",
     "STATS_KIND",
     "STATS_LIST_KIND",
@@ -399,3 +421,36 @@ TOP_REQUEST_TIMEOUT: Final = (10.0, 30.0)
 # Seconds after a start within which the host admits no machine until every machine listed with a
 # domain here has been counted (`machine/reconciler.py`); past it, it admits against what it has.
 ADMISSION_COUNTING_SECONDS: Final = 120.0
+
+# -- LibvirtSnapshot (docs/snapshots.md) ----------------------------------------------------------
+SNAPSHOT_KIND: Final = "LibvirtSnapshot"
+SNAPSHOT_PLURAL: Final = "libvirtsnapshots"
+SNAPSHOT_SHORT_NAMES: Final = ("lvsnap", "lvsnaps")
+# Kept while the snapshot's volumes exist; removed once they are deleted.
+SNAPSHOT_FINALIZER: Final = f"{GROUP}/libvirt-snapshot"
+# The boot disk's name in a snapshot's spec.disks and status.disks: a VM's data disks are DNS
+# labels (lower case), so this name can never be one of theirs.
+SNAPSHOT_BOOT_DISK: Final = "bootDisk"
+# Every volume of a snapshot is named `snap-<uid>-...`: the snapshot's identity in the name, so
+# no other object's volume can be aimed at, and a pool listing finds all of one snapshot's.
+SNAPSHOT_VOLUME_PREFIX: Final = "snap-"
+# The snapshot's one condition, and its reasons (every state has one).
+SNAPSHOT_CONDITION_READY: Final = "Ready"
+SNAPSHOT_REASON_TAKING: Final = "InProgress"
+SNAPSHOT_REASON_READY: Final = "SnapshotReady"
+SNAPSHOT_REASON_SOURCE_NOT_FOUND: Final = "SourceNotFound"
+SNAPSHOT_REASON_SOURCE_NOT_LINKED: Final = "SourceNotLinked"
+SNAPSHOT_REASON_SOURCE_NOT_BUILT: Final = "SourceNotBuilt"
+SNAPSHOT_REASON_UNKNOWN_DISK: Final = "UnknownDisk"
+SNAPSHOT_REASON_HOST_UNREACHABLE: Final = "HostUnreachable"
+SNAPSHOT_REASON_POOL_FULL: Final = "PoolFull"
+SNAPSHOT_REASON_AGENT_UNAVAILABLE: Final = "GuestAgentUnavailable"
+SNAPSHOT_REASON_FAILED: Final = "SnapshotFailed"
+SNAPSHOT_REASON_DELETING: Final = "Deleting"
+# Event reasons of a snapshot (besides the condition reasons, posted when they are first set).
+EVENT_SNAPSHOT_TAKEN: Final = "SnapshotTaken"
+EVENT_SNAPSHOT_RECOVERED: Final = "SnapshotRecovered"
+EVENT_SNAPSHOT_VOLUMES_DELETED: Final = "SnapshotVolumesDeleted"
+# Seconds a block commit (merging the writes made while a running machine's disks were copied
+# back into its own volumes) may take before the pass gives up and retries.
+SNAPSHOT_COMMIT_TIMEOUT_SECONDS: Final = 120.0

@@ -24,6 +24,7 @@ __all__ = [
     "AgentBusyError",
     "AgentUnresponsiveError",
     "ForeignDomainError",
+    "GuestAgentUnavailableError",
     "HostUnreachableError",
     "NotFoundError",
     "PermanentError",
@@ -76,6 +77,11 @@ class HostUnreachableError(RetryableError):
 class AgentUnresponsiveError(RetryableError):
     """A guest agent took its channel and then did not answer within the agent timeout: the guest
     is the only one who can fix it, so the caller backs off asking it."""
+
+
+class GuestAgentUnavailableError(RetryableError):
+    """A call that needs the guest agent (a file-system freeze) found none: no agent channel, no
+    agent connected to it, or one that did not answer in time. Nothing was done."""
 
 
 class AgentBusyError(RetryableError):

@@ -17,6 +17,7 @@ from generic.crdgen import CrdSpec, PrinterColumn, build_crd, render_yaml
 from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachineSpec, LibvirtMachineStatus
 from libvirt_provider.host_api import LibvirtHostSpec, LibvirtHostStatus
+from libvirt_provider.snapshot_api import LibvirtSnapshotSpec, LibvirtSnapshotStatus
 
 __all__ = ["CRDS", "CRD_DIR", "crd_path", "crd_yaml"]
 
@@ -184,6 +185,35 @@ LIBVIRT_HOST = CrdSpec(
     ),
 )
 
+_SNAPSHOT_READY = f'.status.conditions[?(@.type=="{c.SNAPSHOT_CONDITION_READY}")]'
+
+LIBVIRT_SNAPSHOT = CrdSpec(
+    group=c.GROUP,
+    version=c.VERSION,
+    kind=c.SNAPSHOT_KIND,
+    plural=c.SNAPSHOT_PLURAL,
+    singular="libvirtsnapshot",
+    description=(
+        "A point-in-time copy of a VirtualMachine's disks (all, or those named), taken on the "
+        "host that runs it without stopping it, that stands on its own: deleting the machine "
+        "never touches it. Its volumes are overlays on the machine's image holding only what "
+        "the machine wrote. The spec is immutable; the status is the controller's."
+    ),
+    spec_model=LibvirtSnapshotSpec,
+    status_model=LibvirtSnapshotStatus,
+    short_names=c.SNAPSHOT_SHORT_NAMES,
+    categories=(CATEGORY, "libvirt"),
+    printer_columns=(
+        PrinterColumn("Source", ".spec.virtualMachineName", description="The VirtualMachine"),
+        PrinterColumn("Host", ".status.host", description="Host holding the volumes"),
+        PrinterColumn("Ready", ".status.readyToUse", type="boolean"),
+        PrinterColumn("Consistency", ".status.consistency", description="Achieved"),
+        PrinterColumn("Size", ".status.sizeBytes", type="integer", description="Bytes in pools"),
+        PrinterColumn("Reason", f"{_SNAPSHOT_READY}.reason", priority=1),
+        PrinterColumn("Taken", ".status.creationTime", type="date", priority=1),
+    ),
+)
+
 CRDS: tuple[CrdSpec, ...] = (
     LIBVIRT_MACHINE,
     LIBVIRT_IMAGE,
@@ -191,6 +221,7 @@ CRDS: tuple[CrdSpec, ...] = (
     LIBVIRT_NETWORK,
     LIBVIRT_STORAGE_CLASS,
     LIBVIRT_HOST,
+    LIBVIRT_SNAPSHOT,
 )
 
 

@@ -10,7 +10,7 @@ Methods raise the classes of `libvirt_provider.errors`; they never return libvir
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from libvirt_provider.driver.types import (
@@ -23,6 +23,7 @@ from libvirt_provider.driver.types import (
     InterfaceAddress,
     LifecycleListener,
     OverlaySpec,
+    PendingOverlay,
     VolumeInfo,
 )
 
@@ -34,6 +35,8 @@ __all__ = [
     "LifecycleEvents",
     "LiveOperations",
     "PoolAccess",
+    "SnapshotCopies",
+    "SnapshotHypervisor",
     "VolumeStore",
 ]
 
@@ -177,6 +180,36 @@ class LifecycleEvents(Protocol):
     """libvirt's lifecycle events, by domain UUID."""
 
     def add_lifecycle_listener(self, listener: LifecycleListener) -> None: ...
+
+
+class SnapshotCopies(Protocol):
+    """What taking a snapshot needs beyond volumes and domains (docs/snapshots.md)."""
+
+    def copy_volume(self, *, pool: str, source: str, target: str) -> VolumeInfo:
+        """A new volume `target` holding `source`'s bytes (an overlay stays an overlay on the
+        same image); nothing is left behind on failure."""
+        ...
+
+    def divert_writes(
+        self, uuid: str, overlays: Sequence[PendingOverlay], *, quiesce: bool
+    ) -> None:
+        """From now on the running domain writes these disks into their pending overlays, all
+        at one instant (with `quiesce`, its file systems frozen for it by the guest agent, or
+        `GuestAgentUnavailableError` and nothing done)."""
+        ...
+
+    def merge_writes(self, uuid: str, target: str, *, timeout: float) -> None:
+        """Merge disk `target`'s pending overlay back into its volume, which the domain then
+        writes again."""
+        ...
+
+    def thaw(self, uuid: str) -> None:
+        """Thaw the guest's file systems (no-op when not frozen)."""
+        ...
+
+
+class SnapshotHypervisor(DomainControl, VolumeStore, SnapshotCopies, Protocol):
+    """Everything the snapshot loop uses."""
 
 
 class PoolAccess(HostInfo, VolumeStore, Protocol):

@@ -14,17 +14,16 @@ from typing import TYPE_CHECKING
 import libvirt
 from lxml import etree
 
-from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.base import Hypervisor, SnapshotHypervisor
 from libvirt_provider.driver.libvirt_connection import stop_event_loop
 from libvirt_provider.driver.libvirt_console import LibvirtConsoles
-from libvirt_provider.driver.libvirt_domains import LibvirtDomains
-from libvirt_provider.driver.libvirt_volumes import LibvirtVolumes
+from libvirt_provider.driver.libvirt_snapshots import LibvirtSnapshots
 from libvirt_provider.driver.types import HostFacts, HostInventory, PoolInfo
 
 __all__ = ["LibvirtHypervisor", "stop_event_loop"]
 
 
-class LibvirtHypervisor(LibvirtDomains, LibvirtVolumes, LibvirtConsoles):
+class LibvirtHypervisor(LibvirtSnapshots, LibvirtConsoles):
     """`Hypervisor` over one libvirt connection URI."""
 
     def host_facts(self) -> HostFacts:
@@ -125,4 +124,7 @@ def _uefi(conn: libvirt.virConnect, arch: str, types: set[str]) -> bool:
 if TYPE_CHECKING:
 
     def _satisfies_protocol(adapter: LibvirtHypervisor) -> Hypervisor:
+        return adapter
+
+    def _satisfies_snapshot_protocol(adapter: LibvirtHypervisor) -> SnapshotHypervisor:
         return adapter

@@ -80,6 +80,16 @@ def _agent_absent(message: str) -> bool:
     return "not connected" in message or "due to an error" in message
 
 
+def is_agent_unavailable(err: libvirt.libvirtError) -> bool:
+    """A call that needs the guest agent found none (no channel configured, nothing connected to
+    it, or no answer in time): what a file-system freeze reports before it did anything."""
+    code = err.get_error_code()
+    if code in (libvirt.VIR_ERR_AGENT_UNRESPONSIVE, libvirt.VIR_ERR_AGENT_UNSYNCED):
+        return True
+    message = (err.get_error_message() or "").lower()
+    return code == libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED and "agent" in message
+
+
 def is_missing(err: libvirt.libvirtError) -> bool:
     """The domain, volume, pool or network asked for does not exist."""
     return err.get_error_code() in _NOT_FOUND

@@ -22,6 +22,7 @@ __all__ = [
     "InterfaceAddress",
     "LifecycleListener",
     "OverlaySpec",
+    "PendingOverlay",
     "PoolInfo",
     "VolumeInfo",
 ]
@@ -107,6 +108,15 @@ class OverlaySpec:
     backing_path: str
     backing_format: str
     capacity_bytes: int
+
+
+@dataclass(frozen=True)
+class PendingOverlay:
+    """Where a running domain's disk `target` writes while a snapshot copies its volume: a qcow2
+    file (`path`, a volume made beforehand) backed by that volume."""
+
+    target: str
+    path: str
 
 
 @dataclass(frozen=True)

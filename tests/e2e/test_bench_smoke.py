@@ -29,6 +29,7 @@ SMOKE_TIMEOUT = {
     "remote_bench.py": 180,
     "render_bench.py": 60,
     "scale_bench.py": 120,
+    "snapshot_bench.py": 120,
     "soak.py": 120,
     "waiting_pile_bench.py": 120,
 }

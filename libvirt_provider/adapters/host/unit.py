@@ -3,7 +3,8 @@
 Why a unit: a local daemon serves one host (its own), a daemon in remote mode serves every remote
 host it has claimed, and a host must be served the same way in both. A unit is the host's libvirt
 connection, its LibvirtMachine controller (a kopf operator of its own, watching only this host's
-machines), its image cache and its host agent (LibvirtHost status, heartbeat). The catalog's
+machines), the snapshot controller for those machines (on the same operator), its image cache
+and its host agent (LibvirtHost status, heartbeat). The catalog's
 informers are shared by every unit of the process (`catalog_feed.CatalogFeed`).
 """
 
@@ -27,7 +28,9 @@ from libvirt_provider.adapters.host.controller import (
 )
 from libvirt_provider.adapters.host.controller import register as register_provider
 from libvirt_provider.adapters.host.credentials import HostCredentials
+from libvirt_provider.adapters.host.snapshots import SnapshotController, register_snapshots
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.adapters.kube.snapshots import SnapshotApi
 from libvirt_provider.adapters.runtime.kopf_thread import OperatorThread
 from libvirt_provider.adapters.runtime.shutdown import Step
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
@@ -39,6 +42,7 @@ from libvirt_provider.images.cache import ImageCache
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.reconciler import MachineReconciler
 from libvirt_provider.resolved import BaseImage
+from libvirt_provider.snapshot.reconciler import SnapshotReconciler
 
 __all__ = ["HostUnit", "UnitSettings"]
 
@@ -152,6 +156,12 @@ class HostUnit:
         register_provider(
             registry, controller=controller, host=host, images=cache, store=self.store
         )
+        # Snapshots of this host's machines (docs/snapshots.md), on the same operator.
+        self.snapshots = SnapshotController(
+            SnapshotReconciler(store=SnapshotApi(api, host=host), hypervisor=hypervisor, host=host)
+        )
+        register_snapshots(registry, controller=self.snapshots)
+        hypervisor.add_reconnect_listener(self.snapshots.wake_all)
         kopf_settings = kopf.OperatorSettings()
         configure_provider_settings(kopf_settings, host=host)
         self._listeners = {

@@ -54,7 +54,7 @@ from libvirt_provider.metrics.fleet import (
 )
 from libvirt_provider.metrics.machine_stats import MachineIdentity
 
-__all__ = ["KEPT", "LEAN_KINDS", "KubeAdapter"]
+__all__ = ["COMPONENT", "KEPT", "LEAN_KINDS", "KubeAdapter", "translated"]
 
 KEPT = GENERIC_KEPT | Kept.of(labels=c.KEPT_LABELS)
 """The labels and annotations anything in the daemon reads of VMs and LibvirtMachines; the rest,
@@ -82,6 +82,11 @@ _ERRORS: dict[ApiFailure, ErrorFactory] = {
 
 def _translated() -> AbstractContextManager[None]:
     return translated_api_errors("Kubernetes API", _ERRORS)
+
+
+def translated() -> AbstractContextManager[None]:
+    """Kubernetes API failures as the provider's error classes (for this room's other stores)."""
+    return _translated()
 
 
 class KubeAdapter:

@@ -4,8 +4,9 @@ Every other e2e guest is the lab's busybox image, whose init script reads our No
 this project wrote it. Here the guest is Debian's own software (tests/lab/guest-debian), so these
 tests prove what a user's first boot looks like: the declared key logs in over ssh as the declared
 user, network-data sets a static address only the guest agent can report, the agent tells the
-guest's OS, a live resize is seen inside, a graceful power-off goes through the agent or (without
-one) systemd's handling of the ACPI power button, and a changed Secret takes effect after a power
+guest's OS, a Filesystem-consistent snapshot freezes the guest through the agent and leaves it
+thawed, a live resize is seen inside, a graceful power-off goes through the agent or (without one)
+systemd's handling of the ACPI power button, and a changed Secret takes effect after a power
 cycle.
 
 A Debian boot takes about a minute under software emulation, so the module shares one machine, and
@@ -374,6 +375,42 @@ def test_the_agent_tells_the_guest_os_kernel_and_host_name(
         facts["guestKernel"],
         facts["guestHostName"],
     ) == ("connected", "Debian GNU/Linux", "12 (bookworm)", kernel.strip(), HOST_NAME)
+
+
+def test_a_filesystem_consistent_snapshot_freezes_through_the_agent_and_thaws(
+    lab: LabInfo, api_client: client.ApiClient, machine: Machine, keys: Keys
+) -> None:
+    address = lease_address(api_client, machine)
+    assert ssh_ok(lab, keys.declared, address, "echo A > snapshot-a && sync") is not None
+    custom = client.CustomObjectsApi(api_client)
+    body = {
+        "apiVersion": f"{GROUP}/{V}",
+        "kind": "LibvirtSnapshot",
+        "metadata": {"name": "quiesced", "namespace": machine.ns},
+        "spec": {"virtualMachineName": machine.name, "consistency": "Filesystem"},
+    }
+    custom.create_namespaced_custom_object(GROUP, V, machine.ns, "libvirtsnapshots", body)
+
+    def snapshot() -> dict[str, Any] | None:
+        items = custom.list_namespaced_custom_object(GROUP, V, machine.ns, "libvirtsnapshots")
+        return next(iter(items["items"]), None)
+
+    try:
+        taken = eventually(
+            lambda: (s := snapshot()) and (s.get("status") or {}).get("readyToUse") and s,
+            timeout=120,
+            interval=1,
+            what="the Filesystem-consistent snapshot ready",
+        )
+        assert taken["status"]["consistency"] == "Filesystem"
+        assert taken["status"]["source"]["powerState"] == "Running"
+        # Thawed: a write and a sync inside the guest complete.
+        out = ssh_ok(lab, keys.declared, address, "echo B > snapshot-b && sync && echo thawed")
+        assert out is not None
+        assert out.strip() == "thawed"
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, V, machine.ns, "libvirtsnapshots", "quiesced")
+        eventually(lambda: snapshot() is None, timeout=60, what="the snapshot deleted")
 
 
 def test_a_live_cpu_and_memory_change_is_seen_inside_the_guest(
