@@ -19,6 +19,7 @@ from catalog.constants import (
     MACHINE_CLASS_PLURAL,
     NETWORK_KIND,
     NETWORK_PLURAL,
+    SNAPSHOT_PLURAL,
     STORAGE_CLASS_KIND,
     STORAGE_CLASS_PLURAL,
     VERSION,
@@ -122,6 +123,7 @@ __all__ = [
     "REASON_RUNNING",
     "REASON_SECRET_NOT_FOUND",
     "REASON_SECRET_NOT_READABLE",
+    "REASON_SNAPSHOT_NOT_READY",
     "REASON_STARTING",
     "REASON_STOPPING",
     "REASON_SUSPENDED",
@@ -264,6 +266,8 @@ REASON_SECRET_NOT_FOUND: Final = "SecretNotFound"
 # The daemon may not read Secrets in the machine's namespace: an admin has not opted it in.
 REASON_SECRET_NOT_READABLE: Final = "SecretNotReadable"
 REASON_NOT_AVAILABLE_ON_HOST: Final = "NotAvailableOnHost"
+# A disk names a LibvirtSnapshot whose copy is not complete yet (or is being deleted): it waits.
+REASON_SNAPSHOT_NOT_READY: Final = "SnapshotNotReady"
 # The ClusterRole a RoleBinding in a namespace grants the daemon to read cloud-init Secrets there.
 SECRETS_CLUSTER_ROLE: Final = "vm-api-libvirt-provider-secrets"
 # The reasons the resolver reports (beside the contract's UnsupportedByProvider).
@@ -274,6 +278,7 @@ RESOLUTION_REASONS: Final = (
     REASON_SECRET_NOT_FOUND,
     REASON_SECRET_NOT_READABLE,
     REASON_NOT_AVAILABLE_ON_HOST,
+    REASON_SNAPSHOT_NOT_READY,
 )
 
 # Condition reasons of the machine loop (InfrastructureReady and UpToDate).
@@ -424,7 +429,6 @@ ADMISSION_COUNTING_SECONDS: Final = 120.0
 
 # -- LibvirtSnapshot (docs/snapshots.md) ----------------------------------------------------------
 SNAPSHOT_KIND: Final = "LibvirtSnapshot"
-SNAPSHOT_PLURAL: Final = "libvirtsnapshots"
 SNAPSHOT_SHORT_NAMES: Final = ("lvsnap", "lvsnaps")
 # Kept while the snapshot's volumes exist; removed once they are deleted.
 SNAPSHOT_FINALIZER: Final = f"{GROUP}/libvirt-snapshot"
