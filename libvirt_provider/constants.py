@@ -142,6 +142,7 @@ __all__ = [
     "SNAPSHOT_REASON_DELETING",
     "SNAPSHOT_REASON_FAILED",
     "SNAPSHOT_REASON_HOST_UNREACHABLE",
+    "SNAPSHOT_REASON_IN_USE",
     "SNAPSHOT_REASON_POOL_FULL",
     "SNAPSHOT_REASON_READY",
     "SNAPSHOT_REASON_SOURCE_NOT_BUILT",
@@ -451,6 +452,9 @@ SNAPSHOT_REASON_POOL_FULL: Final = "PoolFull"
 SNAPSHOT_REASON_AGENT_UNAVAILABLE: Final = "GuestAgentUnavailable"
 SNAPSHOT_REASON_FAILED: Final = "SnapshotFailed"
 SNAPSHOT_REASON_DELETING: Final = "Deleting"
+# Deleting waits while other volumes (clones' disks, snapshots of clones) are overlays on this
+# snapshot's copies: the condition names them, the finalizer stays until they are gone.
+SNAPSHOT_REASON_IN_USE: Final = "InUse"
 # Event reasons of a snapshot (besides the condition reasons, posted when they are first set).
 EVENT_SNAPSHOT_TAKEN: Final = "SnapshotTaken"
 EVENT_SNAPSHOT_RECOVERED: Final = "SnapshotRecovered"
