@@ -103,6 +103,7 @@ class InputReader:
         domain_name: str | None = None,
         existing_macs: frozenset[str] = frozenset(),
         existing_seed_digest: str | None = None,
+        existing_volumes: frozenset[tuple[str, str]] = frozenset(),
     ) -> Resolution:
         catalog = self._catalog.catalog()
         secrets, unreadable = self._secrets(machine.metadata.namespace, vm, obj)
@@ -118,6 +119,7 @@ class InputReader:
             existing_macs=existing_macs,
             seed_key=str((vm.get("metadata") or {}).get("uid") or ""),
             existing_seed_digest=existing_seed_digest,
+            existing_volumes=existing_volumes,
         )
 
     def domain_name(self, obj: Obj) -> str:

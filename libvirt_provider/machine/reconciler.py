@@ -30,7 +30,7 @@ from generic.formats import format_time, merge_patch, validation_message
 from generic.workqueue import Outcome
 from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachine
-from libvirt_provider.domainxml import interface_macs, owned_fields
+from libvirt_provider.domainxml import interface_macs, owned_fields, pool_volumes
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.errors import (
     ForeignDomainError,
@@ -298,6 +298,7 @@ class MachineReconciler:
             existing_seed_digest=(
                 owned_fields(current).ownership.cloud_init_digest if current is not None else None
             ),
+            existing_volumes=frozenset(pool_volumes(current) if current is not None else ()),
         )
         if resolution.machine is None:
             reason = resolution.problems[0].reason

@@ -127,14 +127,21 @@ def resolve_base_image(
 
 
 def resolve_snapshot_base(
-    ctx: Context, disk: BootDisk | VmDisk, *, disk_name: str | None, where: str
+    ctx: Context,
+    disk: BootDisk | VmDisk,
+    *,
+    disk_name: str | None,
+    volume: tuple[str, str],
+    where: str,
 ) -> BaseImage | None:
     """The snapshot copy a disk with `source.snapshot` is an overlay on (a clone).
 
     Which copy: the boot disk takes the snapshot's boot disk; a data disk takes the snapshot's
     disk of the same name, else the snapshot's only data disk; anything else is a problem that
     lists the disks the snapshot holds. The snapshot must be in the machine's namespace (the
-    reference has no namespace), complete, not being deleted, and on the host resolved for.
+    reference has no namespace), complete, not being deleted, and on the host resolved for. A
+    disk already made (`volume` in the machine's definition) does not wait for a snapshot being
+    deleted: the snapshot keeps its copies while they are used.
     """
     ref = disk.source.snapshot
     assert ref is not None
@@ -150,7 +157,8 @@ def resolve_snapshot_base(
             f"LibvirtSnapshot {ref.name!r} not found in namespace {namespace!r}",
         )
         return None
-    if snap.deleting or not snap.ready:
+    built = volume in ctx.existing_volumes
+    if (snap.deleting and not built) or not snap.ready:
         state = "is being deleted" if snap.deleting else "is not ready yet (readyToUse is not true)"
         ctx.problem(REASON_SNAPSHOT_NOT_READY, where, f"LibvirtSnapshot {ref.name!r} {state}")
         return None
@@ -260,7 +268,11 @@ def resolve_boot_disk(ctx: Context) -> tuple[LibvirtImage, VolumePlan] | None:
     if boot.source.snapshot is not None:
         image = _snapshot_boot_image(ctx, boot.source.snapshot, f"{where}.source.snapshot")
         placement = resolve_storage(ctx, boot.storage_class_name, where)
-        base = resolve_snapshot_base(ctx, boot, disk_name=None, where=where)
+        made = (
+            placement.pool if placement else "",
+            volume_name(ctx.domain, "boot", extension="qcow2"),
+        )
+        base = resolve_snapshot_base(ctx, boot, disk_name=None, volume=made, where=where)
         if image is None or placement is None or base is None:
             return None
     else:
@@ -314,7 +326,8 @@ def resolve_data_disks(ctx: Context) -> list[VolumePlan]:
         base = None
         fmt = placement.storage.volume_format if placement.storage else ImageFormat.QCOW2
         if disk.source.snapshot is not None:
-            base = resolve_snapshot_base(ctx, disk, disk_name=disk.name, where=where)
+            made = (placement.pool, volume_name(ctx.domain, f"data-{disk.name}", extension="qcow2"))
+            base = resolve_snapshot_base(ctx, disk, disk_name=disk.name, volume=made, where=where)
             if base is None:
                 continue
             fmt = ImageFormat.QCOW2  # an overlay on the snapshot's copy

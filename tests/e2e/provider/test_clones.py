@@ -199,6 +199,10 @@ def test_a_snapshot_waits_for_its_clones_and_a_clone_deletes_only_its_own_volume
     assert f"{domain}--data-scratch.qcow2" in waiting["message"]
     assert sorted(machine_volumes(virt, lab, prefix)) == copies
     assert (_snapshot(api_client, ns, SNAP) or {})["metadata"]["finalizers"]
+    # The built clone goes on meanwhile: it no longer needs its snapshot to be usable.
+    clone = get(api_client, ns, CLONE, vm=False)
+    assert condition(clone, "InfrastructureReady")["reason"] == "Running"
+    assert virt.lookupByName(domain).isActive()
 
     delete_vm_and_wait(api_client, ns, CLONE, what="the clone deleted")
     assert machine_volumes(virt, lab, f"{domain}--") == []

@@ -12,6 +12,7 @@ import pytest
 from catalog.snapshot_source import SnapshotDiskSource, SnapshotSource
 from libvirt_provider import constants as c
 from libvirt_provider.machine.catalog import snapshot_source
+from libvirt_provider.resolve import resolve_machine
 from libvirt_provider.resolve.cloudinit import instance_id
 from tests.support import builders as b
 from tests.support.builders import only_problem, resolve
@@ -199,3 +200,25 @@ def test_a_snapshot_object_becomes_its_source_view() -> None:
     assert view.disks["bootDisk"].format == "qcow2"
     assert view.disks["logs"].format == "raw"
     assert not snapshot_source({"metadata": {"name": "s2", "namespace": "d"}}).ready
+
+
+def test_a_clone_already_built_does_not_wait_on_its_snapshot_being_deleted() -> None:
+    """The snapshot keeps its copies while clones use them (InUse), so a built clone's passes
+    go on; a clone not built yet never starts on a snapshot being deleted."""
+    built = resolve(vm=clone_vm(), snapshots=[snapshot()]).machine
+    assert built is not None
+    made = frozenset((v.pool, v.volume) for v in built.volumes)
+    going = snapshot(deleting=True)
+    again = resolve_machine(
+        vm_name="web",
+        vm_spec=clone_vm(),
+        machine=b.machine(),
+        catalog=b.catalog(snapshots=[going]),
+        secrets={},
+        host=b.HOST,
+        existing_volumes=made,
+    )
+    assert again.machine is not None
+    assert again.machine.volumes == built.volumes
+    reason, _, _ = only_problem(resolve(vm=clone_vm(), snapshots=[going]))
+    assert reason == c.REASON_SNAPSHOT_NOT_READY
