@@ -18,13 +18,14 @@ from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.libvirt_connection import stop_event_loop
 from libvirt_provider.driver.libvirt_console import LibvirtConsoles
 from libvirt_provider.driver.libvirt_domains import LibvirtDomains
+from libvirt_provider.driver.libvirt_networks import LibvirtNetworks
 from libvirt_provider.driver.libvirt_volumes import LibvirtVolumes
 from libvirt_provider.driver.types import HostFacts, HostInventory, PoolInfo
 
 __all__ = ["LibvirtHypervisor", "stop_event_loop"]
 
 
-class LibvirtHypervisor(LibvirtDomains, LibvirtVolumes, LibvirtConsoles):
+class LibvirtHypervisor(LibvirtDomains, LibvirtVolumes, LibvirtNetworks, LibvirtConsoles):
     """`Hypervisor` over one libvirt connection URI."""
 
     def host_facts(self) -> HostFacts:
