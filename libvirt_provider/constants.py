@@ -42,7 +42,7 @@ __all__ = [
     "CLAIM_LIBVIRT_NETWORK_ANNOTATION",
     "CLAIM_MACHINE_UID_LABEL",
     "CLAIM_MAC_ANNOTATION",
-    "CLAIM_NETWORK_LABEL",
+    "CLAIM_NETWORK_ANNOTATION",
     "CONNECTION_PROBLEM_REASONS",
     "CONNECT_TIMEOUT_SECONDS",
     "DEFAULT_HOST_BURST",
@@ -281,8 +281,9 @@ IPADDRESS_KIND: Final = "IPAddress"
 ADDRESS_MANAGED_BY_LABEL: Final = "ipaddress.kubernetes.io/managed-by"
 ADDRESS_MANAGER: Final = "libvirt.infrastructure.vm-api.io"
 CLAIM_MACHINE_UID_LABEL: Final = f"{GROUP}/machine-uid"
-CLAIM_NETWORK_LABEL: Final = f"{GROUP}/network"
 CLAIM_INTERFACE_LABEL: Final = f"{GROUP}/interface"
+# An annotation, not a label: a LibvirtNetwork's name may be longer than a label value.
+CLAIM_NETWORK_ANNOTATION: Final = f"{GROUP}/network"
 CLAIM_MAC_ANNOTATION: Final = f"{GROUP}/mac"
 CLAIM_LIBVIRT_NETWORK_ANNOTATION: Final = f"{GROUP}/libvirt-network"
 # Free addresses a pass tries before it gives up for now (each failed create means another

@@ -13,33 +13,19 @@ outside the network's subnet (dnsmasq serves reservations only inside it).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 
 from catalog.network import AddressPool, LibvirtNetwork
 from libvirt_provider.driver.types import NetworkDhcp
 
 __all__ = [
-    "PublicClaim",
     "choose_address",
     "dhcp_conflict",
     "in_pool",
     "pool_addresses",
     "pool_overlaps",
 ]
-
-
-@dataclass(frozen=True)
-class PublicClaim:
-    """An address a machine holds, as its claim records it."""
-
-    address: str
-    interface: str
-    network: str
-    """The LibvirtNetwork's name."""
-    uid: str = ""
-    """The claim object's uid (its deletion is conditioned on it)."""
 
 
 def pool_addresses(pool: AddressPool) -> Iterator[str]:
@@ -92,8 +78,8 @@ def pool_overlaps(name: str, networks: Mapping[str, LibvirtNetwork]) -> list[str
         overlap = _overlap(own, pool)
         if overlap is not None:
             found.append(
-                f"its range {overlap[0]} overlaps range {overlap[1]} of LibvirtNetwork "
-                f"{other_name!r}'s addressPool"
+                f"its range {overlap[0]} overlaps range {overlap[1]} of the addressPool of "
+                f"LibvirtNetwork {other_name!r}"
             )
     return found
 
@@ -121,7 +107,3 @@ def dhcp_conflict(pool: AddressPool, dhcp: NetworkDhcp) -> str | None:
                 "(its DHCP server reserves addresses only inside them)"
             )
     return None
-
-
-def taken_addresses(claims: Sequence[PublicClaim]) -> frozenset[str]:
-    return frozenset(c.address for c in claims)

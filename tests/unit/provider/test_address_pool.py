@@ -137,8 +137,8 @@ class TestOverlaps:
             "d": b.network("d", default=False),
         }
         assert pool_overlaps("a", networks) == [
-            "its range 10.0.0.1-10.0.0.9 overlaps range 10.0.0.9-10.0.0.20 of LibvirtNetwork "
-            "'b''s addressPool"
+            "its range 10.0.0.1-10.0.0.9 overlaps range 10.0.0.9-10.0.0.20 of the addressPool "
+            "of LibvirtNetwork 'b'"
         ]
         assert pool_overlaps("c", networks) == []
         assert pool_overlaps("d", networks) == []

@@ -377,7 +377,10 @@ class TestPublicAddresses:
         )
         assert reason == c.REASON_ADDRESS_POOL_CONFLICT
         assert field == "LibvirtNetwork lab.spec.addressPool"
-        assert "overlaps range 10.213.0.21-10.213.0.30 of LibvirtNetwork 'other'" in message
+        assert (
+            "overlaps range 10.213.0.21-10.213.0.30 of the addressPool of LibvirtNetwork 'other'"
+            in message
+        )
 
     def test_a_pool_overlapping_the_networks_dhcp_range_is_refused(self) -> None:
         pool = {"ranges": [{"start": "10.213.0.240", "end": "10.213.0.254"}], "prefixLength": 24}
