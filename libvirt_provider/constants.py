@@ -111,6 +111,7 @@ __all__ = [
     "REASON_ADDRESS_OUTSIDE_POOL",
     "REASON_ADDRESS_POOL_CONFLICT",
     "REASON_ADDRESS_POOL_EXHAUSTED",
+    "REASON_ADDRESS_STILL_LEASED",
     "REASON_AMBIGUOUS_DEFAULT",
     "REASON_FOREIGN_DOMAIN",
     "REASON_GUEST_AGENT_RESPONDING",
@@ -141,6 +142,7 @@ __all__ = [
     "REASON_UP_TO_DATE",
     "REASON_VIRTUAL_MACHINE_NOT_FOUND",
     "REASON_WAITING_FOR_ADDRESS",
+    "RESERVATION_LEASE_MINUTES",
     "RESOLUTION_REASONS",
     "SECRETS_CLUSTER_ROLE",
     "STORAGE_CLASS_KIND",
@@ -292,6 +294,12 @@ ADDRESS_CLAIM_ATTEMPTS: Final = 8
 # Seconds between two looks for a free address while a machine waits on an exhausted pool
 # (releases are not watched: a machine deleted on any host frees its address).
 ADDRESS_POOL_POLL_SECONDS: Final = 10.0
+# The lease time of a DHCP reservation for a public address, in minutes (dnsmasq's minimum): how
+# long a destroyed guest's lease can keep the address from its next holder.
+RESERVATION_LEASE_MINUTES: Final = 2
+# The machine holds its address, but the host's DHCP server still leases it to another MAC (the
+# previous holder's guest): its domain is created once that lease ran out.
+REASON_ADDRESS_STILL_LEASED: Final = "AddressStillLeased"
 # No address of the pool is free: the machine waits, and is built once one is released.
 REASON_ADDRESS_POOL_EXHAUSTED: Final = "AddressPoolExhausted"
 # The machine holds an address its network's pool no longer contains (the pool was shrunk): it

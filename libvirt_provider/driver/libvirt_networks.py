@@ -5,16 +5,24 @@ reservation (`<host mac ip>`), added to the running network and to its persisten
 one `virNetworkUpdate` (libvirt rewrites dnsmasq's hosts file and signals it; no restart, no other
 guest disturbed). The reservation for an address is the claim's to decide: one another MAC holds
 (left behind by a machine removed without its daemon) is replaced, never refused.
+
+dnsmasq never hands a reserved address to its MAC while another MAC's lease on it lasts (the
+previous holder's guest, destroyed without releasing it): it gives a dynamic one instead. So a
+reservation's lease is short (`<lease expiry>`, libvirt >= 6.3; dnsmasq's minimum, 2 minutes; a
+running guest renews it every minute), and the leases are read with the DHCP, so a machine can
+wait for a stale one to run out before its guest first asks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 
 import libvirt
 from lxml import etree
 
+from libvirt_provider.constants import RESERVATION_LEASE_MINUTES
 from libvirt_provider.driver.libvirt_connection import LibvirtConnection
 from libvirt_provider.driver.libvirt_errors import is_missing
 from libvirt_provider.driver.types import NetworkDhcp
@@ -53,8 +61,13 @@ def parse_network_dhcp(name: str, xml: str) -> NetworkDhcp | None:
     return NetworkDhcp(network=name, ranges=tuple(ranges), subnets=tuple(subnets), hosts=hosts)
 
 
-def _host_xml(mac: str, address: str) -> str:
-    return f"<host mac='{mac}' ip='{address}'/>"
+def _host_xml(mac: str, address: str, *, lease: bool = True) -> str:
+    if not lease:
+        return f"<host mac='{mac}' ip='{address}'/>"
+    return (
+        f"<host mac='{mac}' ip='{address}'>"
+        f"<lease expiry='{RESERVATION_LEASE_MINUTES}' unit='minutes'/></host>"
+    )
 
 
 class LibvirtNetworks(LibvirtConnection):
@@ -68,7 +81,18 @@ class LibvirtNetworks(LibvirtConnection):
                 if is_missing(err):
                     return None
                 raise
-            return parse_network_dhcp(network, net.XMLDesc(0))
+            dhcp = parse_network_dhcp(network, net.XMLDesc(0))
+            if dhcp is None or not net.isActive():
+                return dhcp
+            leases = {
+                str(ipaddress.ip_address(lease["ipaddr"])): (
+                    str(lease["mac"]).lower(),
+                    int(lease["expirytime"]),
+                )
+                for lease in net.DHCPLeases()
+                if lease.get("ipaddr") and lease.get("mac")
+            }
+            return dataclasses.replace(dhcp, leases=leases)
 
         return self._call(read)
 

@@ -97,6 +97,8 @@ class NetworkDhcp:
     ranges: tuple[tuple[str, str], ...]
     subnets: tuple[str, ...]
     hosts: Mapping[str, str] = field(default_factory=dict)
+    leases: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    """IP -> (MAC, expiry in seconds since the epoch) of the leases its DHCP server holds now."""
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,25 @@ class Reservations:
             self._hv.reserve_address(public.reservation, mac=public.mac, address=public.address)
             self._made.add(key)
 
+    def stale_lease(self, plan: ResolvedMachine, now: float) -> tuple[str, float] | None:
+        """Why the machine's guest would not get its address yet, and for how many seconds:
+        the host's DHCP server still leases it to another MAC (a previous holder's guest, gone
+        without releasing it), and would hand the guest a dynamic address instead."""
+        for public in plan.public_addresses:
+            if public.reservation is None or public.address is None:
+                continue
+            dhcp = self._hv.network_dhcp(public.reservation)
+            held = dhcp.leases.get(public.address) if dhcp is not None else None
+            if held is None or held[0] == public.mac.lower():
+                continue
+            left = max(held[1] - now, 1.0)
+            return (
+                f"interface {public.interface}: {public.address} is still leased by the DHCP "
+                f"server of libvirt network {public.reservation!r} to {held[0]} (a previous "
+                f"holder) for {left:.0f} s; the machine is created once that lease has ended"
+            ), left
+        return None
+
     def release(self, claims: Iterable[Claim]) -> None:
         for claim in claims:
             if not claim.reservation or not claim.mac:

@@ -420,9 +420,22 @@ class MachineReconciler:
                 up_to_date_message="the machine is created once its image is imported",
             )
             return Report(readiness, retained=retained_record(plan)), CONVERGING
-        self._fresh(obj)
         # Before the domain first starts, so its first DHCP request meets the reservation.
         self._reservations.ensure(plan)
+        stale = self._reservations.stale_lease(plan, self._clock().timestamp())
+        if stale is not None:
+            message, left = stale
+            readiness = Readiness(
+                ready=False,
+                reason=c.REASON_ADDRESS_STILL_LEASED,
+                message=message,
+                up_to_date=False,
+                up_to_date_reason=c.REASON_ADDRESS_STILL_LEASED,
+                up_to_date_message="the machine is created once its public address is free",
+            )
+            waiting = Outcome(requeue_after=min(left + 1.0, c.ADDRESS_POOL_POLL_SECONDS))
+            return Report(readiness, retained=retained_record(plan)), waiting
+        self._fresh(obj)
         uuid = self._creation.create(obj, plan, intent.desired)
         # Its volumes exist now: the pools' free space shows them from the host's next inventory
         # (placement counts a machine's volumes the same way, until it has a providerID).

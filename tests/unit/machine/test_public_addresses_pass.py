@@ -4,6 +4,8 @@ host's DHCP, reported as ExternalIP, waited for when the pool is empty, released
 from __future__ import annotations
 
 import copy
+import time
+from dataclasses import replace
 from typing import Any
 
 from lxml import etree
@@ -187,3 +189,24 @@ def test_without_a_pool_public_ip_is_unsupported() -> None:
     assert ready["reason"] == "UnsupportedByProvider"
     assert "declares no addressPool" in ready["message"]
     assert store.claims == {}
+
+
+def test_an_address_a_gone_guest_still_leases_holds_the_creation_until_the_lease_ends() -> None:
+    store, hv = world()
+    lab = hv.dhcp["vmapi-lab"]
+    hv.dhcp["vmapi-lab"] = replace(
+        lab, leases={"10.213.0.20": ("52:54:00:00:00:01", int(time.time()) + 90)}
+    )
+    reconciler = make_reconciler(store, hv)
+    outcome = reconciler.reconcile(KEY)
+    ready = condition(store, "web")
+    assert (ready["status"], ready["reason"]) == ("False", c.REASON_ADDRESS_STILL_LEASED)
+    assert "still leased" in ready["message"]
+    assert "52:54:00:00:00:01" in ready["message"]
+    assert outcome.requeue_after == c.ADDRESS_POOL_POLL_SECONDS
+    assert UID not in hv.domains
+    # The reservation is already the machine's, so the guest gets the address once it is free.
+    assert list(hv.dhcp["vmapi-lab"].hosts.values()) == ["10.213.0.20"]
+    hv.dhcp["vmapi-lab"] = replace(hv.dhcp["vmapi-lab"], leases={})
+    reconciler.reconcile(KEY)
+    assert hv.domains[UID].state is DomainState.RUNNING
