@@ -119,8 +119,22 @@ MAX_POOL_ADDRESSES = 65536
 class AddressRange(KubeModel):
     """Addresses `start` to `end`, both included, of one family."""
 
-    start: str = Field(description="First address of the range (a bare IP).")
-    end: str = Field(description="Last address of the range (a bare IP), at or after start.")
+    model_config = KubeModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "isIP(self.start) && isIP(self.end) && "
+                    "ip(self.start).family() == ip(self.end).family()",
+                    "message": "start and end are bare IP addresses of one family",
+                }
+            ]
+        }
+    }
+
+    start: str = Field(max_length=45, description="First address of the range (a bare IP).")
+    end: str = Field(
+        max_length=45, description="Last address of the range (a bare IP), at or after start."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
@@ -159,7 +173,9 @@ class AddressPool(KubeModel):
         ge=1, le=128, description="Prefix length of the addresses on the network (e.g. 24)."
     )
     gateway: str | None = Field(
-        default=None, description="Default gateway for the addresses (a bare IP); unset: none."
+        default=None,
+        max_length=45,
+        description="Default gateway for the addresses (a bare IP); unset: none.",
     )
 
     @model_validator(mode="after")
