@@ -13,7 +13,7 @@ from lxml import etree
 from libvirt_provider import constants as c
 from libvirt_provider.driver.types import DomainState, NetworkDhcp
 from libvirt_provider.errors import StateConflictError
-from libvirt_provider.machine.reconciler import MachineKey
+from libvirt_provider.machine.reconciler import MachineKey, MachineReconciler
 from tests.doubles.hypervisor import FakeHypervisor
 from tests.doubles.store import MemoryStore
 from tests.support.builders import UID, ref
@@ -210,3 +210,30 @@ def test_an_address_a_gone_guest_still_leases_holds_the_creation_until_the_lease
     hv.dhcp["vmapi-lab"] = replace(hv.dhcp["vmapi-lab"], leases={})
     reconciler.reconcile(KEY)
     assert hv.domains[UID].state is DomainState.RUNNING
+
+
+def test_two_daemons_racing_for_the_last_address_give_it_to_one_machine() -> None:
+    # Daemon A lists the claims, daemon B claims the last address for its machine, then A's
+    # create of the same name fails: A's machine waits, B's holds the address.
+    store, hv = world()
+    other = add_pair(store, "db", OTHER_UID)
+    store.machines["db"]["spec"]["host"] = "node-2"
+    other_hv = make_hypervisor()
+    other_hv.dhcp = dict(hv.dhcp)
+    daemon_b = MachineReconciler(store=store, hypervisor=other_hv, host="node-2")
+    create = store.create_address_claim
+
+    def b_first(body: Obj) -> Obj:
+        if body["metadata"]["labels"][c.CLAIM_MACHINE_UID_LABEL] == UID:
+            store.create_address_claim = create  # type: ignore[method-assign]
+            daemon_b.reconcile(other)
+        return create(body)
+
+    store.create_address_claim = b_first  # type: ignore[method-assign]
+    outcome = make_reconciler(store, hv).reconcile(KEY)
+    assert outcome.requeue_after == c.ADDRESS_POOL_POLL_SECONDS
+    assert condition(store, "web")["reason"] == c.REASON_ADDRESS_POOL_EXHAUSTED
+    (claim,) = store.claims.values()
+    assert claim["metadata"]["labels"][c.CLAIM_MACHINE_UID_LABEL] == OTHER_UID
+    assert UID not in hv.domains
+    assert other_hv.domains[OTHER_UID].state is DomainState.RUNNING
