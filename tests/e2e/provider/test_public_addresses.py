@@ -4,11 +4,13 @@ The pool holds one address (10.213.0.20, outside the network's DHCP range .100-.
 machines asking at once race for the last one: one holds it (an IPAddress named after it, a DHCP
 reservation for its MAC, the busybox guest's lease, `ExternalIP` in its status), the other waits
 with `AddressPoolExhausted` and gets it once the first is deleted. A daemon killed right after it
-claimed an address leaves a claim its restarted successor finds, and the deletion releases it.
+claimed an address leaves a claim its restarted successor finds, and the deletion releases it. A
+pool inside the network's DHCP range (known only on the host) is refused with
+`AddressPoolConflict`, nothing claimed.
 
 The daemon runs the LibvirtMachine controller alone (`--no-generic`) on a host name of its own;
 outcomes are read from the LibvirtMachines, the IPAddresses and libvirt's network definition.
-About 155 s on the development machines: four boots of the busybox guest under emulation, and
+About 160 s on the development machines: four boots of the busybox guest under emulation, and
 the two minutes the first machine's lease keeps the address after it is deleted.
 """
 
@@ -269,3 +271,28 @@ def test_a_daemon_killed_mid_creation_leaves_a_claim_the_deletion_releases(
         assert holder(api_client, ns, address) is None
         assert reservations(virt, lab, address) == {}
         assert uid not in [d.UUIDString() for d in virt.listAllDomains(0)]
+
+
+def test_a_pool_inside_the_networks_dhcp_range_is_refused_and_nothing_is_claimed(
+    lab: LabInfo, api_client: client.ApiClient, virt: libvirt.virConnect, ns: str
+) -> None:
+    # 10.213.0.150 lies in the lab network's DHCP range (.100-.250), which only the host knows.
+    with pool_network(lab, api_client, "10.213.0.150") as network, running_daemon(lab):
+        create(api_client, public_pair(ns, "clash", network))
+        refused = eventually(
+            lambda: (
+                (cond := condition(machine(api_client, ns, "clash"), "InfrastructureReady")).get(
+                    "reason"
+                )
+                == "AddressPoolConflict"
+                and cond
+            ),
+            timeout=60,
+            what="the machine refused with AddressPoolConflict",
+        )
+        assert "overlaps the DHCP range 10.213.0.100-10.213.0.250" in refused["message"]
+        assert "10.213.0.150" not in claims(api_client)
+        assert reservations(virt, lab, "10.213.0.150") == {}
+        uid = machine(api_client, ns, "clash")["metadata"]["uid"]
+        assert uid not in [d.UUIDString() for d in virt.listAllDomains(0)]
+        delete_machine(api_client, ns, "clash")
