@@ -10,7 +10,7 @@ pool inside the network's DHCP range (known only on the host) is refused with
 
 The daemon runs the LibvirtMachine controller alone (`--no-generic`) on a host name of its own;
 outcomes are read from the LibvirtMachines, the IPAddresses and libvirt's network definition.
-About 160 s on the development machines: four boots of the busybox guest under emulation, and
+About 175 s on the development machines: four boots of the busybox guest under emulation, and
 the two minutes the first machine's lease keeps the address after it is deleted.
 """
 
