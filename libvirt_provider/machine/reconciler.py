@@ -44,11 +44,17 @@ from libvirt_provider.hosts.inventory import Demand, demand_of
 from libvirt_provider.hosts.machines import request_of
 from libvirt_provider.hosts.placement import HostView
 from libvirt_provider.images.importer import ImageImporter
+from libvirt_provider.machine.addresses import AddressClaims, Reservations, held_addresses
 from libvirt_provider.machine.agent_backoff import AgentBackoff
 from libvirt_provider.machine.book import HostBook
 from libvirt_provider.machine.create import Creation
 from libvirt_provider.machine.disk_status import applied_disks, infeasible_disks
-from libvirt_provider.machine.inputs import InputReader, PowerIntent, power_intent
+from libvirt_provider.machine.inputs import (
+    InputReader,
+    PowerIntent,
+    power_intent,
+    wants_public_address,
+)
 from libvirt_provider.machine.power import observed_power_state
 from libvirt_provider.machine.powering import PowerDriver
 from libvirt_provider.machine.status import (
@@ -164,6 +170,8 @@ class MachineReconciler:
         self._teardown = Teardown(
             hypervisor=hypervisor, events=store, console_log_dir=console_log_dir
         )
+        self._claims = AddressClaims(store=store, host=host)
+        self._reservations = Reservations(hypervisor)
         # When each machine's current run of failed passes began (see _problem).
         self._failing_since: dict[str, dt.datetime] = {}
         # What this host holds and has admitted: the "allocated" figures of its LibvirtHost.
@@ -289,16 +297,40 @@ class MachineReconciler:
         current = (
             self._hv.domain_xml(existing.uuid, inactive=True) if existing is not None else None
         )
-        resolution = self._inputs.resolve(
-            obj,
-            machine,
-            vm,
-            domain_name=domain_name,
-            existing_macs=interface_macs(current) if current is not None else frozenset(),
-            existing_seed_digest=(
-                owned_fields(current).ownership.cloud_init_digest if current is not None else None
-            ),
-        )
+        public = wants_public_address(vm)
+        for attempt in range(2):
+            resolution = self._inputs.resolve(
+                obj,
+                machine,
+                vm,
+                domain_name=domain_name,
+                existing_macs=interface_macs(current) if current is not None else frozenset(),
+                existing_seed_digest=(
+                    owned_fields(current).ownership.cloud_init_digest
+                    if current is not None
+                    else None
+                ),
+                public_addresses=(
+                    held_addresses(self._claims.held(machine.metadata.uid)) if public else None
+                ),
+            )
+            plan = resolution.machine
+            if plan is None or all(p.address is not None for p in plan.public_addresses):
+                break
+            if attempt:
+                raise RetryableError("the public addresses just claimed are not listed yet")
+            # Claimed for a machine that exists now, with its finalizer: its deletion releases.
+            self._fresh(obj)
+            exhausted = self._claims.claim(obj, plan)
+            if exhausted is not None:
+                report = self._failed(obj, vm, c.REASON_ADDRESS_POOL_EXHAUSTED, exhausted.message())
+                waiting = Outcome(requeue_after=c.ADDRESS_POOL_POLL_SECONDS)
+                if existing is None:
+                    return report, waiting
+                state = observed_power_state(self._hv.status(existing.uuid))
+                return Report(
+                    report.readiness, domain_uuid=existing.uuid, power_state=state
+                ), waiting
         if resolution.machine is None:
             reason = resolution.problems[0].reason
             report = self._failed(obj, vm, reason, resolution.message())
@@ -388,6 +420,21 @@ class MachineReconciler:
                 up_to_date_message="the machine is created once its image is imported",
             )
             return Report(readiness, retained=retained_record(plan)), CONVERGING
+        # Before the domain first starts, so its first DHCP request meets the reservation.
+        self._reservations.ensure(plan)
+        stale = self._reservations.stale_lease(plan, self._clock().timestamp())
+        if stale is not None:
+            message, left = stale
+            readiness = Readiness(
+                ready=False,
+                reason=c.REASON_ADDRESS_STILL_LEASED,
+                message=message,
+                up_to_date=False,
+                up_to_date_reason=c.REASON_ADDRESS_STILL_LEASED,
+                up_to_date_message="the machine is created once its public address is free",
+            )
+            waiting = Outcome(requeue_after=min(left + 1.0, c.ADDRESS_POOL_POLL_SECONDS))
+            return Report(readiness, retained=retained_record(plan)), waiting
         self._fresh(obj)
         uuid = self._creation.create(obj, plan, intent.desired)
         # Its volumes exist now: the pools' free space shows them from the host's next inventory
@@ -411,6 +458,7 @@ class MachineReconciler:
         # Updating the definition, live changes and disk growth leave the power state as it is:
         # one read serves them and the power decision.
         status = self._hv.status(uuid)
+        self._reservations.ensure(plan)
         update = self._updater.update(obj, uuid, plan, status, current=current)
         self._hv.set_autostart(uuid, plan.autostart)
         power = self._power.drive(
@@ -425,7 +473,14 @@ class MachineReconciler:
             waiting_for_image=update.waiting_for_image,
             pending=update.pending,
             network_data=plan.cloud_init is not None and plan.cloud_init.network_config is not None,
+            outside_pool=[
+                f"interface {p.interface}: {p.address} (LibvirtNetwork {p.network!r})"
+                for p in plan.public_addresses
+                if not p.in_pool
+            ],
         )
+        if readiness.up_to_date_reason == c.REASON_ADDRESS_OUTSIDE_POOL:
+            self._tell_once(obj, c.REASON_ADDRESS_OUTSIDE_POOL, readiness.up_to_date_message)
         report = Report(
             readiness,
             domain_uuid=uuid,
@@ -481,6 +536,10 @@ class MachineReconciler:
         try:
             keep = self._inputs.volumes_to_keep(obj)
             self._teardown.run(obj, uuid=uuid, domain_name=domain_name, keep=keep)
+            # After the domain is gone, so no guest uses an address that is free again.
+            claims = self._claims.held(uuid)
+            self._reservations.release(claims)
+            self._claims.release(obj, claims)
         except ProviderError as err:
             message = f"cleanup failed, keeping the finalizer: {err}"
             self._store.event(obj, reason=c.EVENT_CLEANUP_FAILED, message=message, warning=True)
@@ -516,6 +575,14 @@ class MachineReconciler:
         reason = problem_reason(retryable=retryable, failing_for=now - since)
         message = f"libvirt failed (retrying with backoff): {err}" if retryable else str(err)
         return reason, message
+
+    def _tell_once(self, obj: Obj, reason: str, message: str) -> None:
+        """A Warning Event for a condition the machine's UpToDate does not show yet."""
+        before = find_condition(
+            (obj.get("status") or {}).get("conditions"), vmapi.CONDITION_UP_TO_DATE
+        )
+        if before is None or before.get("reason") != reason or before.get("message") != message:
+            self._store.event(obj, reason=reason, message=message, warning=True)
 
     def _set_finalizers(self, obj: Obj, finalizers: list[str], *, host: str | None = None) -> None:
         # A conflict means the object changed meanwhile; the next pass reads it again.
