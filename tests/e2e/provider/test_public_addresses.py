@@ -3,15 +3,17 @@
 The pool holds one address (10.213.0.20, outside the network's DHCP range .100-.250), so two
 machines asking at once race for the last one: one holds it (an IPAddress named after it, a DHCP
 reservation for its MAC, the busybox guest's lease, `ExternalIP` in its status), the other waits
-with `AddressPoolExhausted` and gets it once the first is deleted. A daemon killed right after it
+with `AddressPoolExhausted`, claims it once the first is deleted, and waits with
+`AddressStillLeased` while the destroyed guest's lease lasts. A daemon killed right after it
 claimed an address leaves a claim its restarted successor finds, and the deletion releases it. A
 pool inside the network's DHCP range (known only on the host) is refused with
 `AddressPoolConflict`, nothing claimed.
 
 The daemon runs the LibvirtMachine controller alone (`--no-generic`) on a host name of its own;
 outcomes are read from the LibvirtMachines, the IPAddresses and libvirt's network definition.
-About 175 s on the development machines: four boots of the busybox guest under emulation, and
-the two minutes the first machine's lease keeps the address after it is deleted.
+About 55 s on the development machines: three boots of the busybox guest under emulation; the
+race test stops once the loser waits out the destroyed winner's lease (two minutes) rather than
+waiting it out.
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ def delete_machine(api_client: client.ApiClient, ns: str, name: str) -> None:
     )
 
 
-def test_two_machines_race_for_the_last_address_and_the_loser_gets_it_after_a_release(
+def test_two_machines_race_for_the_last_address_and_the_loser_claims_it_after_a_release(
     lab: LabInfo, api_client: client.ApiClient, virt: libvirt.virConnect, ns: str
 ) -> None:
     with pool_network(lab, api_client, ADDRESS) as network, running_daemon(lab):
@@ -209,27 +211,22 @@ def test_two_machines_race_for_the_last_address_and_the_loser_gets_it_after_a_re
             what=f"{loser} claiming the released address",
         )
         # The winner's guest was destroyed holding a lease on the address (two minutes): the
-        # loser's domain waits for it to end, so its guest's first request gets the address.
+        # loser's domain is not made until it ends, so its guest's first request gets the
+        # address. That it then does is the winner's boot above over again; waiting the two
+        # minutes out here would prove nothing more, so the test stops at the wait.
         still = eventually(
             lambda: (
                 (cond := condition(machine(api_client, ns, loser), "InfrastructureReady")).get(
                     "reason"
                 )
-                in {"AddressStillLeased", "Starting", "WaitingForAddress", "Running"}
+                == "AddressStillLeased"
                 and cond
             ),
             timeout=60,
-            what=f"{loser} past the exhausted pool",
+            what=f"{loser} waiting out the destroyed guest's lease",
         )
-        eventually(
-            lambda: external(api_client, ns, loser) == [ADDRESS],
-            timeout=300,
-            interval=1,
-            what=f"{loser}'s guest leasing {ADDRESS}, reported as ExternalIP",
-        )
-        assert reservations(virt, lab) == {mac_of(virt, loser_uid): ADDRESS}
-        if still["reason"] == "AddressStillLeased":
-            assert f"{ADDRESS} is still leased by the DHCP server" in still["message"]
+        assert f"{ADDRESS} is still leased by the DHCP server" in still["message"]
+        assert loser_uid not in [d.UUIDString() for d in virt.listAllDomains(0)]
         delete_machine(api_client, ns, loser)
         assert holder(api_client, ns) is None
         assert reservations(virt, lab) == {}
