@@ -393,3 +393,5 @@ class ResolvedMachine(ResolvedModel):
     """The NICs whose network names its subnets; the others believe any global address."""
     disk_classes: tuple[DiskClass, ...] = ()
     """Each disk's VolumeAttributesClass, boot disk first, as the VM names it."""
+    spot: bool = False
+    """`scheduling.spot`: it runs on capacity the placer may reclaim (docs/placement.md)."""

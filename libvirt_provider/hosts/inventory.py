@@ -61,6 +61,8 @@ class Demand:
     cpus: int = 0
     memory: int = 0
     pools: tuple[tuple[str, int], ...] = field(default=())
+    # A spot machine's: preemptible (placement may reclaim it for a machine that is not spot).
+    spot: bool = False
 
 
 def demand_of(machine: ResolvedMachine) -> Demand:
@@ -73,6 +75,7 @@ def demand_of(machine: ResolvedMachine) -> Demand:
         cpus=machine.domain.cpu.vcpus,
         memory=machine.domain.memory.current_mib * MIB,
         pools=tuple(sorted(per_pool.items())),
+        spot=machine.spot,
     )
 
 

@@ -216,6 +216,7 @@ def _assemble(
             disk_classes=tuple(
                 DiskClass(disk=name, volume_attributes_class=limits[name][0]) for name in names
             ),
+            spot=bool(ctx.vm.scheduling is not None and ctx.vm.scheduling.spot),
         )
     except ValidationError as error:
         return Resolution(machine=None, problems=tuple(validation_problems(error, VM)))
