@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from libvirt_provider import constants as c
 from libvirt_provider.adapters.process.daemon import DaemonConfig, default_host, run
 from libvirt_provider.adapters.process.startup import (
     ConfigError,
@@ -141,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
         "and collection of unused bases); they also run on image and machine deletions",
     )
     parser.add_argument(
+        "--preemption-grace",
+        type=int,
+        default=c.PREEMPTION_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="seconds a preempted spot machine's guest has to shut down before it is powered "
+        f"off (default {c.PREEMPTION_GRACE_SECONDS})",
+    )
+    parser.add_argument(
         "--no-image-gc",
         action="store_true",
         help="never delete cached base images (e.g. when pools are shared between hosts)",
@@ -236,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console_key_file=args.console_key_file or "",
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
+            preemption_grace=max(1, args.preemption_grace),
             remote=args.remote,
             identity=args.identity or "",
             credentials_dir=args.credentials_dir,

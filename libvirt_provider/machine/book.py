@@ -11,11 +11,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from libvirt_provider.hosts.admission import Booked, refusal
+from libvirt_provider.hosts.admission import Booked, refusal, waits_for_preempted
 from libvirt_provider.hosts.inventory import Demand, total
 from libvirt_provider.hosts.placement import HostView, Request
 
-__all__ = ["HostBook"]
+__all__ = ["PREEMPTED_FIRST", "HostBook"]
+
+PREEMPTED_FIRST = "waiting for preempted machines to shut down:"
 
 
 class HostBook:
@@ -40,8 +42,10 @@ class HostBook:
 
     def admit(self, key: str, request: Request, demand: Demand) -> tuple[str, bool] | None:
         """Book the machine `key` (no domain yet) and return None, or why the host refuses it
-        and whether that is the daemon's start (no inventory of its own yet: passes in seconds).
-        A machine admitted before is not judged again: only its demand is brought up to date."""
+        and whether that passes by itself within seconds: the daemon's start (no inventory of
+        its own yet), or spot machines preempted for it still shutting down (the message then
+        starts with `PREEMPTED_FIRST`). A machine admitted before is not judged again: only its
+        demand is brought up to date."""
         with self._lock:
             held = self._booked.get(key)
             if held is None and self._view is not None:
@@ -49,6 +53,11 @@ class HostBook:
                 why = refusal(self._host, request, view, demand, self._booked.values())
                 if why is not None:
                     self._refused.add(key)
+                    if waits_for_preempted(request, view, demand, self._booked.values()):
+                        return (
+                            f"{PREEMPTED_FIRST} host {self._host} admits this machine once the "
+                            "spot machines preempted there are off (within their grace period)"
+                        ), True
                     return why, view is None
             self._refused.discard(key)
             self._booked[key] = Booked(demand, pending=True)
@@ -56,9 +65,10 @@ class HostBook:
             self._changed()
         return None
 
-    def record(self, key: str, demand: Demand) -> None:
-        """The machine `key` has a domain here: it is held, whatever admission would say now."""
-        self._put(key, Booked(demand, pending=False))
+    def record(self, key: str, demand: Demand, *, leaving: bool = False) -> None:
+        """The machine `key` has a domain here: it is held, whatever admission would say now;
+        `leaving` while it is preempted and shutting down."""
+        self._put(key, Booked(demand, pending=False, leaving=leaving))
 
     def hold(self, key: str, demand: Demand) -> None:
         """The machine `key` has a domain here but its spec does not resolve now: it is held
@@ -99,4 +109,10 @@ class HostBook:
         """The sum of what the machines held here take, and how many there are."""
         with self._lock:
             demands = [entry.demand for entry in self._booked.values()]
+        return total(demands), len(demands)
+
+    def preemptible(self) -> tuple[Demand, int]:
+        """The part of the allocations that spot machines take (placement may reclaim it)."""
+        with self._lock:
+            demands = [entry.demand for entry in self._booked.values() if entry.demand.spot]
         return total(demands), len(demands)

@@ -41,11 +41,11 @@ from libvirt_provider.errors import (
     StateConflictError,
 )
 from libvirt_provider.hosts.inventory import Demand, demand_of
-from libvirt_provider.hosts.machines import request_of
+from libvirt_provider.hosts.machines import preempted_at, request_of
 from libvirt_provider.hosts.placement import HostView
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.agent_backoff import AgentBackoff
-from libvirt_provider.machine.book import HostBook
+from libvirt_provider.machine.book import PREEMPTED_FIRST, HostBook
 from libvirt_provider.machine.create import Creation
 from libvirt_provider.machine.disk_status import applied_disks, infeasible_disks
 from libvirt_provider.machine.inputs import InputReader, PowerIntent, power_intent
@@ -142,12 +142,14 @@ class MachineReconciler:
         host_view: Callable[[], HostView | None] | None = None,
         built: Callable[[], Iterable[MachineKey]] = lambda: (),
         on_capacity_freed: Callable[[], None] = lambda: None,
+        preemption_grace: int = c.PREEMPTION_GRACE_SECONDS,
     ) -> None:
         images = images or ImageImporter(hypervisor)
         self._store = store
         self._hv = hypervisor
         self._host = host
         self._clock = clock
+        self._preemption_grace = preemption_grace
         self._inputs = InputReader(
             store=store,
             hypervisor=hypervisor,
@@ -185,6 +187,10 @@ class MachineReconciler:
     def allocations(self) -> tuple[Demand, int]:
         """The sum of what this host's machines take, and how many there are."""
         return self._book.allocations()
+
+    def preemptible(self) -> tuple[Demand, int]:
+        """What this host's spot machines take of the allocations, and how many there are."""
+        return self._book.preemptible()
 
     def refused(self) -> list[MachineKey]:
         """The machines this host last refused to admit."""
@@ -322,10 +328,16 @@ class MachineReconciler:
             ), outcome
         plan = resolution.machine
         key = _key(machine)
+        since = preempted_at(obj)
+        if since is not None:
+            return self._preempted(obj, plan, existing.uuid if existing else None, since)
         if existing is None:
             refused = self._admission(key, machine, vm, plan)
             if refused is not None:
                 message, transient = refused
+                if message.startswith(PREEMPTED_FIRST):
+                    # Counted on this host by placement meanwhile; no Warning: it passes.
+                    return Report(failed(c.REASON_WAITING_FOR_PREEMPTION, message)), CONVERGING
                 if transient:
                     # The daemon's first seconds: no Warning, looked at again shortly.
                     return Report(failed(c.REASON_NOT_ADMITTED, message)), CONVERGING
@@ -339,6 +351,48 @@ class MachineReconciler:
         except ProviderError as err:
             report = self._failed(obj, vm, *self._problem(obj, err))
             return Report(report.readiness, domain_uuid=existing.uuid), RETRY
+
+    def _preempted(
+        self, obj: Obj, plan: ResolvedMachine, uuid: str | None, since: str
+    ) -> tuple[Report, Outcome]:
+        """A spot machine placement preempted: shut down gracefully (powered off once the grace
+        passes), kept off with its disks until placement ends the preemption, and counted on
+        this host only while it still runs. No libvirt autostart meanwhile: a host that reboots
+        must not start it behind placement's back."""
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        who = ((obj.get("status") or {}).get("preemption") or {}).get("preemptedFor")
+        message = (
+            f"preempted at {since}{f' to make room for {who}' if who else ''}: a spot machine "
+            f"runs on capacity others may reclaim; it keeps its disks and host {self._host}, "
+            "and starts again by itself once the host has room, in the order machines were "
+            "preempted there"
+        )
+        readiness = failed(vmapi.REASON_PREEMPTED, message)
+        if uuid is None:
+            self._book.drop(key)
+            return Report(readiness), DONE
+        graced = plan.model_copy(update={"shutdown_timeout_seconds": self._preemption_grace})
+        self._hv.set_autostart(uuid, False)
+        power = self._power.drive(
+            obj,
+            graced,
+            desired=vmapi.POWERED_OFF,
+            mode=vmapi.POWER_OFF_TRY_SOFT,
+            status=self._hv.status(uuid),
+        )
+        if power.settled:
+            self._book.drop(key)
+        else:
+            self._book.record(key, demand_of(plan), leaving=True)
+        report = Report(
+            readiness,
+            domain_uuid=uuid,
+            power_state=power.power_state,
+            shutdown_requested_at=power.shutdown_requested_at,
+            retained=retained_record(plan),
+        )
+        return report, DONE if power.settled else CONVERGING
 
     def _admission(
         self, key: str, machine: LibvirtMachine, vm: Obj, plan: ResolvedMachine

@@ -98,6 +98,7 @@ class HostAgent:
         on_spec: SpecListener | None = None,
         events: HostEvents | None = None,
         on_admission_change: Callable[[], None] = lambda: None,
+        preemptible: Allocations = lambda: (Demand(), 0),
     ) -> None:
         # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor; and
         # its LibvirtHost is the user's declaration: deleted, it must stay deleted.
@@ -111,6 +112,7 @@ class HostAgent:
         self._host = host
         self._namespace = lease_namespace
         self._allocations = allocations
+        self._preemptible = preemptible
         self._interval = interval
         self._last_inventory: tuple[float, HostInventory] | None = None
         # Why the heartbeat Lease is not ours (held, fresh, by someone else), or None.
@@ -290,6 +292,7 @@ class HostAgent:
             spec,
             allocated=allocated,
             machines=machines,
+            preemptible=self._preemptible(),
             problem=problem,
             previous=previous,
             generation=meta.get("generation"),

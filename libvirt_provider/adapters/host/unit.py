@@ -56,6 +56,7 @@ class UnitSettings:
     console_log_dir: str | None = None
     image_gc_interval: float = 300.0
     image_gc: bool = True
+    preemption_grace: int = c.PREEMPTION_GRACE_SECONDS
 
 
 class HostUnit:
@@ -99,6 +100,9 @@ class HostUnit:
             # Bound late: the reconciler, made below, asks the agent for the host's zone.
             return reconciler.allocations()
 
+        def preemptible() -> tuple[Demand, int]:
+            return reconciler.preemptible()
+
         def link() -> tuple[str, str]:
             state = hypervisor.connection_state()
             return state.reason, state.message
@@ -117,6 +121,7 @@ class HostUnit:
             host=host,
             lease_namespace=settings.lease_namespace,
             allocations=allocations,
+            preemptible=preemptible,
             beat=not remote,
             create=not remote,
             link=link if remote else None,
@@ -137,6 +142,7 @@ class HostUnit:
             host_view=self.agent.view,
             built=self.store.built_machines,
             on_capacity_freed=lambda: controller.wake(reconciler.refused()),
+            preemption_grace=settings.preemption_grace,
         )
         self.controller = controller = MachineController(reconciler, workers=settings.workers)
         hypervisor.add_lifecycle_listener(controller.on_domain_event)
