@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import API_ERRORS, REQUEST_TIMEOUT, ApiFailure, KubeApi, failure_of
 from generic.background import BackgroundLoop
-from generic.formats import parse_micro_time
+from generic.formats import merge_patch, parse_micro_time
 from libvirt_provider import constants as c
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.types import HostInventory
@@ -301,11 +301,11 @@ class HostAgent:
         )
         if link is not None:
             self._report_link(obj, previous, link)
-        if body == current:
+        # A merge patch with null for every key the new status lacks, at every depth (say
+        # allocated.preemptible once the last spot machine left): a user's additions go too.
+        patch = merge_patch(current, body)
+        if patch is None:
             return
-        # A merge patch with null for every key the new status lacks: a user's additions go too.
-        patch: dict[str, Any] = {k: None for k in current if k not in body}
-        patch.update(body)
         self._custom.patch_cluster_custom_object_status(
             c.GROUP,
             c.VERSION,
