@@ -126,6 +126,9 @@ class Ledger:
         self._entries: dict[str, _Entry] = {}
         self._usage: dict[str, Usage] = {}
         self._groups: dict[tuple[str, str], Counter[str]] = {}
+        # Built spot machines per host (preemption's candidates), so a host with none costs
+        # nothing to look at.
+        self._spot: dict[str, dict[str, Spot]] = {}
 
     def __contains__(self, key: str) -> bool:
         return key in self._entries
@@ -161,6 +164,8 @@ class Ledger:
                 usage.pending[pool] += size
         if group is not None:
             self._groups.setdefault(group, Counter())[host] += 1
+        if demand.spot and not pending:
+            self._spot.setdefault(host, {})[key] = Spot(key, demand, created)
 
     def drop(self, key: str) -> None:
         entry = self._entries.pop(key, None)
@@ -170,6 +175,7 @@ class Ledger:
         usage.cpus -= entry.demand.cpus
         usage.memory -= entry.demand.memory
         usage.machines -= 1
+        self._spot.get(entry.host, {}).pop(key, None)
         if entry.pending:
             for pool, size in entry.demand.pools:
                 usage.pending[pool] -= size
@@ -182,11 +188,7 @@ class Ledger:
     def spot_on(self, host: str) -> list[Spot]:
         """The spot machines on `host` that preemption may reclaim: built ones only (a machine
         whose volumes are still to be created, or only assumed there, is left to come up)."""
-        return [
-            Spot(key, entry.demand, entry.created)
-            for key, entry in self._entries.items()
-            if entry.host == host and entry.demand.spot and not entry.pending
-        ]
+        return list(self._spot.get(host, {}).values())
 
     def usage(self, host: str) -> Usage:
         return self._usage.get(host) or Usage()

@@ -65,6 +65,9 @@ class Preempted:
     since: str
 
 
+Cost = tuple[int, tuple[float, ...]]
+
+
 def _without(usage: Usage, victims: Sequence[Spot]) -> Usage:
     freed = Usage(
         cpus=usage.cpus - sum(v.demand.cpus for v in victims),
@@ -75,40 +78,70 @@ def _without(usage: Usage, victims: Sequence[Spot]) -> Usage:
     return freed
 
 
-def _cost(victims: Sequence[Spot]) -> tuple[int, tuple[float, ...]]:
+def _cost(victims: Sequence[Spot]) -> Cost:
     """Fewer first; then the set whose oldest member is youngest (and so on)."""
     return len(victims), tuple(-v.created for v in sorted(victims, key=lambda v: v.created))
 
 
-def _victims(host: HostView, usage: Usage, demand: Demand, spot: list[Spot]) -> list[Spot] | None:
-    """The cheapest spot machines of `host` whose room lets `demand` fit, or None."""
+def _least(amounts: list[int], needed: int) -> int:
+    """How many of `amounts` (the largest first) it takes to reach `needed`."""
+    if needed <= 0:
+        return 0
+    reached = 0
+    for count, amount in enumerate(sorted(amounts, reverse=True), start=1):
+        reached += amount
+        if reached >= needed:
+            return count
+    return len(amounts) + 1
+
+
+def _victims(
+    host: HostView, usage: Usage, demand: Demand, spot: list[Spot], bound: Cost | None
+) -> list[Spot] | None:
+    """The cheapest spot machines of `host` whose room lets `demand` fit, or None (also when
+    none would cost less than `bound`, the best found on another host)."""
     if capacity_misfit(host, _without(usage, spot), demand) is not None:
         return None  # not even all of them would do (or pool space is what is missing)
+    # Pool space is not freed, and fits with all of them gone: only vCPUs and memory are left.
+    need_cpus = demand.cpus - (host.cpus - usage.cpus)
+    need_memory = demand.memory - (host.memory - usage.memory)
+
+    def enough(chosen: Sequence[Spot]) -> bool:
+        cpus = sum(v.demand.cpus for v in chosen)
+        memory = sum(v.demand.memory for v in chosen)
+        return cpus >= need_cpus and memory >= need_memory
+
     youngest = sorted(spot, key=lambda v: (-v.created, v.key))
+    fewest = max(
+        1,
+        _least([v.demand.cpus for v in spot], need_cpus),
+        _least([v.demand.memory for v in spot], need_memory),
+    )
     looked = 0
-    for size in range(1, len(youngest) + 1):
+    for size in range(fewest, len(youngest) + 1):
+        if bound is not None and (size > bound[0] or _cost(youngest[:size]) >= bound):
+            return None  # this host cannot beat the best found elsewhere
         best: list[Spot] | None = None
         for chosen in combinations(youngest, size):
             looked += 1
             if looked > MAX_COMBINATIONS:
-                return best or _greedy(host, usage, demand, youngest)
-            fits = capacity_misfit(host, _without(usage, chosen), demand) is None
-            if fits and (best is None or _cost(chosen) < _cost(best)):
+                return best or _greedy(youngest, enough)
+            if enough(chosen) and (best is None or _cost(chosen) < _cost(best)):
                 best = list(chosen)
         if best is not None:
             return best
     return None  # unreachable: all of them fit
 
 
-def _greedy(host: HostView, usage: Usage, demand: Demand, youngest: list[Spot]) -> list[Spot]:
+def _greedy(youngest: list[Spot], enough: Callable[[Sequence[Spot]], bool]) -> list[Spot]:
     chosen: list[Spot] = []
     for spot in youngest:
         chosen.append(spot)
-        if capacity_misfit(host, _without(usage, chosen), demand) is None:
+        if enough(chosen):
             break
     for spot in sorted(chosen, key=lambda v: v.created):
         rest = [v for v in chosen if v is not spot]
-        if capacity_misfit(host, _without(usage, rest), demand) is None:
+        if enough(rest):
             chosen = rest
     return chosen
 
@@ -121,9 +154,9 @@ def choose(
 ) -> Preemption | None:
     """Where a machine that fits no host goes by preempting spot machines, or None when no host
     would do even so (or the machine is spot itself). Records nothing."""
-    best: tuple[tuple[int, tuple[float, ...]], str] | None = None
+    best: tuple[Cost, str] | None = None
     chosen: Preemption | None = None
-    for host in hosts:
+    for host in sorted(hosts, key=lambda h: h.name):  # a tie goes to the first name
         if open_to(request, host) is not None:
             continue
         found = fit(host)
@@ -134,7 +167,7 @@ def choose(
         if misfit is None or misfit.kind not in _CURABLE:
             continue
         spot = ledger.spot_on(host.name)
-        victims = _victims(host, usage, found, spot) if spot else None
+        victims = _victims(host, usage, found, spot, best[0] if best else None) if spot else None
         if not victims:
             continue
         score = (_cost(victims), host.name)

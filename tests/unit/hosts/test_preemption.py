@@ -133,8 +133,18 @@ class TestChoice:
             spot(ledger, f"ns/s{i:02}", "a", 0.1, created=i)
         chosen = choose(REQ, [host("a", memory=4 * GIB, cpus=64)], fixed(mem(1)), ledger)
         assert chosen is not None
-        assert len(chosen.victims) == 10  # 40 x 0.1 GiB used, 1 GiB asked
-        assert len(chosen.victims) * 40 < MAX_COMBINATIONS * 40  # no exhaustive search
+        # 40 x 0.1 GiB used, 1 GiB asked: C(40, 10) sets is past MAX_COMBINATIONS, so greedy,
+        # and still the youngest ten, no more.
+        assert MAX_COMBINATIONS < 847_660_528
+        assert chosen.victims == tuple(f"ns/s{i:02}" for i in range(39, 29, -1))
+
+    def test_a_tie_goes_to_the_first_host_by_name(self) -> None:
+        ledger = Ledger()
+        spot(ledger, "ns/b", "b", 4, created=1)
+        spot(ledger, "ns/a", "a", 4, created=1)
+        chosen = choose(REQ, [host("b"), host("a")], fixed(mem(1)), ledger)
+        assert chosen is not None
+        assert chosen.host == "a"
 
 
 class TestBurst:
