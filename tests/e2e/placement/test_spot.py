@@ -6,7 +6,8 @@ reason that says a spot machine preempts nothing.
 
 Capacities are shaped as the other placement tests shape them: every host but one keeps 100Mi
 (no 256Mi machine fits), the one keeps room for exactly one machine. The daemons give a preempted
-guest 5 s to shut down (`--preemption-grace`). About 90 s: two guests booted, one twice.
+guest 5 s to shut down (`--preemption-grace`). About 60 s: two guests booted, one twice, and a
+burst of powered-off machines.
 """
 
 from __future__ import annotations
@@ -155,3 +156,56 @@ def test_a_spot_machine_pinned_to_a_host_full_of_regular_machines_is_refused_rea
     regular_obj = get(api_client, ns, "regular", vm=False) or {}
     assert "preemption" not in regular_obj.get("status", {})
     assert regular_obj["status"]["powerState"] == vmapi.POWERED_OFF
+
+
+def test_a_burst_of_regular_machines_preempts_only_what_it_needs(
+    fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str
+) -> None:
+    """Room for three machines on one host, three spot machines there (powered off: built and
+    counted, no guest to boot), then two regular machines at once: two spot machines are
+    preempted, the third stays; deleting the regular machines lets the two come back."""
+    target, *others = (h.name for h in lab.hosts)
+    for host in others:
+        leave_100mi(api_client, host)
+    memory = host_object(api_client, target)["status"]["capacity"]["memory"]  # type: ignore[index]
+    reserve = format_size(parse_size(memory) - 800 * 2**20)
+    patch_host(api_client, target, {"spec": {"reserved": {"memory": reserve}}})
+    spots = [f"spot-{i}" for i in range(3)]
+    for name in spots:
+        create(api_client, unplaced(ns, name, vm_spec=SPOT))
+    for name in spots:
+        assert placed_on(api_client, ns, name) == target
+    eventually(
+        lambda: preemptible(api_client, target).get("machines") == 3,
+        timeout=60,
+        what="the three spot machines built and counted",
+    )
+    create(api_client, [*unplaced(ns, "regular-0"), *unplaced(ns, "regular-1")])
+    for name in ("regular-0", "regular-1"):
+        assert placed_on(api_client, ns, name) == target
+
+    def marked() -> list[str]:
+        return [
+            n
+            for n in spots
+            if ((get(api_client, ns, n, vm=False) or {}).get("status") or {}).get("preemption")
+        ]
+
+    eventually(lambda: len(marked()) == 2, timeout=30, what="two spot machines preempted")
+    for name in ("regular-0", "regular-1"):
+        eventually(
+            lambda name=name: (
+                (get(api_client, ns, name, vm=False) or {}).get("status", {}).get("providerID")
+            ),
+            timeout=60,
+            what=f"{name} built on the room of a spot machine",
+        )
+    assert len(marked()) == 2  # never a third
+    eventually(
+        lambda: preemptible(api_client, target).get("machines") == 1,
+        timeout=30,
+        what="one spot machine left counted on the host",
+    )
+    for name in ("regular-0", "regular-1"):
+        delete_vm_and_wait(api_client, ns, name, what=f"{name} deleted")
+    eventually(lambda: marked() == [], timeout=60, what="both preempted machines back")
