@@ -32,6 +32,7 @@ from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.domainxml import interface_macs, owned_fields
 from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.types import DomainState
 from libvirt_provider.errors import (
     ForeignDomainError,
     HostUnreachableError,
@@ -372,14 +373,21 @@ class MachineReconciler:
         if uuid is None:
             self._book.drop(key)
             return Report(readiness), DONE
-        graced = plan.model_copy(update={"shutdown_timeout_seconds": self._preemption_grace})
         self._hv.set_autostart(uuid, False)
+        status = self._hv.status(uuid)
+        if status.state is DomainState.SHUTOFF:
+            # Off already (a suspended machine's saved memory is kept: it resumes later).
+            self._book.drop(key)
+            report = Report(
+                readiness,
+                domain_uuid=uuid,
+                power_state=observed_power_state(status),
+                retained=retained_record(plan),
+            )
+            return report, DONE
+        graced = plan.model_copy(update={"shutdown_timeout_seconds": self._preemption_grace})
         power = self._power.drive(
-            obj,
-            graced,
-            desired=vmapi.POWERED_OFF,
-            mode=vmapi.POWER_OFF_TRY_SOFT,
-            status=self._hv.status(uuid),
+            obj, graced, desired=vmapi.POWERED_OFF, mode=vmapi.POWER_OFF_TRY_SOFT, status=status
         )
         if power.settled:
             self._book.drop(key)

@@ -172,3 +172,15 @@ def test_a_spot_machine_refused_is_told_it_preempts_nothing() -> None:
     why = refusal("kvm-a", REQUEST, host(GI // 2), SPOT, [Booked(REGULAR, pending=False)])
     assert why is not None
     assert "insufficient memory (needs 512Mi) (a spot machine preempts nothing" in why
+
+
+def test_a_suspended_spot_machine_keeps_its_saved_memory_when_preempted() -> None:
+    store, hv, reconciler, _clock = spot_world()
+    hv.managed_save(UID)
+    hv.calls.clear()
+    preempt(store)
+    assert reconciler.reconcile(KEY) == Outcome()
+    assert hv.domains[UID].has_managed_save
+    assert "discard_saved_state" not in hv.calls
+    assert store.machines["web"]["status"]["powerState"] == "Suspended"
+    assert reconciler.allocations()[1] == 0
