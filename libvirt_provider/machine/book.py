@@ -10,14 +10,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import NamedTuple
 
 from libvirt_provider.hosts.admission import Booked, refusal, waits_for_preempted
 from libvirt_provider.hosts.inventory import Demand, total
 from libvirt_provider.hosts.placement import HostView, Request
 
-__all__ = ["PREEMPTED_FIRST", "HostBook"]
+__all__ = ["HostBook", "Refusal"]
 
-PREEMPTED_FIRST = "waiting for preempted machines to shut down:"
+
+class Refusal(NamedTuple):
+    """Why the host does not admit a machine now, and whether that passes by itself within
+    seconds: the daemon's start (no inventory of its own yet), or (`preempted_first`) the spot
+    machines preempted to make room for it still shutting down."""
+
+    message: str
+    transient: bool
+    preempted_first: bool = False
 
 
 class HostBook:
@@ -40,12 +49,9 @@ class HostBook:
         self._booked: dict[str, Booked] = {}
         self._refused: set[str] = set()
 
-    def admit(self, key: str, request: Request, demand: Demand) -> tuple[str, bool] | None:
-        """Book the machine `key` (no domain yet) and return None, or why the host refuses it
-        and whether that passes by itself within seconds: the daemon's start (no inventory of
-        its own yet), or spot machines preempted for it still shutting down (the message then
-        starts with `PREEMPTED_FIRST`). A machine admitted before is not judged again: only its
-        demand is brought up to date."""
+    def admit(self, key: str, request: Request, demand: Demand) -> Refusal | None:
+        """Book the machine `key` (no domain yet) and return None, or why the host refuses it.
+        A machine admitted before is not judged again: only its demand is brought up to date."""
         with self._lock:
             held = self._booked.get(key)
             if held is None and self._view is not None:
@@ -54,11 +60,13 @@ class HostBook:
                 if why is not None:
                     self._refused.add(key)
                     if waits_for_preempted(request, view, demand, self._booked.values()):
-                        return (
-                            f"{PREEMPTED_FIRST} host {self._host} admits this machine once the "
-                            "spot machines preempted there are off (within their grace period)"
-                        ), True
-                    return why, view is None
+                        return Refusal(
+                            f"host {self._host} admits this machine once the spot machines "
+                            "preempted there to make room are off (within their grace period)",
+                            transient=True,
+                            preempted_first=True,
+                        )
+                    return Refusal(why, transient=view is None)
             self._refused.discard(key)
             self._booked[key] = Booked(demand, pending=True)
         if held is None or held.demand != demand:

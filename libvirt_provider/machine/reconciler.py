@@ -46,7 +46,7 @@ from libvirt_provider.hosts.machines import preempted_at, request_of
 from libvirt_provider.hosts.placement import HostView
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.agent_backoff import AgentBackoff
-from libvirt_provider.machine.book import PREEMPTED_FIRST, HostBook
+from libvirt_provider.machine.book import HostBook, Refusal
 from libvirt_provider.machine.create import Creation
 from libvirt_provider.machine.disk_status import applied_disks, infeasible_disks
 from libvirt_provider.machine.inputs import InputReader, PowerIntent, power_intent
@@ -335,8 +335,8 @@ class MachineReconciler:
         if existing is None:
             refused = self._admission(key, machine, vm, plan)
             if refused is not None:
-                message, transient = refused
-                if message.startswith(PREEMPTED_FIRST):
+                message, transient = refused.message, refused.transient
+                if refused.preempted_first:
                     # Counted on this host by placement meanwhile; no Warning: it passes.
                     return Report(failed(c.REASON_WAITING_FOR_PREEMPTION, message)), CONVERGING
                 if transient:
@@ -404,15 +404,16 @@ class MachineReconciler:
 
     def _admission(
         self, key: str, machine: LibvirtMachine, vm: Obj, plan: ResolvedMachine
-    ) -> tuple[str, bool] | None:
+    ) -> Refusal | None:
         """None when the host admits the machine (booked from now on), else why not and whether
         that passes by itself within seconds (the daemon is starting)."""
         uncounted = self._uncounted()
         if uncounted:
-            return (
+            return Refusal(
                 f"host {self._host} is counting the machines it runs (after a start, "
-                f"{uncounted} not yet); the machine is admitted once they are counted"
-            ), True
+                f"{uncounted} not yet); the machine is admitted once they are counted",
+                transient=True,
+            )
         spec = VirtualMachineSpec.model_validate(vm.get("spec") or {})
         return self._book.admit(key, request_of(machine, spec), demand_of(plan))
 

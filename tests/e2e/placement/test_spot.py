@@ -6,7 +6,7 @@ reason that says a spot machine preempts nothing.
 
 Capacities are shaped as the other placement tests shape them: every host but one keeps 100Mi
 (no 256Mi machine fits), the one keeps room for exactly one machine. The daemons give a preempted
-guest 5 s to shut down (`--preemption-grace`). About 60 s: two guests booted, one twice, and a
+guest 5 s to shut down (`--preemption-grace`). 60 to 90 s: two guests booted, one twice, and a
 burst of powered-off machines.
 """
 

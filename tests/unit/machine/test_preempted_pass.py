@@ -13,7 +13,7 @@ from libvirt_provider.driver.types import DomainState
 from libvirt_provider.hosts.admission import Booked, refusal, waits_for_preempted
 from libvirt_provider.hosts.inventory import Demand
 from libvirt_provider.hosts.placement import HostView, Request
-from libvirt_provider.machine.book import PREEMPTED_FIRST, HostBook
+from libvirt_provider.machine.book import HostBook
 from libvirt_provider.machine.reconciler import MachineReconciler
 from libvirt_provider.machine.status import compute_status, failed
 from tests.doubles.hypervisor import FakeHypervisor
@@ -155,9 +155,9 @@ def test_the_machine_preempted_for_waits_quietly_until_the_spot_machine_is_off()
     book.record("t/spot", SPOT, leaving=True)
     waiting = book.admit("t/regular", REQUEST, REGULAR)
     assert waiting is not None
-    message, transient = waiting
-    assert message.startswith(PREEMPTED_FIRST)
-    assert transient
+    assert waiting.transient
+    assert waiting.preempted_first
+    assert "once the spot machines preempted there to make room are off" in waiting.message
     book.drop("t/spot")
     assert book.admit("t/regular", REQUEST, REGULAR) is None
 
