@@ -179,12 +179,27 @@ def choose(
 
 
 def restarts(
-    preempted: Sequence[Preempted], hosts: Sequence[HostView], ledger: Ledger
+    preempted: Sequence[Preempted],
+    hosts: Sequence[HostView],
+    ledger: Ledger,
+    refused: Sequence[Preempted] = (),
 ) -> list[str]:
     """The preempted machines to start again now, booked into `ledger`: per host, in the order
     they were preempted, while the first waiting fits (a ready host only; a cordon keeps no
-    machine that is already there from starting again)."""
+    machine that is already there from starting again).
+
+    `refused` are the machines bound to a host that it has not admitted yet (`NotAdmitted`,
+    counted nowhere): each that fits in the room is booked ahead of the line, since the room may
+    be what it waits for (a machine placed on preempted machines' room, refused by a host that
+    had not seen them preempted yet); one too big for the room holds nothing up."""
     by_name = {h.name: h for h in hosts}
+    for entry in sorted(refused, key=lambda p: (p.since, p.key)):
+        host = by_name.get(entry.host)
+        if (
+            host is not None
+            and capacity_misfit(host, ledger.usage(host.name), entry.demand) is None
+        ):
+            ledger.put(entry.key, host.name, entry.demand, pending=True)
     lines: dict[str, list[Preempted]] = {}
     for entry in sorted(preempted, key=lambda p: (p.since, p.key)):
         lines.setdefault(entry.host, []).append(entry)

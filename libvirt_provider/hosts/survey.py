@@ -63,6 +63,9 @@ class Survey:
     unplaced: tuple[Obj, ...]
     # Preempted machines waiting to start again on their host.
     preempted: tuple[Preempted, ...] = ()
+    # Machines bound to a host that has not admitted them (`since` their creation), listed
+    # while some machine is preempted: they go before a preempted machine starts again.
+    refused: tuple[Preempted, ...] = ()
 
 
 def survey(
@@ -94,6 +97,7 @@ def survey(
     waiting = [obj for obj in objs if unplaced(obj)]
     lined = [obj for obj in objs if host_of(obj) is not None and since(obj) is not None]
     preempted: list[Preempted] = []
+    refused: list[Preempted] = []
     by_name = {view.name: view for view in views}
     ledger = Ledger()
     fixes: list[Fix] = []
@@ -115,7 +119,12 @@ def survey(
         )
         if record is not None or report is not None:
             fixes.append(Fix(obj, record, report))
-        if not (waiting or lined) or not_admitted(obj):
+        if not (waiting or lined):
+            continue
+        if not_admitted(obj):
+            if lined and not (obj.get("metadata") or {}).get("deletionTimestamp"):
+                born = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+                refused.append(Preempted(key, host, demand(obj, by_name.get(host)), born))
             continue
         status = obj.get("status") or {}
         takes = demand(obj, by_name.get(host))
@@ -136,4 +145,4 @@ def survey(
     oldest_first = sorted(
         waiting, key=lambda o: str((o.get("metadata") or {}).get("creationTimestamp"))
     )
-    return Survey(ledger, tuple(fixes), tuple(oldest_first), tuple(preempted))
+    return Survey(ledger, tuple(fixes), tuple(oldest_first), tuple(preempted), tuple(refused))

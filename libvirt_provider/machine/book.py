@@ -105,6 +105,8 @@ class HostBook:
             entry is None
             or entry.demand.cpus < before.demand.cpus
             or entry.demand.memory < before.demand.memory
+            # Preempted: the machines refused for want of its room wait for it quietly now.
+            or (entry.leaving and not before.leaving)
         ):
             self._freed()
 

@@ -272,7 +272,7 @@ class Placer:
                 self._waiting_for.remember(key, judged)
             waiting = True
         if found.preempted:
-            started = set(restarts(found.preempted, views, found.ledger))
+            started = set(restarts(found.preempted, views, found.ledger, found.refused))
             for entry in found.preempted:
                 if entry.key in started:
                     self._restart(entry.key, entry.host, now)

@@ -223,3 +223,14 @@ class TestRestarts:
             )
         ]
         assert restarts(line, [host("a")], Ledger()) == ["ns/s"]
+
+    def test_a_machine_its_host_has_not_admitted_yet_goes_first(self) -> None:
+        """The race the lab showed: the host refused the machine placed on a spot machine's
+        room before it saw that machine preempted; the room is the refused machine's, not the
+        spot machine's back."""
+        line = [Preempted("ns/spot", "a", mem(3, spot=True), since="2026-01-01T00:00:02Z")]
+        refused = [Preempted("ns/regular", "a", mem(3), since="2026-01-01T00:00:01Z")]
+        assert restarts(line, [host("a")], Ledger(), refused) == []
+        # One too big for the room holds nothing up.
+        huge = [Preempted("ns/huge", "a", mem(64), since="2026-01-01T00:00:01Z")]
+        assert restarts(line, [host("a")], Ledger(), huge) == ["ns/spot"]

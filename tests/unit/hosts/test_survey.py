@@ -253,3 +253,14 @@ class TestPreempted:
         [entry] = found.ledger.spot_on("kvm-a")
         assert entry.key == "ns/s"
         assert entry.created == dt.datetime(2026, 12, 2, 9, 0, tzinfo=dt.UTC).timestamp()
+
+    def test_machines_their_host_refused_are_listed_while_some_machine_is_preempted(self) -> None:
+        refused = lvm(
+            "r",
+            "kvm-a",
+            status={"conditions": [{"type": "InfrastructureReady", "reason": "NotAdmitted"}]},
+        )
+        found = run([refused, lvm("spot", "kvm-a", status=dict(MARK))])
+        assert [(r.key, r.host) for r in found.refused] == [("ns/r", "kvm-a")]
+        assert "ns/r" not in found.ledger
+        assert run([refused]).refused == ()

@@ -184,3 +184,14 @@ def test_a_suspended_spot_machine_keeps_its_saved_memory_when_preempted() -> Non
     assert "discard_saved_state" not in hv.calls
     assert store.machines["web"]["status"]["powerState"] == "Suspended"
     assert reconciler.allocations()[1] == 0
+
+
+def test_a_machine_preempted_wakes_those_refused_for_its_room() -> None:
+    freed: list[str] = []
+    book = HostBook("kvm-a", view=lambda: host(GI // 2), on_freed=lambda: freed.append("f"))
+    book.record("t/spot", SPOT)
+    assert book.admit("t/regular", REQUEST, REGULAR) is not None  # refused: no room
+    book.record("t/spot", SPOT, leaving=True)  # its preemption seen
+    assert freed == ["f"]
+    book.record("t/spot", SPOT, leaving=True)  # seen again: nothing new
+    assert freed == ["f"]
