@@ -87,6 +87,16 @@ class HostBook:
                 return
         self.record(key, demand)
 
+    def leaving(self, keys: list[str]) -> bool:
+        """Mark the machines `keys` held here as preempted and shutting down (their own passes
+        may not have run yet); True when that changed anything."""
+        with self._lock:
+            marked = [k for k in keys if k in self._booked and not self._booked[k].leaving]
+            for key in marked:
+                held = self._booked[key]
+                self._booked[key] = Booked(held.demand, pending=held.pending, leaving=True)
+        return bool(marked)
+
     def drop(self, key: str) -> None:
         """The machine `key` is gone from this host (deleted, or never admitted)."""
         self._put(key, None)

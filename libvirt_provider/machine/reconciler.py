@@ -415,7 +415,22 @@ class MachineReconciler:
                 transient=True,
             )
         spec = VirtualMachineSpec.model_validate(vm.get("spec") or {})
-        return self._book.admit(key, request_of(machine, spec), demand_of(plan))
+        request, demand = request_of(machine, spec), demand_of(plan)
+        refused = self._book.admit(key, request, demand)
+        if refused is None or refused.transient or not self._book.leaving(self._preempted_here()):
+            return refused
+        # Placement preempted machines here that their own passes have not seen yet (this one
+        # may well be what they were preempted for): judged again with them leaving.
+        return self._book.admit(key, request, demand)
+
+    def _preempted_here(self) -> list[str]:
+        """The machines with a domain here whose copy shows them preempted."""
+        found = []
+        for built in self._built():
+            obj = self._store.get_machine(built.namespace, built.name)
+            if obj is not None and preempted_at(obj) is not None:
+                found.append(f"{built.namespace}/{built.name}")
+        return found
 
     def _uncounted(self) -> int:
         """How many machines of this host that have a domain have not been passed since the

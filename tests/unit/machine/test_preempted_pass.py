@@ -195,3 +195,16 @@ def test_a_machine_preempted_wakes_those_refused_for_its_room() -> None:
     assert freed == ["f"]
     book.record("t/spot", SPOT, leaving=True)  # seen again: nothing new
     assert freed == ["f"]
+
+
+def test_machines_marked_leaving_before_their_own_pass_make_room_to_wait_for() -> None:
+    book = HostBook("kvm-a", view=lambda: host(GI // 2))
+    book.record("t/spot", SPOT)
+    refused = book.admit("t/regular", REQUEST, REGULAR)
+    assert refused is not None
+    assert not refused.preempted_first
+    assert book.leaving(["t/spot", "t/unknown"])
+    assert not book.leaving(["t/spot"])  # already
+    waiting = book.admit("t/regular", REQUEST, REGULAR)
+    assert waiting is not None
+    assert waiting.preempted_first
