@@ -123,8 +123,8 @@ def report(what: str, scrapes: list[Scrape]) -> None:
 
 
 class Scraper:
-    """Scrapes /metrics on a thread of its own, one scrape started every `interval` seconds (0:
-    back to back), until stopped; counts its scrapes."""
+    """Scrapes /metrics on a thread of its own, `interval` seconds between the end of one scrape
+    and the start of the next (0: back to back), until stopped; counts its scrapes."""
 
     def __init__(self, url: str, interval: float) -> None:
         self._url = url
@@ -135,10 +135,9 @@ class Scraper:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            started = time.monotonic()
             Scrape(self._url)
             self.count += 1
-            self._stop.wait(max(0.0, self._interval - (time.monotonic() - started)))
+            self._stop.wait(self._interval)
 
     def __enter__(self) -> Scraper:
         self._thread.start()

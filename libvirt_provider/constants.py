@@ -61,6 +61,8 @@ __all__ = [
     "EVENT_PLACED",
     "EVENT_POOL_SKIPPED",
     "EVENT_POWERED_OFF",
+    "EVENT_PREEMPTING",
+    "EVENT_PREEMPTION_ENDED",
     "EVENT_REDEFINED",
     "EVENT_RESUMED",
     "EVENT_SAVED_STATE_DISCARDED",
@@ -113,6 +115,7 @@ __all__ = [
     "MODIFY_VOLUME_PENDING",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
+    "PREEMPTION_GRACE_SECONDS",
     "REASON_ADDRESS_OUTSIDE_POOL",
     "REASON_ADDRESS_POOL_CONFLICT",
     "REASON_ADDRESS_POOL_EXHAUSTED",
@@ -147,6 +150,7 @@ __all__ = [
     "REASON_UP_TO_DATE",
     "REASON_VIRTUAL_MACHINE_NOT_FOUND",
     "REASON_WAITING_FOR_ADDRESS",
+    "REASON_WAITING_FOR_PREEMPTION",
     "RESERVATION_LEASE_MINUTES",
     "RESOLUTION_REASONS",
     "SECRETS_CLUSTER_ROLE",
@@ -361,6 +365,9 @@ REASON_HOST_NOT_READY: Final = "HostNotReady"
 # The machine's host does not admit it (cordoned, full, not matching what the machine asks): it is
 # built nowhere and counted nowhere until the host admits it (`hosts/admission.py`).
 REASON_NOT_ADMITTED: Final = "NotAdmitted"
+# The machine's host admits it once the spot machines preempted to make room for it are off: said
+# without a Warning, and the placer counts the machine on its host meanwhile (unlike NotAdmitted).
+REASON_WAITING_FOR_PREEMPTION: Final = "WaitingForPreemption"
 # The machine's host is served, but its daemon cannot reach the host's libvirtd (a remote host's
 # network, credentials or host key): its state is unknown, and it is not moved.
 REASON_HOST_UNREACHABLE: Final = "HostUnreachable"
@@ -399,6 +406,11 @@ EVENT_PLACED: Final = "Placed"
 EVENT_CONSOLE_ATTACHED: Final = "ConsoleAttached"
 EVENT_CONSOLE_DETACHED: Final = "ConsoleDetached"
 EVENT_SPREAD_NOT_HONOURED: Final = "SpreadNotHonoured"
+# On the machine placed by preempting spot machines (Normal): which ones, on which host. The
+# preempted machines get the API's `Preempted` (generic.constants.REASON_PREEMPTED).
+EVENT_PREEMPTING: Final = "Preempting"
+# On a preempted machine whose host has room again: it is started again.
+EVENT_PREEMPTION_ENDED: Final = "PreemptionEnded"
 
 # Every connection reason that is not `Connected`.
 CONNECTION_PROBLEM_REASONS: Final = (
@@ -516,3 +528,6 @@ EVENT_SNAPSHOT_VOLUMES_DELETED: Final = "SnapshotVolumesDeleted"
 # Seconds a block commit (merging the writes made while a running machine's disks were copied
 # back into its own volumes) may take before the pass gives up and retries.
 SNAPSHOT_COMMIT_TIMEOUT_SECONDS: Final = 120.0
+# Seconds a preempted spot machine's guest is given to shut down before it is powered off
+# (`--preemption-grace`; docs/placement.md).
+PREEMPTION_GRACE_SECONDS: Final = 30

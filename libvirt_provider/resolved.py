@@ -413,3 +413,5 @@ class ResolvedMachine(ResolvedModel):
     """Each disk's VolumeAttributesClass, boot disk first, as the VM names it."""
     public_addresses: tuple[PublicAddress, ...] = ()
     """The NICs that asked for a public address on a network with a pool."""
+    spot: bool = False
+    """`scheduling.spot`: it runs on capacity the placer may reclaim (docs/placement.md)."""

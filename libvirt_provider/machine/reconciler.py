@@ -32,6 +32,7 @@ from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.domainxml import interface_macs, owned_fields
 from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.types import DomainState
 from libvirt_provider.errors import (
     ForeignDomainError,
     HostUnreachableError,
@@ -41,12 +42,12 @@ from libvirt_provider.errors import (
     StateConflictError,
 )
 from libvirt_provider.hosts.inventory import Demand, demand_of
-from libvirt_provider.hosts.machines import request_of
+from libvirt_provider.hosts.machines import preempted_at, request_of
 from libvirt_provider.hosts.placement import HostView
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.addresses import AddressClaims, Reservations, held_addresses
 from libvirt_provider.machine.agent_backoff import AgentBackoff
-from libvirt_provider.machine.book import HostBook
+from libvirt_provider.machine.book import HostBook, Refusal
 from libvirt_provider.machine.create import Creation
 from libvirt_provider.machine.disk_status import applied_disks, infeasible_disks
 from libvirt_provider.machine.inputs import (
@@ -148,12 +149,14 @@ class MachineReconciler:
         host_view: Callable[[], HostView | None] | None = None,
         built: Callable[[], Iterable[MachineKey]] = lambda: (),
         on_capacity_freed: Callable[[], None] = lambda: None,
+        preemption_grace: int = c.PREEMPTION_GRACE_SECONDS,
     ) -> None:
         images = images or ImageImporter(hypervisor)
         self._store = store
         self._hv = hypervisor
         self._host = host
         self._clock = clock
+        self._preemption_grace = preemption_grace
         self._inputs = InputReader(
             store=store,
             hypervisor=hypervisor,
@@ -193,6 +196,10 @@ class MachineReconciler:
     def allocations(self) -> tuple[Demand, int]:
         """The sum of what this host's machines take, and how many there are."""
         return self._book.allocations()
+
+    def preemptible(self) -> tuple[Demand, int]:
+        """What this host's spot machines take of the allocations, and how many there are."""
+        return self._book.preemptible()
 
     def refused(self) -> list[MachineKey]:
         """The machines this host last refused to admit."""
@@ -354,10 +361,16 @@ class MachineReconciler:
             ), outcome
         plan = resolution.machine
         key = _key(machine)
+        since = preempted_at(obj)
+        if since is not None:
+            return self._preempted(obj, plan, existing.uuid if existing else None, since)
         if existing is None:
             refused = self._admission(key, machine, vm, plan)
             if refused is not None:
-                message, transient = refused
+                message, transient = refused.message, refused.transient
+                if refused.preempted_first:
+                    # Counted on this host by placement meanwhile; no Warning: it passes.
+                    return Report(failed(c.REASON_WAITING_FOR_PREEMPTION, message)), CONVERGING
                 if transient:
                     # The daemon's first seconds: no Warning, looked at again shortly.
                     return Report(failed(c.REASON_NOT_ADMITTED, message)), CONVERGING
@@ -372,19 +385,84 @@ class MachineReconciler:
             report = self._failed(obj, vm, *self._problem(obj, err))
             return Report(report.readiness, domain_uuid=existing.uuid), RETRY
 
+    def _preempted(
+        self, obj: Obj, plan: ResolvedMachine, uuid: str | None, since: str
+    ) -> tuple[Report, Outcome]:
+        """A spot machine placement preempted: shut down gracefully (powered off once the grace
+        passes), kept off with its disks until placement ends the preemption, and counted on
+        this host only while it still runs. No libvirt autostart meanwhile: a host that reboots
+        must not start it behind placement's back."""
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        who = ((obj.get("status") or {}).get("preemption") or {}).get("preemptedFor")
+        message = (
+            f"preempted at {since}{f' to make room for {who}' if who else ''}: a spot machine "
+            f"runs on capacity others may reclaim; it keeps its disks and host {self._host}, "
+            "and starts again by itself once the host has room, in the order machines were "
+            "preempted there"
+        )
+        readiness = failed(vmapi.REASON_PREEMPTED, message)
+        if uuid is None:
+            self._book.drop(key)
+            return Report(readiness), DONE
+        self._hv.set_autostart(uuid, False)
+        status = self._hv.status(uuid)
+        if status.state is DomainState.SHUTOFF:
+            # Off already (a suspended machine's saved memory is kept: it resumes later).
+            self._book.drop(key)
+            report = Report(
+                readiness,
+                domain_uuid=uuid,
+                power_state=observed_power_state(status),
+                retained=retained_record(plan),
+            )
+            return report, DONE
+        graced = plan.model_copy(update={"shutdown_timeout_seconds": self._preemption_grace})
+        power = self._power.drive(
+            obj, graced, desired=vmapi.POWERED_OFF, mode=vmapi.POWER_OFF_TRY_SOFT, status=status
+        )
+        if power.settled:
+            self._book.drop(key)
+        else:
+            self._book.record(key, demand_of(plan), leaving=True)
+        report = Report(
+            readiness,
+            domain_uuid=uuid,
+            power_state=power.power_state,
+            shutdown_requested_at=power.shutdown_requested_at,
+            retained=retained_record(plan),
+        )
+        return report, DONE if power.settled else CONVERGING
+
     def _admission(
         self, key: str, machine: LibvirtMachine, vm: Obj, plan: ResolvedMachine
-    ) -> tuple[str, bool] | None:
+    ) -> Refusal | None:
         """None when the host admits the machine (booked from now on), else why not and whether
         that passes by itself within seconds (the daemon is starting)."""
         uncounted = self._uncounted()
         if uncounted:
-            return (
+            return Refusal(
                 f"host {self._host} is counting the machines it runs (after a start, "
-                f"{uncounted} not yet); the machine is admitted once they are counted"
-            ), True
+                f"{uncounted} not yet); the machine is admitted once they are counted",
+                transient=True,
+            )
         spec = VirtualMachineSpec.model_validate(vm.get("spec") or {})
-        return self._book.admit(key, request_of(machine, spec), demand_of(plan))
+        request, demand = request_of(machine, spec), demand_of(plan)
+        refused = self._book.admit(key, request, demand)
+        if refused is None or refused.transient or not self._book.leaving(self._preempted_here()):
+            return refused
+        # Placement preempted machines here that their own passes have not seen yet (this one
+        # may well be what they were preempted for): judged again with them leaving.
+        return self._book.admit(key, request, demand)
+
+    def _preempted_here(self) -> list[str]:
+        """The machines with a domain here whose copy shows them preempted."""
+        found = []
+        for built in self._built():
+            obj = self._store.get_machine(built.namespace, built.name)
+            if obj is not None and preempted_at(obj) is not None:
+                found.append(f"{built.namespace}/{built.name}")
+        return found
 
     def _uncounted(self) -> int:
         """How many machines of this host that have a domain have not been passed since the

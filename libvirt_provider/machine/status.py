@@ -315,6 +315,9 @@ def compute_status(
     retained = current.get("retainedVolumes") if retained_volumes is None else retained_volumes
     if retained is not None:
         status["retainedVolumes"] = sorted(retained)[:MAX_RETAINED_VOLUMES]
+    # Placement's (the placing daemon writes and removes it): never changed here.
+    if current.get("preemption") is not None:
+        status["preemption"] = current["preemption"]
     # None: this pass said nothing of the disks' classes (disk_status.py), so the last stands.
     reported = current.get("disks") if disks is None else [dict(d) for d in disks]
     if reported:

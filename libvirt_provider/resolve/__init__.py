@@ -2,7 +2,7 @@
 
 Pure and total: it either returns a fully resolved machine or every problem it found, each with
 the condition reason it maps to. `UnsupportedByProvider` (from the vm-api.io contract) marks what
-this provider cannot honour at all: spot scheduling, public IPs, snapshot sources, non-catalog
+this provider cannot honour at all: public IPs, snapshot sources, non-catalog
 references, a VM without a boot disk. The provider's own reasons mark what the
 user can fix: a reference that resolves to nothing, an ambiguous default, an invalid combination,
 a missing Secret or key, something this host does not offer.

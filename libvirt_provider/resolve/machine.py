@@ -221,6 +221,7 @@ def _assemble(
                 DiskClass(disk=name, volume_attributes_class=limits[name][0]) for name in names
             ),
             public_addresses=tuple(public),
+            spot=bool(ctx.vm.scheduling is not None and ctx.vm.scheduling.spot),
         )
     except ValidationError as error:
         return Resolution(machine=None, problems=tuple(validation_problems(error, VM)))

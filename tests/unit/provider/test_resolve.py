@@ -440,7 +440,6 @@ class TestUnsupportedByProvider:
     @pytest.mark.parametrize(
         ("vm", "field"),
         [
-            (b.vm_spec(scheduling={"spot": True}), "spec.scheduling.spot"),
             (
                 b.vm_spec(network={"interfaces": [{"name": "eth0", "publicIP": True}]}),
                 "publicIP",
@@ -648,7 +647,10 @@ class TestHostMismatch:
 
 
 def test_several_problems_are_reported_together() -> None:
-    vm = b.vm_spec(scheduling={"spot": True}, instanceType={"name": "huge"})
+    vm = b.vm_spec(
+        disks=[{"name": "d", "source": {"snapshot": b.ref("Snap", "s")}, "sizeGiB": 1}],
+        instanceType={"name": "huge"},
+    )
     assert sorted(reasons(resolve(vm=vm, images=[]))) == sorted(
         [REASON_UNSUPPORTED_BY_PROVIDER, c.REASON_REFERENCE_NOT_FOUND, c.REASON_REFERENCE_NOT_FOUND]
     )
@@ -660,3 +662,12 @@ def test_every_resolution_reason_the_provider_defines_is_exercised_above() -> No
         constant = next(n for n in dir(c) if n.startswith("REASON_") and getattr(c, n) == reason)
         assert f"c.{constant}" in source, f"no resolver test reports {reason}"
     assert GROUP == "infrastructure.vm-api.io"
+
+
+def test_a_spot_machine_resolves_and_says_it_is_spot() -> None:
+    machine = resolve(vm=b.vm_spec(scheduling={"spot": True})).machine
+    assert machine is not None
+    assert machine.spot
+    plain = resolve().machine
+    assert plain is not None
+    assert not plain.spot
