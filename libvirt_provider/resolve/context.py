@@ -17,6 +17,7 @@ from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.constants import GROUP, REASON_INVALID_SPEC
 from libvirt_provider.driver.types import NetworkDhcp
 from libvirt_provider.naming import domain_name
+from libvirt_provider.resolve.refusals import OTHER_REFERENCE
 from libvirt_provider.resolved import ResolvedMachine
 
 __all__ = [
@@ -145,7 +146,8 @@ def check_reference(ctx: Context, ref: ObjectReference, kind: str, where: str) -
         return True
     ctx.unsupported(
         where,
-        f"the libvirt provider resolves this reference only to {kind}.{GROUP}, "
-        f"not to {ref.kind}.{ref.api_group}",
+        OTHER_REFERENCE.format(
+            kind=kind, group=GROUP, other_kind=ref.kind, other_group=ref.api_group
+        ),
     )
     return False

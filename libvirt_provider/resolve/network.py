@@ -30,14 +30,10 @@ from libvirt_provider.naming import machine_mac_address
 from libvirt_provider.resolve.addresses import dhcp_conflict, in_pool, pool_overlaps
 from libvirt_provider.resolve.cloudinit import NetworkInterfaceConfig
 from libvirt_provider.resolve.context import VM, Context, check_reference, validation_problems
+from libvirt_provider.resolve.refusals import NO_POOL
 from libvirt_provider.resolved import Interface, InterfaceKind, NicSubnets, PublicAddress
 
-__all__ = ["NO_POOL_MESSAGE", "resolve_interfaces"]
-
-NO_POOL_MESSAGE = (
-    "LibvirtNetwork {network!r} declares no addressPool, so it has no public IP addresses to "
-    "hand out"
-)
+__all__ = ["resolve_interfaces"]
 
 
 def _default_network(ctx: Context, where: str) -> LibvirtNetwork | None:
@@ -114,7 +110,7 @@ def _public_address(
     name = network.metadata.name
     pool = network.spec.address_pool
     if pool is None:
-        ctx.unsupported(f"{where}.publicIP", NO_POOL_MESSAGE.format(network=name))
+        ctx.unsupported(f"{where}.publicIP", NO_POOL.format(network=name))
         return None
     conflicts = pool_overlaps(name, ctx.catalog.networks)
     reservation = None

@@ -21,6 +21,7 @@ from libvirt_provider.images.names import base_volume_name, parse_cached_name
 from libvirt_provider.naming import is_machine_volume, volume_name
 from libvirt_provider.resolve.context import VM, Context, check_reference
 from libvirt_provider.resolve.iotune import parse_iotune
+from libvirt_provider.resolve.refusals import NO_BOOT_DISK, SNAPSHOT_SOURCE
 from libvirt_provider.resolved import BaseImage, IoTune, VolumePlan
 
 GIB = 2**30
@@ -124,7 +125,7 @@ def resolve_base_image(
 def _disk_common(ctx: Context, disk: BootDisk | VmDisk, where: str) -> bool:
     ok = True
     if disk.source.snapshot is not None:
-        ctx.unsupported(f"{where}.source.snapshot", "snapshot sources are not supported")
+        ctx.unsupported(f"{where}.source.snapshot", SNAPSHOT_SOURCE)
         ok = False
     return ok
 
@@ -171,7 +172,7 @@ def resolve_boot_disk(ctx: Context) -> tuple[LibvirtImage, VolumePlan] | None:
     where = f"{VM}.spec.bootDisk"
     boot = ctx.vm.boot_disk
     if boot is None:
-        ctx.unsupported(where, "a VM without a bootDisk cannot boot on this provider")
+        ctx.unsupported(where, NO_BOOT_DISK)
         return None
     if not _disk_common(ctx, boot, where) or boot.source.image is None:
         return None

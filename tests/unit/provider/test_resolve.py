@@ -17,7 +17,7 @@ from libvirt_provider.domainxml import render_domain_xml
 from libvirt_provider.driver.types import NetworkDhcp
 from libvirt_provider.resolve import Resolution
 from libvirt_provider.resolve.cloudinit import meta_data
-from libvirt_provider.resolve.network import NO_POOL_MESSAGE
+from libvirt_provider.resolve.refusals import NO_POOL
 from libvirt_provider.resolved import CpuMode, DomainType, FirmwareKind, InterfaceKind
 from tests.support import builders as b
 from tests.support.builders import only_problem, resolve
@@ -360,7 +360,7 @@ class TestPublicAddresses:
             REASON_UNSUPPORTED_BY_PROVIDER,
             "VirtualMachine.spec.network.interfaces[eth0].publicIP",
         )
-        assert message == NO_POOL_MESSAGE.format(network="lab")
+        assert message == NO_POOL.format(network="lab")
         assert "declares no addressPool" in message
 
     def test_a_pool_overlapping_another_networks_pool_is_refused(self) -> None:
