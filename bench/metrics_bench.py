@@ -12,6 +12,13 @@ What it does, bounded in time and stopping by itself:
 - scrapes /metrics --scrapes times and prints the wall time of each whole scrape (p50, max), the
   daemon's own figure for the bulk call (`vmapi_machine_stats_scrape_seconds`), the body's size,
   and the series count: all, and the per-machine ones (`vmapi_machine_*` with a name label);
+- then measures whether scrapes slow reconciles: it powers a set of machines off and back on
+  (`--cycled` of them, default 100) with nobody scraping, and another set of the same size while a
+  thread scrapes /metrics every `--scrape-interval` seconds (default 1, fifteen times Prometheus'
+  default; 0 scrapes back to back, the worst case), and prints each
+  round's time from the VM's patch to its LibvirtMachine reporting the new power state (p50, p95,
+  from a watch) and the ratio scraped / quiet; the rounds alternate (quiet off, scraped off, quiet
+  on, scraped on) so drift on a busy machine falls on both;
 - deletes every VM (the generic controller deletes each LibvirtMachine, the daemon its domain),
   waits until none is left, and prints the same counts again.
 
@@ -23,7 +30,8 @@ scrape time measured is the call, the naming and the exposition of N records.
 Whatever happens, the daemon is stopped and everything the run made is deleted. Traffic goes
 only to the lab's API server and the daemon on 127.0.0.1. Needs the lab: `make lab-up` first.
 
-usage: .venv/bin/python bench/metrics_bench.py [--machines 1000] [--scrapes 5] [--smoke]
+usage: .venv/bin/python bench/metrics_bench.py [--machines 1000] [--scrapes 5] [--cycled 100]
+       [--smoke]
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import contextlib
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -40,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
 
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,7 +122,119 @@ def report(what: str, scrapes: list[Scrape]) -> None:
     )
 
 
-def run(machines: int, scrapes: int, workdir: Path) -> int:
+class Scraper:
+    """Scrapes /metrics on a thread of its own, `interval` seconds between the end of one scrape
+    and the start of the next (0: back to back), until stopped; counts its scrapes."""
+
+    def __init__(self, url: str, interval: float) -> None:
+        self._url = url
+        self._interval = interval
+        self._stop = threading.Event()
+        self.count = 0
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            # The body is read, not parsed: parsing 200 KiB in this process would hold its GIL
+            # and delay the watch that times the reconciles, measuring the bench, not the daemon.
+            with urllib.request.urlopen(self._url, timeout=30) as resp:
+                resp.read()
+            self.count += 1
+            self._stop.wait(self._interval)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+def power_round(
+    custom: client.CustomObjectsApi, ns: str, names: list[str], state: str, deadline: float
+) -> list[float]:
+    """Patch each VM's powerState to `state` and return, per machine, the seconds until its
+    LibvirtMachine reported it (from one watch, opened before the first patch)."""
+    listed = custom.list_namespaced_custom_object(GROUP, V, ns, LMS, limit=1)
+    rv = listed["metadata"]["resourceVersion"]
+    patched: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    wanted = set(names)
+
+    def patch_all() -> None:
+        for name in names:
+            patched[name] = time.monotonic()
+            custom.patch_namespaced_custom_object(
+                VM_GROUP, V, ns, VMS, name, {"spec": {"powerState": state, "powerOffMode": "Hard"}}
+            )
+
+    patcher = threading.Thread(target=patch_all, name="patcher")
+    stream = watch.Watch()
+    patcher.start()
+    try:
+        for event in stream.stream(
+            custom.list_namespaced_custom_object,
+            GROUP,
+            V,
+            ns,
+            LMS,
+            resource_version=rv,
+            timeout_seconds=int(deadline),
+        ):
+            obj = event["object"]
+            name = obj["metadata"]["name"]
+            reported = (obj.get("status") or {}).get("powerState")
+            if name in wanted and name not in seen and name in patched and reported == state:
+                seen[name] = time.monotonic() - patched[name]
+            if len(seen) == len(wanted):
+                break
+    finally:
+        stream.stop()
+        patcher.join()
+    if len(seen) != len(wanted):
+        raise SystemExit(f"metrics_bench: {len(wanted) - len(seen)} machines never reached {state}")
+    return list(seen.values())
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def compare_reconciles(
+    custom: client.CustomObjectsApi,
+    ns: str,
+    url: str,
+    *,
+    machines: int,
+    cycled: int,
+    interval: float,
+) -> None:
+    """Power rounds with and without scrapes running; prints each and the ratios."""
+    names = [pair_docs(ns, i, 1, HOST_PREFIX)[0]["metadata"]["name"] for i in range(machines)]
+    cycled = min(cycled, machines // 2)
+    quiet, scraped = names[:cycled], names[cycled : 2 * cycled]
+    deadline = 60 + cycled * 2.0
+    results: dict[tuple[str, str], list[float]] = {}
+    pace = f"every {interval:g} s" if interval > 0 else "back to back"
+    for state in ("PoweredOff", "PoweredOn"):
+        results[state, "quiet"] = power_round(custom, ns, quiet, state, deadline)
+        with Scraper(url, interval) as scraper:
+            results[state, "scraped"] = power_round(custom, ns, scraped, state, deadline)
+        calm, busy = results[state, "quiet"], results[state, "scraped"]
+        print(
+            f"  {state} of {cycled}: quiet p50 {statistics.median(calm):.2f} s "
+            f"p95 {_percentile(calm, 0.95):.2f} s; while scraping {pace} "
+            f"({scraper.count} scrapes) p50 {statistics.median(busy):.2f} s "
+            f"p95 {_percentile(busy, 0.95):.2f} s; ratio p95 scraped/quiet "
+            f"{_percentile(busy, 0.95) / _percentile(calm, 0.95):.2f}"
+        )
+
+
+def run(
+    machines: int, scrapes: int, workdir: Path, cycled: int = 100, interval: float = 1.0
+) -> int:
     lab = read_lab()
     cfg = client.Configuration()
     config.load_kube_config(config_file=lab.kubeconfig, client_configuration=cfg)
@@ -156,6 +277,7 @@ def run(machines: int, scrapes: int, workdir: Path) -> int:
             "after the first create"
         )
         report(f"{machines} machines", [Scrape(url) for _ in range(scrapes)])
+        compare_reconciles(custom, ns, url, machines=machines, cycled=cycled, interval=interval)
 
         started = time.monotonic()
         custom.delete_collection_namespaced_custom_object(VM_GROUP, V, ns, VMS)
@@ -211,12 +333,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--machines", type=int, default=1000, help="pairs to create (N)")
     parser.add_argument("--scrapes", type=int, default=5, help="scrapes timed per phase")
-    parser.add_argument("--smoke", action="store_true", help="3 pairs, 2 scrapes: a quick check")
+    parser.add_argument(
+        "--cycled", type=int, default=100, help="machines power-cycled per round (at most N/2)"
+    )
+    parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=1.0,
+        help="seconds between scrapes during the scraped rounds (0: back to back)",
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="4 pairs, 2 scrapes, 2 cycled: a quick check"
+    )
     args = parser.parse_args()
     if args.smoke:
-        args.machines, args.scrapes = 3, 2
+        args.machines, args.scrapes, args.cycled = 4, 2, 2
     with tempfile.TemporaryDirectory(prefix="metrics-bench-") as tmp:
-        return run(args.machines, args.scrapes, Path(tmp))
+        return run(args.machines, args.scrapes, Path(tmp), args.cycled, args.scrape_interval)
 
 
 if __name__ == "__main__":

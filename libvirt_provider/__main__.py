@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from libvirt_provider import constants as c
 from libvirt_provider.adapters.process.daemon import DaemonConfig, default_host, run
 from libvirt_provider.adapters.process.startup import (
     ConfigError,
@@ -149,6 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
         "covering the moment before the machine's overlay exists on it",
     )
     parser.add_argument(
+        "--preemption-grace",
+        type=int,
+        default=c.PREEMPTION_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="seconds a preempted spot machine's guest has to shut down before it is powered "
+        f"off (default {c.PREEMPTION_GRACE_SECONDS})",
+    )
+    parser.add_argument(
         "--no-image-gc",
         action="store_true",
         help="never delete cached base images (e.g. when pools are shared between hosts)",
@@ -245,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
             image_handout_grace=args.image_handout_grace,
+            preemption_grace=max(1, args.preemption_grace),
             remote=args.remote,
             identity=args.identity or "",
             credentials_dir=args.credentials_dir,

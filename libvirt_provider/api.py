@@ -40,6 +40,7 @@ __all__ = [
     "MachineMeta",
     "ModifyVolumeStatus",
     "Placement",
+    "Preemption",
     "SelectorRequirement",
     "SpreadBy",
 ]
@@ -242,6 +243,22 @@ class DiskStatus(KubeModel):
     )
 
 
+class Preemption(KubeModel):
+    """A spot machine preempted by placement: written by the placing daemon, removed by it when
+    the machine's host has room again (the host's daemon keeps the machine off meanwhile)."""
+
+    preempted_at: str = Field(
+        max_length=64,
+        description="When placement preempted the machine (RFC 3339); machines preempted on a "
+        "host start again in this order.",
+    )
+    preempted_for: str | None = Field(
+        default=None,
+        max_length=512,
+        description="namespace/name of the LibvirtMachine (not spot) the room was made for.",
+    )
+
+
 class LibvirtMachineStatus(KubeModel):
     """Written by the controller only. The first six fields are the provider status contract."""
 
@@ -301,6 +318,10 @@ class LibvirtMachineStatus(KubeModel):
         default=None,
         max_length=64,
         description="Each disk's VolumeAttributesClass (its I/O limits) and a change under way.",
+    )
+    preemption: Preemption | None = Field(
+        default=None,
+        description="Set while the machine (spot) is preempted: kept off until its host has room.",
     )
 
 

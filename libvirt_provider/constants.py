@@ -29,18 +29,29 @@ from catalog.constants import (
 
 __all__ = [
     "ADDRESSES_PER_NIC",
+    "ADDRESS_CLAIM_ATTEMPTS",
+    "ADDRESS_MANAGED_BY_LABEL",
+    "ADDRESS_MANAGER",
+    "ADDRESS_POOL_POLL_SECONDS",
     "ADMISSION_COUNTING_SECONDS",
     "AGENT_BACKOFF_FIRST_SECONDS",
     "AGENT_BACKOFF_MAX_SECONDS",
     "AGENT_CALLS_PER_HOST",
     "AGENT_TIMEOUT_SECONDS",
     "CALL_WAIT_SECONDS",
+    "CLAIM_INTERFACE_LABEL",
+    "CLAIM_LIBVIRT_NETWORK_ANNOTATION",
+    "CLAIM_MACHINE_UID_LABEL",
+    "CLAIM_MAC_ANNOTATION",
+    "CLAIM_NETWORK_ANNOTATION",
     "CONNECTION_PROBLEM_REASONS",
     "CONNECT_TIMEOUT_SECONDS",
     "DEFAULT_HOST_BURST",
     "DEFAULT_HOST_QPS",
     "DEFAULT_MAX_CONCURRENT_OPERATIONS",
     "DEFAULT_SHUTDOWN_TIMEOUT_SECONDS",
+    "EVENT_ADDRESS_CLAIMED",
+    "EVENT_ADDRESS_RELEASED",
     "EVENT_CLEANUP_FAILED",
     "EVENT_CONSOLE_ATTACHED",
     "EVENT_CONSOLE_DETACHED",
@@ -51,6 +62,8 @@ __all__ = [
     "EVENT_PLACED",
     "EVENT_POOL_SKIPPED",
     "EVENT_POWERED_OFF",
+    "EVENT_PREEMPTING",
+    "EVENT_PREEMPTION_ENDED",
     "EVENT_REDEFINED",
     "EVENT_RESUMED",
     "EVENT_SAVED_STATE_DISCARDED",
@@ -83,6 +96,10 @@ __all__ = [
     "HOST_SHORT_NAMES",
     "IMAGE_KIND",
     "IMAGE_PLURAL",
+    "IPADDRESS_GROUP",
+    "IPADDRESS_KIND",
+    "IPADDRESS_PLURAL",
+    "IPADDRESS_VERSION",
     "KEPT_LABELS",
     "MACHINE_CLASS_KIND",
     "MACHINE_CLASS_PLURAL",
@@ -99,6 +116,11 @@ __all__ = [
     "MODIFY_VOLUME_PENDING",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
+    "PREEMPTION_GRACE_SECONDS",
+    "REASON_ADDRESS_OUTSIDE_POOL",
+    "REASON_ADDRESS_POOL_CONFLICT",
+    "REASON_ADDRESS_POOL_EXHAUSTED",
+    "REASON_ADDRESS_STILL_LEASED",
     "REASON_AMBIGUOUS_DEFAULT",
     "REASON_FOREIGN_DOMAIN",
     "REASON_GUEST_AGENT_RESPONDING",
@@ -130,6 +152,8 @@ __all__ = [
     "REASON_UP_TO_DATE",
     "REASON_VIRTUAL_MACHINE_NOT_FOUND",
     "REASON_WAITING_FOR_ADDRESS",
+    "REASON_WAITING_FOR_PREEMPTION",
+    "RESERVATION_LEASE_MINUTES",
     "RESOLUTION_REASONS",
     "SECRETS_CLUSTER_ROLE",
     "SNAPSHOT_BOOT_DISK",
@@ -269,6 +293,9 @@ REASON_SECRET_NOT_READABLE: Final = "SecretNotReadable"
 REASON_NOT_AVAILABLE_ON_HOST: Final = "NotAvailableOnHost"
 # A disk names a LibvirtSnapshot whose copy is not complete yet (or is being deleted): it waits.
 REASON_SNAPSHOT_NOT_READY: Final = "SnapshotNotReady"
+# A LibvirtNetwork's address pool overlaps another network's pool, or its libvirt network's DHCP
+# range, or lies outside that network's subnet: no address of it is handed out.
+REASON_ADDRESS_POOL_CONFLICT: Final = "AddressPoolConflict"
 # The ClusterRole a RoleBinding in a namespace grants the daemon to read cloud-init Secrets there.
 SECRETS_CLUSTER_ROLE: Final = "vm-api-libvirt-provider-secrets"
 # The reasons the resolver reports (beside the contract's UnsupportedByProvider).
@@ -280,7 +307,44 @@ RESOLUTION_REASONS: Final = (
     REASON_SECRET_NOT_READABLE,
     REASON_NOT_AVAILABLE_ON_HOST,
     REASON_SNAPSHOT_NOT_READY,
+    REASON_ADDRESS_POOL_CONFLICT,
 )
+
+# Public addresses (`publicIP: true` on a network with an address pool). Each address a machine
+# holds is a `networking.k8s.io/v1` IPAddress named after it: its creation is the atomic claim (a
+# second create of the name fails), its parentRef names the LibvirtMachine, and these labels and
+# annotations say which machine, interface and network hold it (docs/catalog.md).
+IPADDRESS_GROUP: Final = "networking.k8s.io"
+IPADDRESS_VERSION: Final = "v1"
+IPADDRESS_PLURAL: Final = "ipaddresses"
+IPADDRESS_KIND: Final = "IPAddress"
+# Kubernetes' own label for who manages an IPAddress: the API server's Service IP repair loop
+# touches only its own (`ipallocator.k8s.io`), and this provider only those with its value.
+ADDRESS_MANAGED_BY_LABEL: Final = "ipaddress.kubernetes.io/managed-by"
+ADDRESS_MANAGER: Final = "libvirt.infrastructure.vm-api.io"
+CLAIM_MACHINE_UID_LABEL: Final = f"{GROUP}/machine-uid"
+CLAIM_INTERFACE_LABEL: Final = f"{GROUP}/interface"
+# An annotation, not a label: a LibvirtNetwork's name may be longer than a label value.
+CLAIM_NETWORK_ANNOTATION: Final = f"{GROUP}/network"
+CLAIM_MAC_ANNOTATION: Final = f"{GROUP}/mac"
+CLAIM_LIBVIRT_NETWORK_ANNOTATION: Final = f"{GROUP}/libvirt-network"
+# Free addresses a pass tries before it gives up for now (each failed create means another
+# daemon took that address a moment ago; the next pass starts from a fresh list).
+ADDRESS_CLAIM_ATTEMPTS: Final = 8
+# Seconds between two looks for a free address while a machine waits on an exhausted pool
+# (releases are not watched: a machine deleted on any host frees its address).
+ADDRESS_POOL_POLL_SECONDS: Final = 10.0
+# The lease time of a DHCP reservation for a public address, in minutes (dnsmasq's minimum): how
+# long a destroyed guest's lease can keep the address from its next holder.
+RESERVATION_LEASE_MINUTES: Final = 2
+# The machine holds its address, but the host's DHCP server still leases it to another MAC (the
+# previous holder's guest): its domain is created once that lease ran out.
+REASON_ADDRESS_STILL_LEASED: Final = "AddressStillLeased"
+# No address of the pool is free: the machine waits, and is built once one is released.
+REASON_ADDRESS_POOL_EXHAUSTED: Final = "AddressPoolExhausted"
+# The machine holds an address its network's pool no longer contains (the pool was shrunk): it
+# keeps it until it is deleted, and says so.
+REASON_ADDRESS_OUTSIDE_POOL: Final = "AddressOutsidePool"
 
 # Condition reasons of the machine loop (InfrastructureReady and UpToDate).
 REASON_RUNNING: Final = "Running"
@@ -307,6 +371,9 @@ REASON_HOST_NOT_READY: Final = "HostNotReady"
 # The machine's host does not admit it (cordoned, full, not matching what the machine asks): it is
 # built nowhere and counted nowhere until the host admits it (`hosts/admission.py`).
 REASON_NOT_ADMITTED: Final = "NotAdmitted"
+# The machine's host admits it once the spot machines preempted to make room for it are off: said
+# without a Warning, and the placer counts the machine on its host meanwhile (unlike NotAdmitted).
+REASON_WAITING_FOR_PREEMPTION: Final = "WaitingForPreemption"
 # The machine's host is served, but its daemon cannot reach the host's libvirtd (a remote host's
 # network, credentials or host key): its state is unknown, and it is not moved.
 REASON_HOST_UNREACHABLE: Final = "HostUnreachable"
@@ -334,6 +401,8 @@ EVENT_VOLUME_DELETED: Final = "VolumeDeleted"
 EVENT_CLEANUP_FAILED: Final = "CleanupFailed"
 EVENT_NOTHING_REMOVED: Final = "NothingRemoved"
 EVENT_POOL_SKIPPED: Final = "PoolSkipped"
+EVENT_ADDRESS_CLAIMED: Final = "AddressClaimed"
+EVENT_ADDRESS_RELEASED: Final = "AddressReleased"
 EVENT_DISK_GROWN: Final = "DiskGrown"
 EVENT_REDEFINED: Final = "Redefined"
 EVENT_UPDATED_LIVE: Final = "UpdatedLive"
@@ -343,6 +412,11 @@ EVENT_PLACED: Final = "Placed"
 EVENT_CONSOLE_ATTACHED: Final = "ConsoleAttached"
 EVENT_CONSOLE_DETACHED: Final = "ConsoleDetached"
 EVENT_SPREAD_NOT_HONOURED: Final = "SpreadNotHonoured"
+# On the machine placed by preempting spot machines (Normal): which ones, on which host. The
+# preempted machines get the API's `Preempted` (generic.constants.REASON_PREEMPTED).
+EVENT_PREEMPTING: Final = "Preempting"
+# On a preempted machine whose host has room again: it is started again.
+EVENT_PREEMPTION_ENDED: Final = "PreemptionEnded"
 
 # Every connection reason that is not `Connected`.
 CONNECTION_PROBLEM_REASONS: Final = (
@@ -462,3 +536,6 @@ EVENT_SNAPSHOT_VOLUMES_DELETED: Final = "SnapshotVolumesDeleted"
 # Seconds a block commit (merging the writes made while a running machine's disks were copied
 # back into its own volumes) may take before the pass gives up and retries.
 SNAPSHOT_COMMIT_TIMEOUT_SECONDS: Final = 120.0
+# Seconds a preempted spot machine's guest is given to shut down before it is powered off
+# (`--preemption-grace`; docs/placement.md).
+PREEMPTION_GRACE_SECONDS: Final = 30

@@ -30,6 +30,7 @@ __all__ = [
     "HostCapacity",
     "HostConnection",
     "HostOffers",
+    "HostPreemptible",
     "HostSummary",
     "HostVersions",
     "LibvirtHostSpec",
@@ -196,10 +197,21 @@ class HostAllocatable(KubeModel):
     memory: Quantity = Field(default="0", description="Memory that may be placed here.")
 
 
+class HostPreemptible(KubeModel):
+    cpus: int = Field(default=0, ge=0, description="vCPUs of the spot machines on this host.")
+    memory: Quantity = Field(default="0", description="Memory of the spot machines on this host.")
+    machines: int = Field(default=0, ge=0, description="Spot machines on this host.")
+
+
 class HostAllocated(KubeModel):
     cpus: int = Field(default=0, ge=0, description="vCPUs of the machines on this host.")
     memory: Quantity = Field(default="0", description="Memory of the machines on this host.")
     machines: int = Field(default=0, ge=0, description="Machines on this host.")
+    preemptible: HostPreemptible | None = Field(
+        default=None,
+        description="The part of the above that spot machines take: placement may reclaim it "
+        "for machines that are not spot. Absent when the host runs no spot machine.",
+    )
 
 
 class HostSummary(KubeModel):

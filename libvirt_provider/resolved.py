@@ -19,7 +19,7 @@ from uuid import UUID
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretBytes, model_validator
 
 from catalog.image import CdromBus, DiskBus, ImageFormat, NicModel
-from catalog.network import AddressSourcePolicy, DirectMode
+from catalog.network import AddressPool, AddressSourcePolicy, DirectMode
 
 __all__ = [
     "IOTUNE_DIRECTIONS",
@@ -44,6 +44,7 @@ __all__ = [
     "Memory",
     "OsBoot",
     "Owner",
+    "PublicAddress",
     "ResolvedMachine",
     "VolumePlan",
 ]
@@ -391,6 +392,23 @@ class DiskClass(ResolvedModel):
     volume_attributes_class: KubeName | None
 
 
+class PublicAddress(ResolvedModel):
+    """A NIC's public address from its network's pool (not in the XML: a claim in the API server
+    holds it, and the guest learns it from a DHCP reservation or from network-data)."""
+
+    interface: AliasName
+    network: KubeName = Field(description="the LibvirtNetwork whose pool it comes from")
+    mac: Mac
+    pool: AddressPool
+    address: str | None = Field(description="None until the machine holds one")
+    reservation: SafeName | None = Field(
+        description="the libvirt network whose DHCP reserves it for the MAC; None: network-data"
+    )
+    in_pool: bool = Field(
+        default=True, description="False once the pool was shrunk past the held address"
+    )
+
+
 class ResolvedMachine(ResolvedModel):
     domain: DomainSpec
     volumes: tuple[VolumePlan, ...]
@@ -401,3 +419,7 @@ class ResolvedMachine(ResolvedModel):
     """The NICs whose network names its subnets; the others believe any global address."""
     disk_classes: tuple[DiskClass, ...] = ()
     """Each disk's VolumeAttributesClass, boot disk first, as the VM names it."""
+    public_addresses: tuple[PublicAddress, ...] = ()
+    """The NICs that asked for a public address on a network with a pool."""
+    spot: bool = False
+    """`scheduling.spot`: it runs on capacity the placer may reclaim (docs/placement.md)."""

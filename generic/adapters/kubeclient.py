@@ -493,6 +493,25 @@ class KubeApi:
             request_timeout=_request_timeout,
         )
 
+    def delete_cluster_custom_object(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        name: str,
+        *,
+        body: object = None,
+        _request_timeout: Timeout = None,
+    ) -> Any:
+        """`body` is the DeleteOptions (preconditions, propagation), as a dict."""
+        return self._call(
+            "DELETE",
+            "/apis/{group}/{version}/{plural}/{name}",
+            _custom(group, version, plural, name=name),
+            body=body,
+            request_timeout=_request_timeout,
+        )
+
     # -- discovery (CustomObjectsApi, ApisApi, ApiextensionsV1Api) ---------------------------
 
     def get_api_resources(

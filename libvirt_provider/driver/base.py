@@ -22,6 +22,7 @@ from libvirt_provider.driver.types import (
     HostFacts,
     InterfaceAddress,
     LifecycleListener,
+    NetworkDhcp,
     OverlaySpec,
     PendingOverlay,
     VolumeInfo,
@@ -34,6 +35,7 @@ __all__ = [
     "Hypervisor",
     "LifecycleEvents",
     "LiveOperations",
+    "NetworkReservations",
     "PoolAccess",
     "SnapshotCopies",
     "SnapshotHypervisor",
@@ -176,6 +178,24 @@ class LiveOperations(Protocol):
         ...
 
 
+class NetworkReservations(Protocol):
+    """A libvirt network's DHCP and its host reservations (how a public address reaches a guest
+    on a network libvirt's DHCP serves)."""
+
+    def network_dhcp(self, network: str) -> NetworkDhcp | None:
+        """The network's DHCP; None when it serves none or does not exist on this host."""
+        ...
+
+    def reserve_address(self, network: str, *, mac: str, address: str) -> None:
+        """`address` for `mac`, live and persistent; an entry that gives the address to another
+        MAC, or the MAC another address, is replaced."""
+        ...
+
+    def release_reservation(self, network: str, *, mac: str, address: str) -> None:
+        """Remove that reservation; nothing when there is none or the network is gone."""
+        ...
+
+
 class LifecycleEvents(Protocol):
     """libvirt's lifecycle events, by domain UUID."""
 
@@ -216,5 +236,13 @@ class PoolAccess(HostInfo, VolumeStore, Protocol):
     """What the image code needs: the host's pools and their volumes."""
 
 
-class Hypervisor(HostInfo, DomainControl, VolumeStore, LiveOperations, LifecycleEvents, Protocol):
+class Hypervisor(
+    HostInfo,
+    DomainControl,
+    VolumeStore,
+    LiveOperations,
+    LifecycleEvents,
+    NetworkReservations,
+    Protocol,
+):
     """Everything the machine loop uses."""

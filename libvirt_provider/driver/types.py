@@ -21,6 +21,7 @@ __all__ = [
     "HostInventory",
     "InterfaceAddress",
     "LifecycleListener",
+    "NetworkDhcp",
     "OverlaySpec",
     "PendingOverlay",
     "PoolInfo",
@@ -86,6 +87,19 @@ class GuestInfo:
 
     agent: str
     facts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NetworkDhcp:
+    """The DHCP a libvirt network's dnsmasq serves: its dynamic ranges, the subnets they are in,
+    and its host reservations (MAC -> IP)."""
+
+    network: str
+    ranges: tuple[tuple[str, str], ...]
+    subnets: tuple[str, ...]
+    hosts: Mapping[str, str] = field(default_factory=dict)
+    leases: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    """IP -> (MAC, expiry in seconds since the epoch) of the leases its DHCP server holds now."""
 
 
 @dataclass(frozen=True)

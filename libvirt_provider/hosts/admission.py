@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from libvirt_provider.hosts.inventory import Demand, format_size
 from libvirt_provider.hosts.placement import HostView, Misfit, Request, Usage, host_misfit
 
-__all__ = ["Booked", "refusal"]
+__all__ = ["Booked", "refusal", "waits_for_preempted"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class Booked:
 
     demand: Demand
     pending: bool
+    # A spot machine preempted by placement and still shutting down: it leaves soon.
+    leaving: bool = False
 
 
 def _usage(booked: Iterable[Booked]) -> Usage:
@@ -77,4 +79,19 @@ def refusal(
     misfit = host_misfit(request, view, demand, _usage(booked))
     if misfit is None:
         return None
-    return f"host {host} does not admit this machine: {_why(misfit)}" + tail
+    why = _why(misfit)
+    if demand.spot and misfit.unit:
+        why += " (a spot machine preempts nothing: it runs where there is room)"
+    return f"host {host} does not admit this machine: {why}" + tail
+
+
+def waits_for_preempted(
+    request: Request, view: HostView | None, demand: Demand, booked: Iterable[Booked]
+) -> bool:
+    """True when the machine fits once the preempted machines still shutting down are off: it
+    is what they were preempted for, and is admitted then (not refused meanwhile)."""
+    held = list(booked)
+    if view is None or not any(entry.leaving for entry in held):
+        return False
+    staying = [entry for entry in held if not entry.leaving]
+    return host_misfit(request, view, demand, _usage(staying)) is None

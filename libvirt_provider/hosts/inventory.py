@@ -31,6 +31,7 @@ from libvirt_provider.host_api import (
     HostAllocated,
     HostCapacity,
     HostOffers,
+    HostPreemptible,
     HostSummary,
     HostVersions,
     LibvirtHostSpec,
@@ -61,6 +62,8 @@ class Demand:
     cpus: int = 0
     memory: int = 0
     pools: tuple[tuple[str, int], ...] = field(default=())
+    # A spot machine's: preemptible (placement may reclaim it for a machine that is not spot).
+    spot: bool = False
 
 
 def demand_of(machine: ResolvedMachine) -> Demand:
@@ -73,6 +76,7 @@ def demand_of(machine: ResolvedMachine) -> Demand:
         cpus=machine.domain.cpu.vcpus,
         memory=machine.domain.memory.current_mib * MIB,
         pools=tuple(sorted(per_pool.items())),
+        spot=machine.spot,
     )
 
 
@@ -174,10 +178,12 @@ def host_status(
     generation: int | None,
     now: str,
     connection: tuple[str, str] | None = None,
+    preemptible: tuple[Demand, int] | None = None,
 ) -> dict[str, Any]:
     """The status body to write. Without an inventory (libvirtd unreachable) the last known
     figures stay and only Ready turns False. `connection` (a remote host's: the `Connected`
-    reason and message) adds the `Connected` condition."""
+    reason and message) adds the `Connected` condition; `preemptible` what of `allocated` spot
+    machines take (and how many there are)."""
     ready = problem is None and inventory is not None
     body: dict[str, Any] = (
         previous.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -216,9 +222,17 @@ def host_status(
             memory=f"{_gib(allocated.memory)}/{_gib(room.memory)}",
         ).model_dump(by_alias=True, mode="json")
         body["observedGeneration"] = generation
+    spot, spot_machines = preemptible or (Demand(), 0)
     body["allocated"] = HostAllocated(
-        cpus=allocated.cpus, memory=format_size(allocated.memory), machines=machines
-    ).model_dump(by_alias=True, mode="json")
+        cpus=allocated.cpus,
+        memory=format_size(allocated.memory),
+        machines=machines,
+        preemptible=HostPreemptible(
+            cpus=spot.cpus, memory=format_size(spot.memory), machines=spot_machines
+        )
+        if spot_machines
+        else None,
+    ).model_dump(by_alias=True, mode="json", exclude_none=True)
     old = {c.type: c for c in (previous.conditions or [])} if previous is not None else {}
     reason = REASON_HOST_READY if ready else REASON_LIBVIRT_UNAVAILABLE
     message = "the daemon runs and reaches libvirtd" if ready else (problem or "no inventory")

@@ -51,6 +51,8 @@ __all__ = [
     "not_admitted",
     "older_than",
     "per_host_pools",
+    "preempted_at",
+    "preemption_mark",
     "request_of",
     "spread_group",
     "unplaced",
@@ -167,6 +169,20 @@ def not_admitted(obj: Obj) -> bool:
         return False
     ready = find_condition(status.get("conditions"), CONDITION_INFRASTRUCTURE_READY) or {}
     return ready.get("reason") == REASON_NOT_ADMITTED
+
+
+def preempted_at(obj: Obj) -> str | None:
+    """When placement preempted the machine (RFC 3339), while it is preempted; else None."""
+    preemption = (obj.get("status") or {}).get("preemption") or {}
+    at = preemption.get("preemptedAt") if isinstance(preemption, Mapping) else None
+    return str(at) if at else None
+
+
+def preemption_mark(at: str | None, preempted_for: str | None = None) -> dict[str, Any]:
+    """The status patch that preempts a machine (`at` its time) or, with None, ends it."""
+    if at is None:
+        return {"preemption": None}
+    return {"preemption": {"preemptedAt": at, "preemptedFor": preempted_for}}
 
 
 def older_than(obj: Obj, seconds: float, *, now: dt.datetime) -> bool:

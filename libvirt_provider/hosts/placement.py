@@ -32,9 +32,12 @@ __all__ = [
     "Ledger",
     "Misfit",
     "Request",
+    "Spot",
     "Usage",
+    "capacity_misfit",
     "decide",
     "host_misfit",
+    "open_to",
     "selector_matches",
 ]
 
@@ -104,6 +107,16 @@ class _Entry:
     demand: Demand
     pending: bool
     group: tuple[str, str] | None
+    created: float
+
+
+@dataclass(frozen=True)
+class Spot:
+    """A spot machine placed on a host, as preemption weighs it: `created` in epoch seconds."""
+
+    key: str
+    demand: Demand
+    created: float
 
 
 class Ledger:
@@ -113,6 +126,9 @@ class Ledger:
         self._entries: dict[str, _Entry] = {}
         self._usage: dict[str, Usage] = {}
         self._groups: dict[tuple[str, str], Counter[str]] = {}
+        # Built spot machines per host (preemption's candidates), so a host with none costs
+        # nothing to look at.
+        self._spot: dict[str, dict[str, Spot]] = {}
 
     def __contains__(self, key: str) -> bool:
         return key in self._entries
@@ -132,11 +148,12 @@ class Ledger:
         *,
         pending: bool = False,
         group: tuple[str, str] | None = None,
+        created: float = 0.0,
     ) -> None:
         """Record (or replace) the machine `key` on `host`; `pending` while its volumes are not
-        yet created."""
+        yet created; `created` (epoch seconds) ranks a spot machine for preemption."""
         self.drop(key)
-        entry = _Entry(host, demand, pending, group)
+        entry = _Entry(host, demand, pending, group, created)
         self._entries[key] = entry
         usage = self._usage.setdefault(host, Usage())
         usage.cpus += demand.cpus
@@ -147,6 +164,8 @@ class Ledger:
                 usage.pending[pool] += size
         if group is not None:
             self._groups.setdefault(group, Counter())[host] += 1
+        if demand.spot and not pending:
+            self._spot.setdefault(host, {})[key] = Spot(key, demand, created)
 
     def drop(self, key: str) -> None:
         entry = self._entries.pop(key, None)
@@ -156,6 +175,7 @@ class Ledger:
         usage.cpus -= entry.demand.cpus
         usage.memory -= entry.demand.memory
         usage.machines -= 1
+        self._spot.get(entry.host, {}).pop(key, None)
         if entry.pending:
             for pool, size in entry.demand.pools:
                 usage.pending[pool] -= size
@@ -164,6 +184,11 @@ class Ledger:
             members[entry.host] -= 1
             if members[entry.host] <= 0:
                 del members[entry.host]
+
+    def spot_on(self, host: str) -> list[Spot]:
+        """The spot machines on `host` that preemption may reclaim: built ones only (a machine
+        whose volumes are still to be created, or only assumed there, is left to come up)."""
+        return list(self._spot.get(host, {}).values())
 
     def usage(self, host: str) -> Usage:
         return self._usage.get(host) or Usage()
@@ -201,7 +226,7 @@ def selector_matches(selector: HostSelector | None, labels: Mapping[str, str]) -
     return True
 
 
-def _capacity(host: HostView, usage: Usage, demand: Demand) -> Misfit | None:
+def capacity_misfit(host: HostView, usage: Usage, demand: Demand) -> Misfit | None:
     free_cpus = host.cpus - usage.cpus
     if demand.cpus > free_cpus:
         return Misfit("insufficient cpu", demand.cpus, max(0, free_cpus), "cpu")
@@ -221,7 +246,7 @@ def _share(host: HostView, usage: Usage, demand: Demand) -> float:
     return (cpu + memory) / 2
 
 
-def _open_to(request: Request, host: HostView) -> Misfit | None:
+def open_to(request: Request, host: HostView) -> Misfit | None:
     """The filters that do not depend on what the machine takes: readiness, cordon, failure
     domain, selector."""
     if not host.ready:
@@ -242,12 +267,12 @@ def host_misfit(request: Request, host: HostView, found: Fit, usage: Usage) -> M
     machine takes there, or why it cannot be built there; `usage` what the host holds already.
     Placement runs it for every host; a host's daemon for itself, before it builds a machine
     bound to it (`admission`), so no path builds what placement would refuse."""
-    refused = _open_to(request, host)
+    refused = open_to(request, host)
     if refused is not None:
         return refused
     if isinstance(found, Misfit):
         return found
-    return _capacity(host, usage, found)
+    return capacity_misfit(host, usage, found)
 
 
 def decide(
@@ -272,10 +297,10 @@ def decide(
     for host in hosts:
         usage = ledger.usage(host.name)
         # The filters in `host_misfit`'s order; `fit` (a resolution) only for the hosts open.
-        misfit = _open_to(request, host)
+        misfit = open_to(request, host)
         if misfit is None:
             found = fit(host)
-            misfit = found if isinstance(found, Misfit) else _capacity(host, usage, found)
+            misfit = found if isinstance(found, Misfit) else capacity_misfit(host, usage, found)
         if misfit is not None:
             misfits.append(misfit)
             continue

@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import NamedTuple
 
-from libvirt_provider.hosts.admission import Booked, refusal
+from libvirt_provider.hosts.admission import Booked, refusal, waits_for_preempted
 from libvirt_provider.hosts.inventory import Demand, total
 from libvirt_provider.hosts.placement import HostView, Request
 
-__all__ = ["HostBook"]
+__all__ = ["HostBook", "Refusal"]
+
+
+class Refusal(NamedTuple):
+    """Why the host does not admit a machine now, and whether that passes by itself within
+    seconds: the daemon's start (no inventory of its own yet), or (`preempted_first`) the spot
+    machines preempted to make room for it still shutting down."""
+
+    message: str
+    transient: bool
+    preempted_first: bool = False
 
 
 class HostBook:
@@ -38,9 +49,8 @@ class HostBook:
         self._booked: dict[str, Booked] = {}
         self._refused: set[str] = set()
 
-    def admit(self, key: str, request: Request, demand: Demand) -> tuple[str, bool] | None:
-        """Book the machine `key` (no domain yet) and return None, or why the host refuses it
-        and whether that is the daemon's start (no inventory of its own yet: passes in seconds).
+    def admit(self, key: str, request: Request, demand: Demand) -> Refusal | None:
+        """Book the machine `key` (no domain yet) and return None, or why the host refuses it.
         A machine admitted before is not judged again: only its demand is brought up to date."""
         with self._lock:
             held = self._booked.get(key)
@@ -49,16 +59,24 @@ class HostBook:
                 why = refusal(self._host, request, view, demand, self._booked.values())
                 if why is not None:
                     self._refused.add(key)
-                    return why, view is None
+                    if waits_for_preempted(request, view, demand, self._booked.values()):
+                        return Refusal(
+                            f"host {self._host} admits this machine once the spot machines "
+                            "preempted there to make room are off (within their grace period)",
+                            transient=True,
+                            preempted_first=True,
+                        )
+                    return Refusal(why, transient=view is None)
             self._refused.discard(key)
             self._booked[key] = Booked(demand, pending=True)
         if held is None or held.demand != demand:
             self._changed()
         return None
 
-    def record(self, key: str, demand: Demand) -> None:
-        """The machine `key` has a domain here: it is held, whatever admission would say now."""
-        self._put(key, Booked(demand, pending=False))
+    def record(self, key: str, demand: Demand, *, leaving: bool = False) -> None:
+        """The machine `key` has a domain here: it is held, whatever admission would say now;
+        `leaving` while it is preempted and shutting down."""
+        self._put(key, Booked(demand, pending=False, leaving=leaving))
 
     def hold(self, key: str, demand: Demand) -> None:
         """The machine `key` has a domain here but its spec does not resolve now: it is held
@@ -68,6 +86,16 @@ class HostBook:
             if key in self._booked:
                 return
         self.record(key, demand)
+
+    def leaving(self, keys: list[str]) -> bool:
+        """Mark the machines `keys` held here as preempted and shutting down (their own passes
+        may not have run yet); True when that changed anything."""
+        with self._lock:
+            marked = [k for k in keys if k in self._booked and not self._booked[k].leaving]
+            for key in marked:
+                held = self._booked[key]
+                self._booked[key] = Booked(held.demand, pending=held.pending, leaving=True)
+        return bool(marked)
 
     def drop(self, key: str) -> None:
         """The machine `key` is gone from this host (deleted, or never admitted)."""
@@ -87,6 +115,8 @@ class HostBook:
             entry is None
             or entry.demand.cpus < before.demand.cpus
             or entry.demand.memory < before.demand.memory
+            # Preempted: the machines refused for want of its room wait for it quietly now.
+            or (entry.leaving and not before.leaving)
         ):
             self._freed()
 
@@ -99,4 +129,10 @@ class HostBook:
         """The sum of what the machines held here take, and how many there are."""
         with self._lock:
             demands = [entry.demand for entry in self._booked.values()]
+        return total(demands), len(demands)
+
+    def preemptible(self) -> tuple[Demand, int]:
+        """The part of the allocations that spot machines take (placement may reclaim it)."""
+        with self._lock:
+            demands = [entry.demand for entry in self._booked.values() if entry.demand.spot]
         return total(demands), len(demands)

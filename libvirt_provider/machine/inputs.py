@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import cast, get_args
 
@@ -34,7 +34,14 @@ from libvirt_provider.machine.status import recorded_retained, retained_volumes
 from libvirt_provider.machine.store import MachineStore, Obj
 from libvirt_provider.resolve import Resolution, resolve_machine
 
-__all__ = ["InputReader", "LinkedVm", "PowerIntent", "SecretCache", "power_intent"]
+__all__ = [
+    "InputReader",
+    "LinkedVm",
+    "PowerIntent",
+    "SecretCache",
+    "power_intent",
+    "wants_public_address",
+]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,12 @@ log = logging.getLogger(__name__)
 class PowerIntent:
     desired: PowerState
     mode: PowerOffMode
+
+
+def wants_public_address(vm: Obj) -> bool:
+    """Whether any interface of the VM asks for a public address (its claims are then read)."""
+    interfaces = ((vm.get("spec") or {}).get("network") or {}).get("interfaces") or []
+    return any(isinstance(i, dict) and i.get("publicIP") is True for i in interfaces)
 
 
 def power_intent(vm: Obj) -> PowerIntent:
@@ -104,9 +117,26 @@ class InputReader:
         existing_macs: frozenset[str] = frozenset(),
         existing_seed_digest: str | None = None,
         existing_volumes: frozenset[tuple[str, str]] = frozenset(),
+        public_addresses: Mapping[str, str] | None = None,
     ) -> Resolution:
+        """The machine resolved for this host; `public_addresses` are the addresses its claims
+        hold, by interface (given whenever its VM asks for one)."""
         catalog = self._catalog.catalog()
         secrets, unreadable = self._secrets(machine.metadata.namespace, vm, obj)
+        network_dhcp = None
+        if public_addresses is not None:
+            # Only the libvirt networks a pool can use: where libvirt's DHCP serves one, the
+            # address is a reservation there, and the pool must keep out of its range.
+            network_dhcp = {
+                name: self._hv.network_dhcp(name)
+                for name in sorted(
+                    {
+                        n.spec.source.network
+                        for n in catalog.networks.values()
+                        if n.spec.address_pool is not None and n.spec.source.network is not None
+                    }
+                )
+            }
         return resolve_machine(
             vm_name=str((vm.get("metadata") or {}).get("name")),
             vm_spec=vm.get("spec") or {},
@@ -120,6 +150,8 @@ class InputReader:
             seed_key=str((vm.get("metadata") or {}).get("uid") or ""),
             existing_seed_digest=existing_seed_digest,
             existing_volumes=existing_volumes,
+            public_addresses=public_addresses,
+            network_dhcp=network_dhcp,
         )
 
     def domain_name(self, obj: Obj) -> str:

@@ -322,9 +322,14 @@ class PowerDriver:
         deferred: list[AddressSource],
     ) -> list[dict[str, str]]:
         subnets = {n.interface: n.subnets for n in plan.nic_subnets}
+        public = {p.interface: p.address for p in plan.public_addresses}
         nics = [
             NicAddressPlan(
-                name=i.name, mac=i.mac, policy=i.address_source, subnets=subnets.get(i.name, ())
+                name=i.name,
+                mac=i.mac,
+                policy=i.address_source,
+                subnets=subnets.get(i.name, ()),
+                public=public.get(i.name),
             )
             for i in plan.domain.interfaces
         ]

@@ -32,6 +32,7 @@ from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.domainxml import interface_macs, owned_fields, pool_volumes
 from libvirt_provider.driver.base import Hypervisor
+from libvirt_provider.driver.types import DomainState
 from libvirt_provider.errors import (
     ForeignDomainError,
     HostUnreachableError,
@@ -41,14 +42,20 @@ from libvirt_provider.errors import (
     StateConflictError,
 )
 from libvirt_provider.hosts.inventory import Demand, demand_of
-from libvirt_provider.hosts.machines import request_of
+from libvirt_provider.hosts.machines import preempted_at, request_of
 from libvirt_provider.hosts.placement import HostView
 from libvirt_provider.images.importer import ImageImporter
+from libvirt_provider.machine.addresses import AddressClaims, Reservations, held_addresses
 from libvirt_provider.machine.agent_backoff import AgentBackoff
-from libvirt_provider.machine.book import HostBook
+from libvirt_provider.machine.book import HostBook, Refusal
 from libvirt_provider.machine.create import Creation
 from libvirt_provider.machine.disk_status import applied_disks, infeasible_disks
-from libvirt_provider.machine.inputs import InputReader, PowerIntent, power_intent
+from libvirt_provider.machine.inputs import (
+    InputReader,
+    PowerIntent,
+    power_intent,
+    wants_public_address,
+)
 from libvirt_provider.machine.power import observed_power_state
 from libvirt_provider.machine.powering import PowerDriver
 from libvirt_provider.machine.status import (
@@ -142,12 +149,14 @@ class MachineReconciler:
         host_view: Callable[[], HostView | None] | None = None,
         built: Callable[[], Iterable[MachineKey]] = lambda: (),
         on_capacity_freed: Callable[[], None] = lambda: None,
+        preemption_grace: int = c.PREEMPTION_GRACE_SECONDS,
     ) -> None:
         images = images or ImageImporter(hypervisor)
         self._store = store
         self._hv = hypervisor
         self._host = host
         self._clock = clock
+        self._preemption_grace = preemption_grace
         self._inputs = InputReader(
             store=store,
             hypervisor=hypervisor,
@@ -164,6 +173,8 @@ class MachineReconciler:
         self._teardown = Teardown(
             hypervisor=hypervisor, events=store, console_log_dir=console_log_dir
         )
+        self._claims = AddressClaims(store=store, host=host)
+        self._reservations = Reservations(hypervisor)
         # When each machine's current run of failed passes began (see _problem).
         self._failing_since: dict[str, dt.datetime] = {}
         # What this host holds and has admitted: the "allocated" figures of its LibvirtHost.
@@ -185,6 +196,10 @@ class MachineReconciler:
     def allocations(self) -> tuple[Demand, int]:
         """The sum of what this host's machines take, and how many there are."""
         return self._book.allocations()
+
+    def preemptible(self) -> tuple[Demand, int]:
+        """What this host's spot machines take of the allocations, and how many there are."""
+        return self._book.preemptible()
 
     def refused(self) -> list[MachineKey]:
         """The machines this host last refused to admit."""
@@ -289,17 +304,41 @@ class MachineReconciler:
         current = (
             self._hv.domain_xml(existing.uuid, inactive=True) if existing is not None else None
         )
-        resolution = self._inputs.resolve(
-            obj,
-            machine,
-            vm,
-            domain_name=domain_name,
-            existing_macs=interface_macs(current) if current is not None else frozenset(),
-            existing_seed_digest=(
-                owned_fields(current).ownership.cloud_init_digest if current is not None else None
-            ),
-            existing_volumes=frozenset(pool_volumes(current) if current is not None else ()),
-        )
+        public = wants_public_address(vm)
+        for attempt in range(2):
+            resolution = self._inputs.resolve(
+                obj,
+                machine,
+                vm,
+                domain_name=domain_name,
+                existing_macs=interface_macs(current) if current is not None else frozenset(),
+                existing_seed_digest=(
+                    owned_fields(current).ownership.cloud_init_digest
+                    if current is not None
+                    else None
+                ),
+                public_addresses=(
+                    held_addresses(self._claims.held(machine.metadata.uid)) if public else None
+                ),
+                existing_volumes=frozenset(pool_volumes(current) if current is not None else ()),
+            )
+            plan = resolution.machine
+            if plan is None or all(p.address is not None for p in plan.public_addresses):
+                break
+            if attempt:
+                raise RetryableError("the public addresses just claimed are not listed yet")
+            # Claimed for a machine that exists now, with its finalizer: its deletion releases.
+            self._fresh(obj)
+            exhausted = self._claims.claim(obj, plan)
+            if exhausted is not None:
+                report = self._failed(obj, vm, c.REASON_ADDRESS_POOL_EXHAUSTED, exhausted.message())
+                waiting = Outcome(requeue_after=c.ADDRESS_POOL_POLL_SECONDS)
+                if existing is None:
+                    return report, waiting
+                state = observed_power_state(self._hv.status(existing.uuid))
+                return Report(
+                    report.readiness, domain_uuid=existing.uuid, power_state=state
+                ), waiting
         if resolution.machine is None:
             reason = resolution.problems[0].reason
             report = self._failed(obj, vm, reason, resolution.message())
@@ -323,10 +362,16 @@ class MachineReconciler:
             ), outcome
         plan = resolution.machine
         key = _key(machine)
+        since = preempted_at(obj)
+        if since is not None:
+            return self._preempted(obj, plan, existing.uuid if existing else None, since)
         if existing is None:
             refused = self._admission(key, machine, vm, plan)
             if refused is not None:
-                message, transient = refused
+                message, transient = refused.message, refused.transient
+                if refused.preempted_first:
+                    # Counted on this host by placement meanwhile; no Warning: it passes.
+                    return Report(failed(c.REASON_WAITING_FOR_PREEMPTION, message)), CONVERGING
                 if transient:
                     # The daemon's first seconds: no Warning, looked at again shortly.
                     return Report(failed(c.REASON_NOT_ADMITTED, message)), CONVERGING
@@ -341,19 +386,84 @@ class MachineReconciler:
             report = self._failed(obj, vm, *self._problem(obj, err))
             return Report(report.readiness, domain_uuid=existing.uuid), RETRY
 
+    def _preempted(
+        self, obj: Obj, plan: ResolvedMachine, uuid: str | None, since: str
+    ) -> tuple[Report, Outcome]:
+        """A spot machine placement preempted: shut down gracefully (powered off once the grace
+        passes), kept off with its disks until placement ends the preemption, and counted on
+        this host only while it still runs. No libvirt autostart meanwhile: a host that reboots
+        must not start it behind placement's back."""
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        who = ((obj.get("status") or {}).get("preemption") or {}).get("preemptedFor")
+        message = (
+            f"preempted at {since}{f' to make room for {who}' if who else ''}: a spot machine "
+            f"runs on capacity others may reclaim; it keeps its disks and host {self._host}, "
+            "and starts again by itself once the host has room, in the order machines were "
+            "preempted there"
+        )
+        readiness = failed(vmapi.REASON_PREEMPTED, message)
+        if uuid is None:
+            self._book.drop(key)
+            return Report(readiness), DONE
+        self._hv.set_autostart(uuid, False)
+        status = self._hv.status(uuid)
+        if status.state is DomainState.SHUTOFF:
+            # Off already (a suspended machine's saved memory is kept: it resumes later).
+            self._book.drop(key)
+            report = Report(
+                readiness,
+                domain_uuid=uuid,
+                power_state=observed_power_state(status),
+                retained=retained_record(plan),
+            )
+            return report, DONE
+        graced = plan.model_copy(update={"shutdown_timeout_seconds": self._preemption_grace})
+        power = self._power.drive(
+            obj, graced, desired=vmapi.POWERED_OFF, mode=vmapi.POWER_OFF_TRY_SOFT, status=status
+        )
+        if power.settled:
+            self._book.drop(key)
+        else:
+            self._book.record(key, demand_of(plan), leaving=True)
+        report = Report(
+            readiness,
+            domain_uuid=uuid,
+            power_state=power.power_state,
+            shutdown_requested_at=power.shutdown_requested_at,
+            retained=retained_record(plan),
+        )
+        return report, DONE if power.settled else CONVERGING
+
     def _admission(
         self, key: str, machine: LibvirtMachine, vm: Obj, plan: ResolvedMachine
-    ) -> tuple[str, bool] | None:
+    ) -> Refusal | None:
         """None when the host admits the machine (booked from now on), else why not and whether
         that passes by itself within seconds (the daemon is starting)."""
         uncounted = self._uncounted()
         if uncounted:
-            return (
+            return Refusal(
                 f"host {self._host} is counting the machines it runs (after a start, "
-                f"{uncounted} not yet); the machine is admitted once they are counted"
-            ), True
+                f"{uncounted} not yet); the machine is admitted once they are counted",
+                transient=True,
+            )
         spec = VirtualMachineSpec.model_validate(vm.get("spec") or {})
-        return self._book.admit(key, request_of(machine, spec), demand_of(plan))
+        request, demand = request_of(machine, spec), demand_of(plan)
+        refused = self._book.admit(key, request, demand)
+        if refused is None or refused.transient or not self._book.leaving(self._preempted_here()):
+            return refused
+        # Placement preempted machines here that their own passes have not seen yet (this one
+        # may well be what they were preempted for): judged again with them leaving.
+        return self._book.admit(key, request, demand)
+
+    def _preempted_here(self) -> list[str]:
+        """The machines with a domain here whose copy shows them preempted."""
+        found = []
+        for built in self._built():
+            obj = self._store.get_machine(built.namespace, built.name)
+            if obj is not None and preempted_at(obj) is not None:
+                found.append(f"{built.namespace}/{built.name}")
+        return found
 
     def _uncounted(self) -> int:
         """How many machines of this host that have a domain have not been passed since the
@@ -389,6 +499,21 @@ class MachineReconciler:
                 up_to_date_message="the machine is created once its image is imported",
             )
             return Report(readiness, retained=retained_record(plan)), CONVERGING
+        # Before the domain first starts, so its first DHCP request meets the reservation.
+        self._reservations.ensure(plan)
+        stale = self._reservations.stale_lease(plan, self._clock().timestamp())
+        if stale is not None:
+            message, left = stale
+            readiness = Readiness(
+                ready=False,
+                reason=c.REASON_ADDRESS_STILL_LEASED,
+                message=message,
+                up_to_date=False,
+                up_to_date_reason=c.REASON_ADDRESS_STILL_LEASED,
+                up_to_date_message="the machine is created once its public address is free",
+            )
+            waiting = Outcome(requeue_after=min(left + 1.0, c.ADDRESS_POOL_POLL_SECONDS))
+            return Report(readiness, retained=retained_record(plan)), waiting
         self._fresh(obj)
         uuid = self._creation.create(obj, plan, intent.desired)
         # Its volumes exist now: the pools' free space shows them from the host's next inventory
@@ -412,6 +537,7 @@ class MachineReconciler:
         # Updating the definition, live changes and disk growth leave the power state as it is:
         # one read serves them and the power decision.
         status = self._hv.status(uuid)
+        self._reservations.ensure(plan)
         update = self._updater.update(obj, uuid, plan, status, current=current)
         self._hv.set_autostart(uuid, plan.autostart)
         power = self._power.drive(
@@ -426,7 +552,14 @@ class MachineReconciler:
             waiting_for_image=update.waiting_for_image,
             pending=update.pending,
             network_data=plan.cloud_init is not None and plan.cloud_init.network_config is not None,
+            outside_pool=[
+                f"interface {p.interface}: {p.address} (LibvirtNetwork {p.network!r})"
+                for p in plan.public_addresses
+                if not p.in_pool
+            ],
         )
+        if readiness.up_to_date_reason == c.REASON_ADDRESS_OUTSIDE_POOL:
+            self._tell_once(obj, c.REASON_ADDRESS_OUTSIDE_POOL, readiness.up_to_date_message)
         report = Report(
             readiness,
             domain_uuid=uuid,
@@ -482,6 +615,10 @@ class MachineReconciler:
         try:
             keep = self._inputs.volumes_to_keep(obj)
             self._teardown.run(obj, uuid=uuid, domain_name=domain_name, keep=keep)
+            # After the domain is gone, so no guest uses an address that is free again.
+            claims = self._claims.held(uuid)
+            self._reservations.release(claims)
+            self._claims.release(obj, claims)
         except ProviderError as err:
             message = f"cleanup failed, keeping the finalizer: {err}"
             self._store.event(obj, reason=c.EVENT_CLEANUP_FAILED, message=message, warning=True)
@@ -517,6 +654,14 @@ class MachineReconciler:
         reason = problem_reason(retryable=retryable, failing_for=now - since)
         message = f"libvirt failed (retrying with backoff): {err}" if retryable else str(err)
         return reason, message
+
+    def _tell_once(self, obj: Obj, reason: str, message: str) -> None:
+        """A Warning Event for a condition the machine's UpToDate does not show yet."""
+        before = find_condition(
+            (obj.get("status") or {}).get("conditions"), vmapi.CONDITION_UP_TO_DATE
+        )
+        if before is None or before.get("reason") != reason or before.get("message") != message:
+            self._store.event(obj, reason=reason, message=message, warning=True)
 
     def _set_finalizers(self, obj: Obj, finalizers: list[str], *, host: str | None = None) -> None:
         # A conflict means the object changed meanwhile; the next pass reads it again.

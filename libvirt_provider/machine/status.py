@@ -85,6 +85,8 @@ class NicAddressPlan:
     policy: AddressSourcePolicy
     subnets: tuple[str, ...] = ()
     """The network's subnets; empty: any address the rules above let through."""
+    public: str | None = None
+    """The public address the NIC holds from its network's pool: reported as ExternalIP."""
 
 
 def _believed(address: InterfaceAddress, nic: NicAddressPlan) -> bool:
@@ -129,7 +131,9 @@ def select_addresses(
                 found = [
                     {
                         "interface": nic.name,
-                        "type": vmapi.ADDRESS_INTERNAL_IP,
+                        "type": vmapi.ADDRESS_EXTERNAL_IP
+                        if a.address == nic.public
+                        else vmapi.ADDRESS_INTERNAL_IP,
                         "address": a.address,
                         "source": source.value,
                     }
@@ -183,8 +187,11 @@ def assess_readiness(
     waiting_for_image: str | None,
     pending: Sequence[str],
     network_data: bool = False,
+    outside_pool: Sequence[str] = (),
 ) -> Readiness:
-    """The two conditions for a machine whose domain exists, from what this pass saw."""
+    """The two conditions for a machine whose domain exists, from what this pass saw.
+    `outside_pool` names the public addresses the machine holds that its network's pool no
+    longer contains: kept (nothing running is disturbed), and said in UpToDate."""
     if waiting_for_image is not None:
         up = (False, c.REASON_IMPORTING_IMAGE, waiting_for_image)
     elif pending:
@@ -192,6 +199,13 @@ def assess_readiness(
             False,
             vmapi.REASON_REQUIRES_POWER_OFF,
             "applied at the next power-off: " + "; ".join(pending),
+        )
+    elif outside_pool:
+        up = (
+            False,
+            c.REASON_ADDRESS_OUTSIDE_POOL,
+            "the machine keeps public addresses its network's addressPool no longer contains "
+            "(the pool was shrunk), until it is deleted: " + "; ".join(outside_pool),
         )
     else:
         up = (True, c.REASON_UP_TO_DATE, "the domain matches the spec")
@@ -301,6 +315,9 @@ def compute_status(
     retained = current.get("retainedVolumes") if retained_volumes is None else retained_volumes
     if retained is not None:
         status["retainedVolumes"] = sorted(retained)[:MAX_RETAINED_VOLUMES]
+    # Placement's (the placing daemon writes and removes it): never changed here.
+    if current.get("preemption") is not None:
+        status["preemption"] = current["preemption"]
     # None: this pass said nothing of the disks' classes (disk_status.py), so the last stands.
     reported = current.get("disks") if disks is None else [dict(d) for d in disks]
     if reported:

@@ -44,6 +44,25 @@ class MachineStore(EventSink, Protocol):
         ...
 
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None: ...
+    def machine_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of the LibvirtMachine as the API server has it now (any host's), None when it
+        does not exist; read without keeping a copy."""
+        ...
+
+    def address_claims(self, *, machine_uid: str | None = None) -> list[Obj]:
+        """This provider's IPAddress claims (`constants.ADDRESS_MANAGER`), of one machine when
+        `machine_uid` is given."""
+        ...
+
+    def create_address_claim(self, body: Obj) -> Obj:
+        """Create the IPAddress; raises StateConflictError when its name (the address) is taken."""
+        ...
+
+    def delete_address_claim(self, name: str, *, uid: str) -> None:
+        """Delete the IPAddress if it is still the object with `uid`; nothing when it is gone
+        (or is another object by now)."""
+        ...
+
     def set_finalizers(self, obj: Obj, finalizers: list[str], *, host: str | None = None) -> None:
         """Set the machine's finalizers (and `spec.host`, when given) if its finalizers are still
         what `obj` shows; raises StateConflictError when they are not."""

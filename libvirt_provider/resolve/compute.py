@@ -52,11 +52,6 @@ def check_placement(ctx: Context) -> None:
             f"topology.kubernetes.io/zone label); {domain!r} is neither the machine's host "
             f"{placed!r} nor its zone {ctx.host.zone or '(none)'}",
         )
-    if ctx.vm.scheduling is not None and ctx.vm.scheduling.spot:
-        ctx.unsupported(
-            f"{VM}.spec.scheduling.spot",
-            "libvirt hosts have no spot or preemptible capacity",
-        )
 
 
 def resolve_domain_type(ctx: Context) -> DomainType | None:

@@ -15,7 +15,9 @@ from generic.constants import REASON_UNSUPPORTED_BY_PROVIDER
 from generic.formats import validation_details
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.constants import GROUP, REASON_INVALID_SPEC
+from libvirt_provider.driver.types import NetworkDhcp
 from libvirt_provider.naming import domain_name
+from libvirt_provider.resolve.refusals import OTHER_REFERENCE
 from libvirt_provider.resolved import ResolvedMachine
 
 __all__ = [
@@ -121,6 +123,12 @@ class Context:
     """Secrets in the machine's namespace the daemon may not read (not opted in there)."""
     secrets_deferred: bool = False
     """Placement resolves without Secrets (it never reads them): their checks wait for the host."""
+    public_addresses: Mapping[str, str] | None = None
+    """Interface name -> the public address the machine holds for it (its claims); None where
+    claims are not looked at (placement)."""
+    network_dhcp: Mapping[str, NetworkDhcp | None] | None = None
+    """The DHCP of this host's libvirt networks that public addresses use, by libvirt network
+    name (None: serves none); None where the host is not asked (placement)."""
     problems: list[Problem] = field(default_factory=list)
 
     def problem(self, reason: str, where: str, message: str, *, missing: str | None = None) -> None:
@@ -142,7 +150,8 @@ def check_reference(ctx: Context, ref: ObjectReference, kind: str, where: str) -
         return True
     ctx.unsupported(
         where,
-        f"the libvirt provider resolves this reference only to {kind}.{GROUP}, "
-        f"not to {ref.kind}.{ref.api_group}",
+        OTHER_REFERENCE.format(
+            kind=kind, group=GROUP, other_kind=ref.kind, other_group=ref.api_group
+        ),
     )
     return False

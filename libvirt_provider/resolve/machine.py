@@ -14,6 +14,7 @@ from generic.api import VirtualMachineSpec
 from generic.formats import validation_details
 from libvirt_provider.api import GraphicsType, LibvirtMachine
 from libvirt_provider.constants import REASON_INVALID_SPEC
+from libvirt_provider.driver.types import NetworkDhcp
 from libvirt_provider.naming import console_log_file
 from libvirt_provider.resolve.bootstrap import resolve_cloud_init
 from libvirt_provider.resolve.cloudinit import cloud_init_digest, legacy_cloud_init_digest
@@ -54,6 +55,7 @@ from libvirt_provider.resolved import (
     NicSubnets,
     OsBoot,
     Owner,
+    PublicAddress,
     ResolvedMachine,
     VolumePlan,
 )
@@ -104,7 +106,7 @@ def resolve_pair(ctx: Context) -> Resolution:
     data_plans = resolve_data_disks(ctx)
     limits = resolve_disk_limits(ctx)
     image = boot[0] if boot is not None else None
-    nics, configs, customised, subnets = resolve_interfaces(ctx, image)
+    nics, configs, customised, subnets, public = resolve_interfaces(ctx, image)
     cloud_init = resolve_cloud_init(
         ctx,
         configs=configs,
@@ -141,6 +143,7 @@ def resolve_pair(ctx: Context) -> Resolution:
         limits=limits,
         nics=nics,
         subnets=subnets,
+        public=public,
         cloud_init=cloud_init,
     )
 
@@ -158,6 +161,7 @@ def _assemble(
     limits: dict[str, tuple[str | None, IoTune]],
     nics: list[Interface],
     subnets: list[NicSubnets],
+    public: list[PublicAddress],
     cloud_init: CloudInitData | None,
 ) -> Resolution:
     targets = _TargetNames()
@@ -216,6 +220,8 @@ def _assemble(
             disk_classes=tuple(
                 DiskClass(disk=name, volume_attributes_class=limits[name][0]) for name in names
             ),
+            public_addresses=tuple(public),
+            spot=bool(ctx.vm.scheduling is not None and ctx.vm.scheduling.spot),
         )
     except ValidationError as error:
         return Resolution(machine=None, problems=tuple(validation_problems(error, VM)))
@@ -288,13 +294,18 @@ def resolve_machine(
     existing_volumes: frozenset[tuple[str, str]] = frozenset(),
     unreadable_secrets: frozenset[str] = frozenset(),
     secrets_deferred: bool = False,
+    public_addresses: Mapping[str, str] | None = None,
+    network_dhcp: Mapping[str, NetworkDhcp | None] | None = None,
 ) -> Resolution:
     """Resolve a linked VM + LibvirtMachine pair for `host`. Raw dicts are parsed here, so a spec
     the models refuse becomes a problem to report rather than an exception. `domain_name` is the
     name the machine's domain already has (by default, the one derived from its identity);
     `existing_macs` the MACs its definition holds (see naming), `existing_seed_digest` its
     cloud-init digest, `existing_volumes` the (pool, volume) of its disks. `seed_key` keys the
-    cloud-init digest: the VirtualMachine's uid, which libvirt never sees."""
+    cloud-init digest: the VirtualMachine's uid, which
+    libvirt never sees. `public_addresses` are the addresses the machine's claims hold, by
+    interface, and `network_dhcp` the DHCP of the libvirt networks they use (both None where
+    they are not looked at: placement)."""
     problems: list[Problem] = []
     vm = _parse(VirtualMachineSpec, vm_spec, f"{VM}.spec", problems)
     libvirt_machine = _parse(LibvirtMachine, machine, LM, problems)
@@ -314,5 +325,7 @@ def resolve_machine(
         existing_volumes=existing_volumes,
         unreadable_secrets=unreadable_secrets,
         secrets_deferred=secrets_deferred,
+        public_addresses=public_addresses,
+        network_dhcp=network_dhcp,
     )
     return resolve_pair(context)

@@ -26,6 +26,7 @@ from libvirt_provider.images.names import base_volume_name, parse_cached_name
 from libvirt_provider.naming import is_machine_volume, volume_name
 from libvirt_provider.resolve.context import VM, Context, check_reference
 from libvirt_provider.resolve.iotune import parse_iotune
+from libvirt_provider.resolve.refusals import NO_BOOT_DISK
 from libvirt_provider.resolved import BaseImage, IoTune, VolumePlan
 
 GIB = 2**30
@@ -263,7 +264,7 @@ def resolve_boot_disk(ctx: Context) -> tuple[LibvirtImage, VolumePlan] | None:
     where = f"{VM}.spec.bootDisk"
     boot = ctx.vm.boot_disk
     if boot is None:
-        ctx.unsupported(where, "a VM without a bootDisk cannot boot on this provider")
+        ctx.unsupported(where, NO_BOOT_DISK)
         return None
     if boot.source.snapshot is not None:
         image = _snapshot_boot_image(ctx, boot.source.snapshot, f"{where}.source.snapshot")

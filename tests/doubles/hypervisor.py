@@ -34,6 +34,7 @@ from libvirt_provider.driver.types import (
     HostFacts,
     InterfaceAddress,
     LifecycleListener,
+    NetworkDhcp,
     OverlaySpec,
     VolumeInfo,
 )
@@ -117,6 +118,8 @@ class FakeHypervisor:
     # Free bytes per pool before the allocation of its volumes is counted (libvirt counts every
     # volume's allocation against its pool); a pool not listed does not account space.
     pool_free: dict[str, int] = field(default_factory=dict)
+    # The DHCP of the host's libvirt networks that serve it; reservations edit their hosts.
+    dhcp: dict[str, NetworkDhcp] = field(default_factory=dict)
 
     def _enter(self, op: str) -> None:
         self.calls.append(op)
@@ -150,6 +153,27 @@ class FakeHypervisor:
     def host_facts(self) -> HostFacts:
         self._enter("host_facts")
         return self.facts
+
+    def network_dhcp(self, network: str) -> NetworkDhcp | None:
+        self._enter("network_dhcp")
+        return self.dhcp.get(network)
+
+    def reserve_address(self, network: str, *, mac: str, address: str) -> None:
+        self._enter("reserve_address")
+        current = self.dhcp.get(network)
+        if current is None:
+            raise NotFoundError(f"network {network!r} serves no DHCP")
+        hosts = {m: a for m, a in current.hosts.items() if m != mac.lower() and a != address}
+        hosts[mac.lower()] = address
+        self.dhcp[network] = replace(current, hosts=hosts)
+
+    def release_reservation(self, network: str, *, mac: str, address: str) -> None:
+        self._enter("release_reservation")
+        current = self.dhcp.get(network)
+        if current is None or current.hosts.get(mac.lower()) != address:
+            return
+        hosts = {m: a for m, a in current.hosts.items() if m != mac.lower()}
+        self.dhcp[network] = replace(current, hosts=hosts)
 
     def lookup(self, *, uuid: str, name: str) -> DomainRef | None:
         self._enter("lookup")

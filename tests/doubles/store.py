@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from libvirt_provider.constants import CLAIM_MACHINE_UID_LABEL
 from libvirt_provider.errors import AccessDeniedError, NotFoundError, StateConflictError
 from libvirt_provider.machine.store import SecretData
 
@@ -27,6 +28,9 @@ class MemoryStore:
 
     # Reads the reconciler asked to be fresh (from the API server, in production).
     fresh_reads: int = 0
+    # IPAddress claims by name (the address), as the API server keeps them.
+    claims: dict[str, Obj] = field(default_factory=dict)
+    claim_serial: int = 0
 
     def get_machine(self, namespace: str, name: str, *, fresh: bool = False) -> Obj | None:
         self.fresh_reads += fresh
@@ -50,6 +54,33 @@ class MemoryStore:
         # A version that changes with the content, as the API server's resourceVersion does.
         version = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
         return SecretData(version=version, data=dict(data))
+
+    def machine_uid(self, namespace: str, name: str) -> str | None:
+        obj = self.machines.get(name)
+        return str(obj["metadata"].get("uid")) if obj else None
+
+    def address_claims(self, *, machine_uid: str | None = None) -> list[Obj]:
+        return [
+            copy.deepcopy(claim)
+            for claim in self.claims.values()
+            if machine_uid is None
+            or claim["metadata"]["labels"].get(CLAIM_MACHINE_UID_LABEL) == machine_uid
+        ]
+
+    def create_address_claim(self, body: Obj) -> Obj:
+        name = body["metadata"]["name"]
+        if name in self.claims:
+            raise StateConflictError(f'ipaddresses "{name}" already exists')
+        self.claim_serial += 1
+        claim = copy.deepcopy(body)
+        claim["metadata"]["uid"] = f"claim-{self.claim_serial}"
+        self.claims[name] = claim
+        return copy.deepcopy(claim)
+
+    def delete_address_claim(self, name: str, *, uid: str) -> None:
+        claim = self.claims.get(name)
+        if claim is not None and claim["metadata"]["uid"] == uid:
+            del self.claims[name]
 
     def patch_machine_status(self, namespace: str, name: str, status: Obj) -> None:
         _apply_merge_patch(self.machines[name].setdefault("status", {}), status)

@@ -9,6 +9,7 @@ them, so a test's failure points at the one thing it changed.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from catalog.image import LibvirtImage
@@ -18,7 +19,7 @@ from catalog.network import LibvirtNetwork
 from catalog.storage import LibvirtStorageClass
 from catalog.volume_attributes import VolumeAttributesClass
 from libvirt_provider.constants import VOLUME_ATTRIBUTES_DRIVER
-from libvirt_provider.driver.types import HostFacts
+from libvirt_provider.driver.types import HostFacts, NetworkDhcp
 from libvirt_provider.resolve import Resolution, SecretData, resolve_machine
 
 UID = "6f1d3c2a-8b4e-4d7a-9c1b-2e3f4a5b6c7d"
@@ -116,10 +117,13 @@ def resolve(
     lm: dict[str, Any] | None = None,
     secrets: SecretData | None = None,
     unreadable: frozenset[str] = frozenset(),
+    public_addresses: Mapping[str, str] | None = None,
+    network_dhcp: Mapping[str, NetworkDhcp | None] | None = None,
     **kinds: Any,
 ) -> Resolution:
     """The valid pair (or `vm`, `lm`) resolved against the catalog (its kinds overridable by
-    `images=`, `networks=`, ...) on the host (`host=`)."""
+    `images=`, `networks=`, ...) on the host (`host=`), with the public addresses the machine
+    holds and the host's DHCP when given."""
     return resolve_machine(
         vm_name="web",
         vm_spec=vm if vm is not None else vm_spec(),
@@ -128,6 +132,8 @@ def resolve(
         secrets=secrets or {},
         host=kinds.get("host", HOST),
         unreadable_secrets=unreadable,
+        public_addresses=public_addresses,
+        network_dhcp=network_dhcp,
     )
 
 

@@ -136,6 +136,8 @@ class Fleet:
     lab: LabInfo
     api: client.ApiClient
     daemons: dict[str, Daemon] = field(default_factory=dict)
+    # Flags every daemon of the fleet gets besides the usual ones.
+    extra_args: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -150,6 +152,7 @@ class Fleet:
             lease_namespace=SYSTEM_NAMESPACE,
             crash_point=crash_point,
             host_spec=None,  # placement's tests set their hosts' spec
+            extra_args=self.extra_args,
         )
         health_base(proc, log)
         daemon = Daemon(host, proc, log)
@@ -169,6 +172,7 @@ class Fleet:
                     log_name=f"e2e-placement-{host.name}.log",
                     lease_namespace=SYSTEM_NAMESPACE,
                     host_spec=None,
+                    extra_args=self.extra_args,
                 ),
             )
             for host in hosts

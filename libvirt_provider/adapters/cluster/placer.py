@@ -11,6 +11,12 @@ LibvirtHost, the catalog) plus one LIST of the heartbeat Leases every few second
 the label of a machine a user pinned with `spec.host` alone, and reports machines whose host
 stopped its heartbeat (`HostNotReady`); it never moves a machine.
 
+A machine that is not spot and fits no host may take the room of spot machines on one host
+(`hosts/preemption.py`): they are marked preempted (`status.preemption`, which their host's daemon
+acts on: it shuts them down and keeps them off) before the machine is bound, and their room is
+the machine's from that decision on, so a burst preempts only what it needs. A preempted machine
+is started again by unmarking it once its host has room, in the order they were preempted.
+
 This is the shell: it reads, asks the pure core in `libvirt_provider/hosts/`, binds and reports.
 The host view (`view`), the heartbeat rules (`heartbeat`), what a machine asks (`machines`),
 the pass's ledger with the assumed bindings (`survey`, `assumed`), the decision (`placement`,
@@ -48,6 +54,7 @@ from libvirt_provider.hosts import heartbeat, machines
 from libvirt_provider.hosts.assumed import Assumed, Demands
 from libvirt_provider.hosts.inventory import Demand
 from libvirt_provider.hosts.placement import Decision, HostView, Ledger, decide
+from libvirt_provider.hosts.preemption import Preemption, choose, restarts
 from libvirt_provider.hosts.report import (
     Report,
     Reported,
@@ -75,6 +82,9 @@ BINDERS = 4
 # Otherwise this often: a heartbeat that turned stale changes nothing in the copies, and a host
 # that stopped must be reported within a reasonable time (one LIST of the Leases per pass).
 IDLE_PASS_SECONDS = c.HEARTBEAT_GRACE_SECONDS / 2
+# How long a preemption (or its end) this placer wrote is remembered while the copies do not show
+# it yet, as assumed bindings are.
+PREEMPTION_ECHO_SECONDS = 60.0
 # How long a machine may be one-sided before it is told so (the generic controller writes the two
 # halves of a link one after the other).
 LINK_GRACE_SECONDS = 5.0
@@ -113,6 +123,10 @@ class Placer:
         # Machines whose report could not be written, handed back to the placer's thread (the
         # only one that touches `_reported` and `_waiting_for`) to be said again.
         self._unreported: queue.SimpleQueue[str] = queue.SimpleQueue()
+        # Preemptions written (when, as written; and when, monotonic) and ends of preemption,
+        # until the copies show them: only the placer's thread touches these.
+        self._preempting: dict[str, tuple[str, float]] = {}
+        self._restarting: dict[str, float] = {}
         self._loop = BackgroundLoop("placer", self._run)
 
         def informer(
@@ -202,6 +216,7 @@ class Placer:
         views = self._views()
         catalog = self._catalog.catalog()
         pools = machines.per_host_pools(catalog)
+        self._forget_echoed(objs, now)
         found = survey(
             objs,
             views,
@@ -211,6 +226,8 @@ class Placer:
             answered=self._answered.for_a_grace(now),
             now=now,
             wall=dt.datetime.now(dt.UTC),
+            preempting={key: at for key, (at, _) in self._preempting.items()},
+            restarting=set(self._restarting),
         )
         for fix in found.fixes:
             if fix.record is not None:
@@ -254,6 +271,12 @@ class Placer:
             if placed is not None:
                 self._waiting_for.remember(key, judged)
             waiting = True
+        if found.preempted:
+            started = set(restarts(found.preempted, views, found.ledger, found.refused))
+            for entry in found.preempted:
+                if entry.key in started:
+                    self._restart(entry.key, entry.host, now)
+            waiting = waiting or len(started) < len(found.preempted)
         if decided:
             log.debug(
                 "placement pass: %d of %d unplaced machines decided in %.0f ms",
@@ -332,6 +355,12 @@ class Placer:
             return False
         decision = decide(asked.request, views, asked.fit, ledger)
         if decision.host is None:
+            preemption = choose(asked.request, views, asked.fit, ledger)
+            if preemption is not None:
+                if not self._preempt(obj, preemption, ledger):
+                    return None  # a mark not written: decided again on the next pass
+                decision = Decision(preemption.host, preemption.demand)
+        if decision.host is None:
             age = time.monotonic() - self._started
             report = unplaced_report(asked.fit.problems, decision, term_age=age)
             if report is None:  # too early in the term to say: looked at again
@@ -344,6 +373,85 @@ class Placer:
         ledger.put(key, decision.host, decision.demand, pending=True, group=group)
         self._binder.submit(self._bind_or_forget, obj, decision)
         return True
+
+    # -- preemption ---------------------------------------------------------------------------
+
+    def _forget_echoed(self, objs: list[Obj], now: float) -> None:
+        """Forget the preemptions (and their ends) the copies show, or that are too old."""
+        marks = {machines.key_of(o): machines.preempted_at(o) for o in objs}
+        for key, (_at, since) in list(self._preempting.items()):
+            if marks.get(key) is not None or now - since > PREEMPTION_ECHO_SECONDS:
+                del self._preempting[key]
+        for key, since in list(self._restarting.items()):
+            if marks.get(key) is None or now - since > PREEMPTION_ECHO_SECONDS:
+                del self._restarting[key]
+
+    def _preempt(self, obj: Obj, preemption: Preemption, ledger: Ledger) -> bool:
+        """Mark the victims preempted (each an Event), and take them out of the ledger; False
+        when a mark could not be written (the machine is decided again)."""
+        key = machines.key_of(obj)
+        at = format_time(dt.datetime.now(dt.UTC))
+        for victim in preemption.victims:
+            namespace, name = victim.split("/", 1)
+            try:
+                self._store.patch_machine_status(namespace, name, machines.preemption_mark(at, key))
+            except Exception as err:
+                log.warning("preempting %s for %s failed: %s", victim, key, err)
+                return False
+            self._preempting[victim] = (at, time.monotonic())
+            ledger.drop(victim)
+            log.info("preempted %s on %s for %s", victim, preemption.host, key)
+            target = self.machines.get(victim)
+            if target is not None:
+                self._event(
+                    target,
+                    vmapi.REASON_PREEMPTED,
+                    f"preempted to make room for {key}, which is not spot and fits no host: the "
+                    "guest is asked to shut down (and powered off after the host's grace "
+                    f"period); it keeps its disks and host {preemption.host}, and starts again "
+                    "by itself once the host has room, in the order machines were preempted "
+                    "there",
+                    warning=True,
+                )
+        self._event(
+            obj,
+            c.EVENT_PREEMPTING,
+            f"fits no host as it is: preempted {len(preemption.victims)} spot machine(s) on "
+            f"host {preemption.host} to make room ({', '.join(preemption.victims)})",
+            warning=False,
+        )
+        return True
+
+    def _restart(self, key: str, host: str, now: float) -> None:
+        """End a machine's preemption: its host's daemon starts it again."""
+        namespace, name = key.split("/", 1)
+        try:
+            self._store.patch_machine_status(namespace, name, machines.preemption_mark(None))
+        except Exception as err:
+            log.warning("ending the preemption of %s failed: %s", key, err)
+            return
+        self._restarting[key] = now
+        self._preempting.pop(key, None)
+        log.info("%s, preempted, starts again on %s", key, host)
+        target = self.machines.get(key)
+        if target is not None:
+            self._event(
+                target,
+                c.EVENT_PREEMPTION_ENDED,
+                f"host {host} has room again: the machine starts again",
+                warning=False,
+            )
+
+    def _event(self, obj: Obj, reason: str, message: str, *, warning: bool) -> None:
+        """An Event, posted on the reporter thread."""
+
+        def post() -> None:
+            try:
+                self._store.event(obj, reason=reason, message=message, warning=warning)
+            except Exception as err:
+                log.info("posting an Event on %s failed: %s", machines.key_of(obj), err)
+
+        self._reporter.submit(post)
 
     def _bind_or_forget(self, obj: Obj, decision: Decision) -> None:
         """On a binding thread: bind, or forget the assumed placement and look again."""

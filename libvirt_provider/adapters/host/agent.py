@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from generic.adapters.informer import ClusterInformer
 from generic.adapters.kubeclient import API_ERRORS, REQUEST_TIMEOUT, ApiFailure, KubeApi, failure_of
 from generic.background import BackgroundLoop
-from generic.formats import parse_micro_time
+from generic.formats import merge_patch, parse_micro_time
 from libvirt_provider import constants as c
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.types import HostInventory
@@ -98,6 +98,7 @@ class HostAgent:
         on_spec: SpecListener | None = None,
         events: HostEvents | None = None,
         on_admission_change: Callable[[], None] = lambda: None,
+        preemptible: Allocations = lambda: (Demand(), 0),
     ) -> None:
         # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor; and
         # its LibvirtHost is the user's declaration: deleted, it must stay deleted.
@@ -111,6 +112,7 @@ class HostAgent:
         self._host = host
         self._namespace = lease_namespace
         self._allocations = allocations
+        self._preemptible = preemptible
         self._interval = interval
         self._last_inventory: tuple[float, HostInventory] | None = None
         # Why the heartbeat Lease is not ours (held, fresh, by someone else), or None.
@@ -290,6 +292,7 @@ class HostAgent:
             spec,
             allocated=allocated,
             machines=machines,
+            preemptible=self._preemptible(),
             problem=problem,
             previous=previous,
             generation=meta.get("generation"),
@@ -298,11 +301,11 @@ class HostAgent:
         )
         if link is not None:
             self._report_link(obj, previous, link)
-        if body == current:
+        # A merge patch with null for every key the new status lacks, at every depth (say
+        # allocated.preemptible once the last spot machine left): a user's additions go too.
+        patch = merge_patch(current, body)
+        if patch is None:
             return
-        # A merge patch with null for every key the new status lacks: a user's additions go too.
-        patch: dict[str, Any] = {k: None for k in current if k not in body}
-        patch.update(body)
         self._custom.patch_cluster_custom_object_status(
             c.GROUP,
             c.VERSION,

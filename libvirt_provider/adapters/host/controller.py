@@ -202,17 +202,29 @@ def _listed(event: kopf.RawEvent) -> bool:
     return event.get("type") is None
 
 
-def machine_fingerprint(meta: Mapping[str, Any]) -> Hashable:
-    """What of a LibvirtMachine's metadata its reconcile depends on; spec changes move
-    `generation`. An event that changes none of it is the echo of a status write (this daemon's
-    own): reconciling on it would turn every failed pass into an immediate retry."""
-    return (vm_fingerprint(meta), user_edit_mark(meta))
+def machine_fingerprint(
+    meta: Mapping[str, Any], status: Mapping[str, Any] | None = None
+) -> Hashable:
+    """What of a LibvirtMachine its reconcile depends on, beyond its spec (whose changes move
+    `generation`): its metadata, and of its status the one part another daemon writes, the
+    placer's preemption. An event that changes none of it is the echo of a status write (this
+    daemon's own): reconciling on it would turn every failed pass into an immediate retry."""
+    preemption = (status or {}).get("preemption")
+    return (vm_fingerprint(meta), user_edit_mark(meta), repr(preemption))
+
+
+def _status_of(event: kopf.RawEvent) -> Mapping[str, Any] | None:
+    raw = event.get("object")
+    status = raw.get("status") if isinstance(raw, Mapping) else None
+    return status if isinstance(status, Mapping) else None
 
 
 class _Fingerprints:
     """The last fingerprint seen per object, to tell events worth a reconcile from echoes."""
 
-    def __init__(self, fingerprint: Callable[[Mapping[str, Any]], Hashable]) -> None:
+    def __init__(
+        self, fingerprint: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Hashable]
+    ) -> None:
         self._fingerprint = fingerprint
         self._lock = threading.Lock()
         self._seen: dict[tuple[str, str], Hashable] = {}
@@ -222,7 +234,7 @@ class _Fingerprints:
             if event.get("type") == "DELETED":
                 self._seen.pop(key, None)
                 return True
-            fingerprint = self._fingerprint(meta)
+            fingerprint = self._fingerprint(meta, _status_of(event))
             before = self._seen.get(key)
             self._seen[key] = fingerprint
         return before != fingerprint
@@ -287,7 +299,7 @@ def _watch_machines(
 def _watch_virtual_machines(
     registry: kopf.OperatorRegistry, *, controller: MachineController, store: KubeAdapter
 ) -> None:
-    vm_events = _Fingerprints(vm_fingerprint)
+    vm_events = _Fingerprints(lambda meta, _status: vm_fingerprint(meta))
 
     @kopf.on.event(
         vmapi.GROUP, vmapi.VERSION, vmapi.PLURAL, registry=registry, id="libvirt-machine/vm"

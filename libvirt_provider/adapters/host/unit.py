@@ -61,6 +61,7 @@ class UnitSettings:
     image_gc_interval: float = 300.0
     image_gc: bool = True
     image_handout_grace: float = 60.0
+    preemption_grace: int = c.PREEMPTION_GRACE_SECONDS
 
 
 class HostUnit:
@@ -105,6 +106,9 @@ class HostUnit:
             # Bound late: the reconciler, made below, asks the agent for the host's zone.
             return reconciler.allocations()
 
+        def preemptible() -> tuple[Demand, int]:
+            return reconciler.preemptible()
+
         def link() -> tuple[str, str]:
             state = hypervisor.connection_state()
             return state.reason, state.message
@@ -123,6 +127,7 @@ class HostUnit:
             host=host,
             lease_namespace=settings.lease_namespace,
             allocations=allocations,
+            preemptible=preemptible,
             beat=not remote,
             create=not remote,
             link=link if remote else None,
@@ -143,6 +148,7 @@ class HostUnit:
             host_view=self.agent.view,
             built=self.store.built_machines,
             on_capacity_freed=lambda: controller.wake(reconciler.refused()),
+            preemption_grace=settings.preemption_grace,
         )
         self.controller = controller = MachineController(
             reconciler, workers=settings.workers, host=host

@@ -315,6 +315,56 @@ class KubeAdapter:
         if isinstance(written, dict):
             self.machines.put(written)
 
+    def machine_uid(self, namespace: str, name: str) -> str | None:
+        obj = self._get_namespaced(c.GROUP, c.VERSION, c.MACHINE_PLURAL, namespace, name)
+        uid = (obj.get("metadata") or {}).get("uid") if obj is not None else None
+        return str(uid) if uid else None
+
+    def address_claims(self, *, machine_uid: str | None = None) -> list[Obj]:
+        selector = f"{c.ADDRESS_MANAGED_BY_LABEL}={c.ADDRESS_MANAGER}"
+        if machine_uid is not None:
+            selector += f",{c.CLAIM_MACHINE_UID_LABEL}={machine_uid}"
+        with _translated():
+            listing = cast(
+                Obj,
+                self._custom.list_cluster_custom_object(
+                    c.IPADDRESS_GROUP,
+                    c.IPADDRESS_VERSION,
+                    c.IPADDRESS_PLURAL,
+                    label_selector=selector,
+                    _request_timeout=REQUEST_TIMEOUT,
+                ),
+            )
+        return list(listing.get("items") or [])
+
+    def create_address_claim(self, body: Obj) -> Obj:
+        with _translated():
+            return cast(
+                Obj,
+                self._custom.create_cluster_custom_object(
+                    c.IPADDRESS_GROUP,
+                    c.IPADDRESS_VERSION,
+                    c.IPADDRESS_PLURAL,
+                    body,
+                    _request_timeout=REQUEST_TIMEOUT,
+                ),
+            )
+
+    def delete_address_claim(self, name: str, *, uid: str) -> None:
+        try:
+            with _translated():
+                self._custom.delete_cluster_custom_object(
+                    c.IPADDRESS_GROUP,
+                    c.IPADDRESS_VERSION,
+                    c.IPADDRESS_PLURAL,
+                    name,
+                    body={"preconditions": {"uid": uid}},
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+        except (NotFoundError, StateConflictError):
+            # Gone already, or the name now belongs to another claim (its uid differs).
+            return
+
     def update_image_hosts(
         self,
         name: str,

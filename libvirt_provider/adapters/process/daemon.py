@@ -44,6 +44,7 @@ from kubernetes.client import ApiClient
 
 from generic.adapters.kubeclient import load_kube_config
 from generic.adapters.operator import lean_watch_events
+from libvirt_provider import constants as c
 from libvirt_provider.adapters.cluster.leader import GenericLeader, LeaderSettings
 from libvirt_provider.adapters.host.catalog_feed import CatalogFeed
 from libvirt_provider.adapters.host.credentials import default_root, make_root, remove_root
@@ -95,6 +96,8 @@ class DaemonConfig:
     image_gc: bool = True
     # Seconds a base handed to a new machine is safe from collection (before its overlay exists).
     image_handout_grace: float = 60.0
+    # Seconds a preempted spot machine's guest has to shut down before it is powered off.
+    preemption_grace: int = c.PREEMPTION_GRACE_SECONDS
     # Remote mode: serve the LibvirtHosts that have spec.connection (claimed one by one through
     # their heartbeat Leases) instead of this machine's own libvirtd.
     remote: bool = False
@@ -396,6 +399,7 @@ def unit_settings(cfg: DaemonConfig) -> UnitSettings:
         image_gc_interval=cfg.image_gc_interval,
         image_gc=cfg.image_gc,
         image_handout_grace=cfg.image_handout_grace,
+        preemption_grace=cfg.preemption_grace,
     )
 
 

@@ -21,7 +21,10 @@ from tests.support.waiting import eventually
 
 
 @pytest.fixture(scope="module")
-def fleet(lab: LabInfo, api_client: client.ApiClient) -> Iterator[Fleet]:
+def fleet(
+    lab: LabInfo, api_client: client.ApiClient, request: pytest.FixtureRequest
+) -> Iterator[Fleet]:
+    """The lab hosts' daemons, with the flags the module's `DAEMON_ARGS` names, if any."""
     assert len(lab.hosts) >= 3, "the placement tests need the lab's three libvirt hosts"
     install_api(lab, api_client)
     custom = client.CustomObjectsApi(api_client)
@@ -30,7 +33,7 @@ def fleet(lab: LabInfo, api_client: client.ApiClient) -> Iterator[Fleet]:
     for obj in custom.list_cluster_custom_object(GROUP, V, HOSTS_PLURAL)["items"]:
         if obj["metadata"]["name"] not in {h.name for h in lab.hosts}:
             custom.delete_cluster_custom_object(GROUP, V, HOSTS_PLURAL, obj["metadata"]["name"])
-    fleet = Fleet(lab, api_client)
+    fleet = Fleet(lab, api_client, extra_args=tuple(getattr(request.module, "DAEMON_ARGS", ())))
     try:
         for host in lab.hosts:
             reset_host(api_client, host.name)

@@ -124,15 +124,17 @@ def test_a_one_sided_link_creates_nothing_and_says_why(
 def test_unsupported_configuration_is_reported_and_nothing_is_built(
     api_client: client.ApiClient, virt: libvirt.virConnect, lab: LabInfo, ns: str
 ) -> None:
-    create(api_client, pair(ns, "spot", vm_spec={"scheduling": {"spot": True}}))
+    snapshot = {"apiGroup": "example.com", "kind": "Snapshot", "name": "s"}
+    disk = {"name": "d", "source": {"snapshot": snapshot}, "sizeGiB": 1}
+    create(api_client, pair(ns, "snap", vm_spec={"disks": [disk]}))
 
     def reported() -> dict[str, Any] | None:
-        vm = get(api_client, ns, "spot", vm=True)
+        vm = get(api_client, ns, "snap", vm=True)
         cond = condition(vm, "InfrastructureReady")
         return cond if cond.get("reason") == "UnsupportedByProvider" else None
 
     cond = eventually(reported, timeout=60, what="UnsupportedByProvider on the VM")
-    assert "spot" in cond["message"]
+    assert "snapshot" in cond["message"]
     events = client.CoreV1Api(api_client).list_namespaced_event(ns).items
     warned = {
         e.involved_object.kind
@@ -140,7 +142,7 @@ def test_unsupported_configuration_is_reported_and_nothing_is_built(
         if e.reason == "UnsupportedByProvider" and e.type == "Warning"
     }
     assert warned == {"VirtualMachine", "LibvirtMachine"}
-    domain = domain_of(api_client, ns, "spot")
+    domain = domain_of(api_client, ns, "snap")
     assert domain not in domain_names(virt)
     assert machine_volumes(virt, lab, f"{domain}--") == []
 

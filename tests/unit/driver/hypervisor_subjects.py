@@ -22,7 +22,7 @@ from lxml.builder import E
 
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
-from libvirt_provider.driver.types import HostFacts
+from libvirt_provider.driver.types import HostFacts, NetworkDhcp
 from libvirt_provider.errors import PermanentError, ProviderError, StateConflictError
 from tests.doubles.hypervisor import FakeHypervisor
 
@@ -101,6 +101,13 @@ class DoubleSubject:
                 networks=frozenset({NETWORK}),
             ),
             pool_free={POOL: POOL_BYTES, OTHER_POOL: POOL_BYTES},
+            dhcp={
+                NETWORK: NetworkDhcp(
+                    network=NETWORK,
+                    ranges=(("192.168.122.2", "192.168.122.254"),),
+                    subnets=("192.168.122.0/24",),
+                )
+            },
         )
     )
     wrong_state_error: type[ProviderError] = StateConflictError

@@ -794,3 +794,45 @@ def test_lifecycle_listeners_hear_of_every_change_of_a_domain(
     heard_after(lambda: hv.start(UUID))
     heard_after(lambda: hv.destroy(UUID))
     heard_after(lambda: hv.undefine(UUID))
+
+
+# -- DHCP reservations (public addresses) ---------------------------------------------------------
+
+
+class TestDhcpReservations:
+    MAC = "52:54:00:aa:00:01"
+    OTHER_MAC = "52:54:00:aa:00:02"
+
+    def test_a_networks_dhcp_is_its_ranges_and_subnets(self, hv: Hypervisor) -> None:
+        dhcp = hv.network_dhcp(NETWORK)
+        assert dhcp is not None
+        assert dhcp.ranges == (("192.168.122.2", "192.168.122.254"),)
+        assert dhcp.subnets == ("192.168.122.0/24",)
+        assert dict(dhcp.hosts) == {}
+        assert hv.network_dhcp("no-such-network") is None
+
+    def test_a_reservation_is_added_once_and_released(self, hv: Hypervisor) -> None:
+        hv.reserve_address(NETWORK, mac=self.MAC, address="192.168.122.1")
+        hv.reserve_address(NETWORK, mac=self.MAC, address="192.168.122.1")
+        dhcp = hv.network_dhcp(NETWORK)
+        assert dhcp is not None
+        assert dict(dhcp.hosts) == {self.MAC: "192.168.122.1"}
+        hv.release_reservation(NETWORK, mac=self.MAC, address="192.168.122.1")
+        hv.release_reservation(NETWORK, mac=self.MAC, address="192.168.122.1")
+        hv.release_reservation("no-such-network", mac=self.MAC, address="192.168.122.1")
+        dhcp = hv.network_dhcp(NETWORK)
+        assert dhcp is not None
+        assert dict(dhcp.hosts) == {}
+
+    def test_the_address_of_another_mac_and_another_address_of_the_mac_are_replaced(
+        self, hv: Hypervisor
+    ) -> None:
+        hv.reserve_address(NETWORK, mac=self.OTHER_MAC, address="192.168.122.1")
+        hv.reserve_address(NETWORK, mac=self.MAC, address="192.168.122.1")
+        dhcp = hv.network_dhcp(NETWORK)
+        assert dhcp is not None
+        assert dict(dhcp.hosts) == {self.MAC: "192.168.122.1"}
+        hv.reserve_address(NETWORK, mac=self.MAC.upper(), address="192.168.122.3")
+        dhcp = hv.network_dhcp(NETWORK)
+        assert dhcp is not None
+        assert dict(dhcp.hosts) == {self.MAC: "192.168.122.3"}

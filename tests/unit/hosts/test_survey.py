@@ -213,3 +213,54 @@ class TestSurvey:
         found = run([old, new])
         assert [f.obj["metadata"]["name"] for f in found.fixes] == ["old"]
         assert run([old], registered={"kvm-a", "kvm-b", "kvm-x"}).fixes == ()
+
+
+MARK: dict[str, Any] = {
+    "preemption": {"preemptedAt": "2026-12-02T09:30:00Z"},
+    "providerID": "libvirt:///x",
+}
+
+
+class TestPreempted:
+    def test_a_preempted_machine_is_not_booked_but_lined_up(self) -> None:
+        found = run([lvm("spot", "kvm-a", status=dict(MARK))])
+        assert "ns/spot" not in found.ledger
+        assert [(p.key, p.host, p.since) for p in found.preempted] == [
+            ("ns/spot", "kvm-a", "2026-12-02T09:30:00Z")
+        ]
+
+    def test_preemptions_and_restarts_not_seen_back_yet_count(self) -> None:
+        running = lvm("a", "kvm-a", status={"providerID": "libvirt:///a"})
+        marked = lvm("b", "kvm-a", status=dict(MARK))
+        found = run(
+            [running, marked],
+            preempting={"ns/a": "2026-12-02T09:40:00Z"},
+            restarting={"ns/b"},
+        )
+        assert [p.key for p in found.preempted] == ["ns/a"]
+        assert "ns/b" in found.ledger
+
+    def test_a_machine_being_deleted_is_not_lined_up(self) -> None:
+        going = lvm("spot", "kvm-a", status=dict(MARK), deletionTimestamp="2026-12-02T10:00Z")
+        assert run([going]).preempted == ()
+
+    def test_spot_machines_are_booked_with_their_age(self) -> None:
+        spot = Demand(cpus=1, memory=GIB, spot=True)
+        found = run(
+            [lvm("s", "kvm-a", status={"providerID": "libvirt:///s"}), lvm("new")],
+            demand=lambda _obj, _host: spot,
+        )
+        [entry] = found.ledger.spot_on("kvm-a")
+        assert entry.key == "ns/s"
+        assert entry.created == dt.datetime(2026, 12, 2, 9, 0, tzinfo=dt.UTC).timestamp()
+
+    def test_machines_their_host_refused_are_listed_while_some_machine_is_preempted(self) -> None:
+        refused = lvm(
+            "r",
+            "kvm-a",
+            status={"conditions": [{"type": "InfrastructureReady", "reason": "NotAdmitted"}]},
+        )
+        found = run([refused, lvm("spot", "kvm-a", status=dict(MARK))])
+        assert [(r.key, r.host) for r in found.refused] == [("ns/r", "kvm-a")]
+        assert "ns/r" not in found.ledger
+        assert run([refused]).refused == ()

@@ -157,8 +157,15 @@ def test_an_unlinked_machine_touches_nothing() -> None:
     assert {kind for kind, _, _ in store.events} == {"LibvirtMachine"}
 
 
+SNAPSHOT_DISK = {
+    "name": "d",
+    "source": {"snapshot": {"apiGroup": "x.io", "kind": "Snap", "name": "s"}},
+    "sizeGiB": 1,
+}
+
+
 def test_unsupported_configuration_builds_nothing_and_warns_both_objects() -> None:
-    store, hv = make_store(scheduling={"spot": True}), make_hypervisor()
+    store, hv = make_store(disks=[SNAPSHOT_DISK]), make_hypervisor()
     make_reconciler(store, hv).reconcile(KEY)
     assert hv.domains == {}
     assert owned_volumes(hv) == []
@@ -169,7 +176,7 @@ def test_unsupported_configuration_builds_nothing_and_warns_both_objects() -> No
 
 
 def test_the_same_problem_is_not_announced_twice() -> None:
-    store, hv = make_store(scheduling={"spot": True}), make_hypervisor()
+    store, hv = make_store(disks=[SNAPSHOT_DISK]), make_hypervisor()
     reconciler = make_reconciler(store, hv)
     reconciler.reconcile(KEY)
     reconciler.reconcile(KEY)

@@ -15,8 +15,10 @@ from catalog.snapshot_source import SnapshotSource
 from generic.constants import REASON_UNSUPPORTED_BY_PROVIDER
 from libvirt_provider import constants as c
 from libvirt_provider.domainxml import render_domain_xml
+from libvirt_provider.driver.types import NetworkDhcp
 from libvirt_provider.resolve import Resolution
 from libvirt_provider.resolve.cloudinit import meta_data
+from libvirt_provider.resolve.refusals import NO_POOL
 from libvirt_provider.resolved import CpuMode, DomainType, FirmwareKind, InterfaceKind
 from tests.support import builders as b
 from tests.support.builders import only_problem, resolve
@@ -301,6 +303,137 @@ class TestCloudInit:
         assert machine.cloud_init is None
 
 
+# -- public addresses ----------------------------------------------------------------------
+
+POOL = {"ranges": [{"start": "10.213.0.20", "end": "10.213.0.21"}], "prefixLength": 24}
+LAB_DHCP = NetworkDhcp(
+    network="vmapi-lab", ranges=(("10.213.0.100", "10.213.0.250"),), subnets=("10.213.0.0/24",)
+)
+PUBLIC_VM = b.vm_spec(network={"interfaces": [{"name": "eth0", "publicIP": True}]})
+
+
+class TestPublicAddresses:
+    def test_placement_resolves_a_public_nic_before_any_address_is_held(self) -> None:
+        machine = resolve(vm=PUBLIC_VM, networks=[b.network(addressPool=POOL)]).machine
+        assert machine is not None
+        (public,) = machine.public_addresses
+        assert (public.interface, public.network, public.address) == ("eth0", "lab", None)
+
+    def test_on_a_network_libvirts_dhcp_serves_the_address_is_a_reservation(self) -> None:
+        machine = resolve(
+            vm=PUBLIC_VM,
+            networks=[b.network(addressPool=POOL)],
+            public_addresses={"eth0": "10.213.0.20"},
+            network_dhcp={"vmapi-lab": LAB_DHCP},
+        ).machine
+        assert machine is not None
+        (public,) = machine.public_addresses
+        assert (public.address, public.reservation, public.in_pool) == (
+            "10.213.0.20",
+            "vmapi-lab",
+            True,
+        )
+        assert public.mac == machine.domain.interfaces[0].mac
+        # The guest keeps DHCP and needs no network-config for it.
+        assert machine.cloud_init is None
+
+    def test_elsewhere_it_is_the_nics_static_address_in_network_config(self) -> None:
+        pool = {**POOL, "gateway": "10.213.0.1"}
+        machine = resolve(
+            vm=PUBLIC_VM,
+            networks=[b.network(addressPool=pool)],
+            public_addresses={"eth0": "10.213.0.21"},
+            network_dhcp={"vmapi-lab": None},
+        ).machine
+        assert machine is not None
+        assert machine.public_addresses[0].reservation is None
+        assert machine.cloud_init is not None
+        assert machine.cloud_init.network_config is not None
+        config = yaml.safe_load(machine.cloud_init.network_config.get_secret_value())
+        nic = config["network"]["ethernets"]["eth0"]
+        assert nic["addresses"] == ["10.213.0.21/24"]
+        assert nic["routes"] == [{"to": "default", "via": "10.213.0.1"}]
+        assert nic["dhcp4"] is False
+
+    def test_a_network_without_a_pool_refuses_public_ip_saying_so(self) -> None:
+        reason, field, message = only_problem(resolve(vm=PUBLIC_VM))
+        assert (reason, field) == (
+            REASON_UNSUPPORTED_BY_PROVIDER,
+            "VirtualMachine.spec.network.interfaces[eth0].publicIP",
+        )
+        assert message == NO_POOL.format(network="lab")
+        assert "declares no addressPool" in message
+
+    def test_a_pool_overlapping_another_networks_pool_is_refused(self) -> None:
+        other = b.network(
+            "other",
+            default=False,
+            addressPool={
+                "ranges": [{"start": "10.213.0.21", "end": "10.213.0.30"}],
+                "prefixLength": 24,
+            },
+        )
+        reason, field, message = only_problem(
+            resolve(vm=PUBLIC_VM, networks=[b.network(addressPool=POOL), other])
+        )
+        assert reason == c.REASON_ADDRESS_POOL_CONFLICT
+        assert field == "LibvirtNetwork lab.spec.addressPool"
+        assert (
+            "overlaps range 10.213.0.21-10.213.0.30 of the addressPool of LibvirtNetwork 'other'"
+            in message
+        )
+
+    def test_a_pool_overlapping_the_networks_dhcp_range_is_refused(self) -> None:
+        pool = {"ranges": [{"start": "10.213.0.240", "end": "10.213.0.254"}], "prefixLength": 24}
+        reason, _field, message = only_problem(
+            resolve(
+                vm=PUBLIC_VM,
+                networks=[b.network(addressPool=pool)],
+                network_dhcp={"vmapi-lab": LAB_DHCP},
+            )
+        )
+        assert reason == c.REASON_ADDRESS_POOL_CONFLICT
+        assert "overlaps the DHCP range 10.213.0.100-10.213.0.250" in message
+
+    def test_a_pool_outside_the_dhcp_networks_subnet_is_refused(self) -> None:
+        pool = {"ranges": [{"start": "192.0.2.10", "end": "192.0.2.11"}], "prefixLength": 24}
+        reason, _field, message = only_problem(
+            resolve(
+                vm=PUBLIC_VM,
+                networks=[b.network(addressPool=pool)],
+                network_dhcp={"vmapi-lab": LAB_DHCP},
+            )
+        )
+        assert reason == c.REASON_ADDRESS_POOL_CONFLICT
+        assert "outside the subnets 10.213.0.0/24" in message
+
+    def test_a_reservation_needs_the_nic_to_ask_dhcp(self) -> None:
+        vm = b.vm_spec(network={"interfaces": [{"name": "eth0", "publicIP": True, "dhcp4": False}]})
+        reason, field, _message = only_problem(
+            resolve(
+                vm=vm,
+                networks=[b.network(addressPool=POOL)],
+                network_dhcp={"vmapi-lab": LAB_DHCP},
+            )
+        )
+        assert (reason, field) == (
+            c.REASON_INVALID_SPEC,
+            "VirtualMachine.spec.network.interfaces[eth0].dhcp4",
+        )
+
+    def test_an_address_held_outside_a_shrunk_pool_is_kept_and_marked(self) -> None:
+        shrunk = {"ranges": [{"start": "10.213.0.20", "end": "10.213.0.20"}], "prefixLength": 24}
+        machine = resolve(
+            vm=PUBLIC_VM,
+            networks=[b.network(addressPool=shrunk)],
+            public_addresses={"eth0": "10.213.0.21"},
+            network_dhcp={"vmapi-lab": LAB_DHCP},
+        ).machine
+        assert machine is not None
+        (public,) = machine.public_addresses
+        assert (public.address, public.in_pool) == ("10.213.0.21", False)
+
+
 # -- problems, by reason --------------------------------------------------------------------
 
 
@@ -308,7 +441,6 @@ class TestUnsupportedByProvider:
     @pytest.mark.parametrize(
         ("vm", "field"),
         [
-            (b.vm_spec(scheduling={"spot": True}), "spec.scheduling.spot"),
             (
                 b.vm_spec(network={"interfaces": [{"name": "eth0", "publicIP": True}]}),
                 "publicIP",
@@ -525,7 +657,10 @@ class TestHostMismatch:
 
 
 def test_several_problems_are_reported_together() -> None:
-    vm = b.vm_spec(scheduling={"spot": True}, instanceType={"name": "huge"})
+    vm = b.vm_spec(
+        disks=[{"name": "d", "source": {"snapshot": b.ref("Snap", "s")}, "sizeGiB": 1}],
+        instanceType={"name": "huge"},
+    )
     assert sorted(reasons(resolve(vm=vm, images=[]))) == sorted(
         [REASON_UNSUPPORTED_BY_PROVIDER, c.REASON_REFERENCE_NOT_FOUND, c.REASON_REFERENCE_NOT_FOUND]
     )
@@ -537,3 +672,12 @@ def test_every_resolution_reason_the_provider_defines_is_exercised_above() -> No
         constant = next(n for n in dir(c) if n.startswith("REASON_") and getattr(c, n) == reason)
         assert f"c.{constant}" in source, f"no resolver test reports {reason}"
     assert GROUP == "infrastructure.vm-api.io"
+
+
+def test_a_spot_machine_resolves_and_says_it_is_spot() -> None:
+    machine = resolve(vm=b.vm_spec(scheduling={"spot": True})).machine
+    assert machine is not None
+    assert machine.spot
+    plain = resolve().machine
+    assert plain is not None
+    assert not plain.spot

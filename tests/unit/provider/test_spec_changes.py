@@ -1,8 +1,9 @@
-"""Image watch events: only spec changes and deletions wake machines and the image cache."""
+"""Watch events worth a pass: an image's spec change or deletion (which wake machines and the image
+cache); of a machine's status, placement's preemption mark only."""
 
 from __future__ import annotations
 
-from libvirt_provider.adapters.host.controller import SpecChanges
+from libvirt_provider.adapters.host.controller import SpecChanges, machine_fingerprint
 
 
 def test_status_only_events_are_not_changes() -> None:
@@ -18,3 +19,12 @@ def test_an_object_without_a_generation_always_counts() -> None:
     seen = SpecChanges()
     assert seen.changed("tiny", None, deleted=False)
     assert seen.changed("tiny", None, deleted=False)
+
+
+def test_a_machines_own_status_writes_are_echoes_but_a_preemption_is_not() -> None:
+    meta = {"name": "web", "namespace": "ns", "annotations": {}, "labels": {}}
+    before = machine_fingerprint(meta, {"powerState": "PoweredOn"})
+    assert machine_fingerprint(meta, {"powerState": "PoweredOff"}) == before
+    marked = {"powerState": "PoweredOn", "preemption": {"preemptedAt": "2026-12-01T09:00:00Z"}}
+    assert machine_fingerprint(meta, marked) != before  # placement's mark wakes the host
+    assert machine_fingerprint(meta, {"powerState": "PoweredOff"}) == before  # and its end
