@@ -17,6 +17,7 @@ __all__ = [
     "MACHINE_CLASS_PLURAL",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
+    "SNAPSHOT_PLURAL",
     "STORAGE_CLASS_KIND",
     "STORAGE_CLASS_PLURAL",
     "VERSION",
@@ -39,6 +40,9 @@ IMAGE_PLURAL: Final = "libvirtimages"
 MACHINE_CLASS_PLURAL: Final = "libvirtmachineclasses"
 NETWORK_PLURAL: Final = "libvirtnetworks"
 STORAGE_CLASS_PLURAL: Final = "libvirtstorageclasses"
+# The provider's LibvirtSnapshot: a disk may start from one (`source.snapshot`), so machines read
+# it like a catalog object (in their own namespace only) and are woken by its changes.
+SNAPSHOT_PLURAL: Final = "libvirtsnapshots"
 CATALOG_PLURALS: Final = (IMAGE_PLURAL, MACHINE_CLASS_PLURAL, NETWORK_PLURAL, STORAGE_CLASS_PLURAL)
 
 # Kubernetes' own VolumeAttributesClass (GA in 1.34): a disk's volumeAttributesClassName names one,
@@ -50,6 +54,7 @@ VOLUME_ATTRIBUTES_CLASS_PLURAL: Final = "volumeattributesclasses"
 
 WATCHED_KINDS: Final = {
     **{plural: (GROUP, VERSION) for plural in CATALOG_PLURALS},
+    SNAPSHOT_PLURAL: (GROUP, VERSION),
     VOLUME_ATTRIBUTES_CLASS_PLURAL: (
         VOLUME_ATTRIBUTES_CLASS_GROUP,
         VOLUME_ATTRIBUTES_CLASS_VERSION,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from catalog.image import LibvirtImage
 from catalog.machineclass import LibvirtMachineClass
 from catalog.network import LibvirtNetwork
+from catalog.snapshot_source import SnapshotSource
 from catalog.storage import LibvirtStorageClass
 from catalog.volume_attributes import VolumeAttributesClass
 
@@ -37,6 +38,9 @@ class Catalog:
     networks: dict[str, LibvirtNetwork] = field(default_factory=dict)
     storage_classes: dict[str, LibvirtStorageClass] = field(default_factory=dict)
     volume_attributes_classes: dict[str, VolumeAttributesClass] = field(default_factory=dict)
+    snapshots: dict[tuple[str, str], SnapshotSource] = field(default_factory=dict)
+    """LibvirtSnapshots by (namespace, name): namespaced, unlike the catalog kinds above, and
+    found only in the namespace of the machine that names one."""
 
     @classmethod
     def of(
@@ -47,6 +51,7 @@ class Catalog:
         networks: Iterable[LibvirtNetwork] = (),
         storage_classes: Iterable[LibvirtStorageClass] = (),
         volume_attributes_classes: Iterable[VolumeAttributesClass] = (),
+        snapshots: Iterable[SnapshotSource] = (),
     ) -> Catalog:
         return cls(
             images={o.metadata.name: o for o in images},
@@ -54,6 +59,7 @@ class Catalog:
             networks={o.metadata.name: o for o in networks},
             storage_classes={o.metadata.name: o for o in storage_classes},
             volume_attributes_classes={o.metadata.name: o for o in volume_attributes_classes},
+            snapshots={(o.namespace, o.name): o for o in snapshots},
         )
 
     def default_network(self) -> LibvirtNetwork | None:

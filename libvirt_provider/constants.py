@@ -19,6 +19,7 @@ from catalog.constants import (
     MACHINE_CLASS_PLURAL,
     NETWORK_KIND,
     NETWORK_PLURAL,
+    SNAPSHOT_PLURAL,
     STORAGE_CLASS_KIND,
     STORAGE_CLASS_PLURAL,
     VERSION,
@@ -144,6 +145,7 @@ __all__ = [
     "REASON_RUNNING",
     "REASON_SECRET_NOT_FOUND",
     "REASON_SECRET_NOT_READABLE",
+    "REASON_SNAPSHOT_NOT_READY",
     "REASON_STARTING",
     "REASON_STOPPING",
     "REASON_SUSPENDED",
@@ -164,6 +166,7 @@ __all__ = [
     "SNAPSHOT_REASON_DELETING",
     "SNAPSHOT_REASON_FAILED",
     "SNAPSHOT_REASON_HOST_UNREACHABLE",
+    "SNAPSHOT_REASON_IN_USE",
     "SNAPSHOT_REASON_POOL_FULL",
     "SNAPSHOT_REASON_READY",
     "SNAPSHOT_REASON_SOURCE_NOT_BUILT",
@@ -288,6 +291,8 @@ REASON_SECRET_NOT_FOUND: Final = "SecretNotFound"
 # The daemon may not read Secrets in the machine's namespace: an admin has not opted it in.
 REASON_SECRET_NOT_READABLE: Final = "SecretNotReadable"
 REASON_NOT_AVAILABLE_ON_HOST: Final = "NotAvailableOnHost"
+# A disk names a LibvirtSnapshot whose copy is not complete yet (or is being deleted): it waits.
+REASON_SNAPSHOT_NOT_READY: Final = "SnapshotNotReady"
 # A LibvirtNetwork's address pool overlaps another network's pool, or its libvirt network's DHCP
 # range, or lies outside that network's subnet: no address of it is handed out.
 REASON_ADDRESS_POOL_CONFLICT: Final = "AddressPoolConflict"
@@ -301,6 +306,7 @@ RESOLUTION_REASONS: Final = (
     REASON_SECRET_NOT_FOUND,
     REASON_SECRET_NOT_READABLE,
     REASON_NOT_AVAILABLE_ON_HOST,
+    REASON_SNAPSHOT_NOT_READY,
     REASON_ADDRESS_POOL_CONFLICT,
 )
 
@@ -498,7 +504,6 @@ ADMISSION_COUNTING_SECONDS: Final = 120.0
 
 # -- LibvirtSnapshot (docs/snapshots.md) ----------------------------------------------------------
 SNAPSHOT_KIND: Final = "LibvirtSnapshot"
-SNAPSHOT_PLURAL: Final = "libvirtsnapshots"
 SNAPSHOT_SHORT_NAMES: Final = ("lvsnap", "lvsnaps")
 # Kept while the snapshot's volumes exist; removed once they are deleted.
 SNAPSHOT_FINALIZER: Final = f"{GROUP}/libvirt-snapshot"
@@ -521,6 +526,9 @@ SNAPSHOT_REASON_POOL_FULL: Final = "PoolFull"
 SNAPSHOT_REASON_AGENT_UNAVAILABLE: Final = "GuestAgentUnavailable"
 SNAPSHOT_REASON_FAILED: Final = "SnapshotFailed"
 SNAPSHOT_REASON_DELETING: Final = "Deleting"
+# Deleting waits while other volumes (clones' disks, snapshots of clones) are overlays on this
+# snapshot's copies: the condition names them, the finalizer stays until they are gone.
+SNAPSHOT_REASON_IN_USE: Final = "InUse"
 # Event reasons of a snapshot (besides the condition reasons, posted when they are first set).
 EVENT_SNAPSHOT_TAKEN: Final = "SnapshotTaken"
 EVENT_SNAPSHOT_RECOVERED: Final = "SnapshotRecovered"

@@ -344,6 +344,14 @@ class BaseImage(ResolvedModel):
     sha256: str | None = None
     max_bytes: int | None = None
     """The most a download may bring (the image's `maxSizeGiB`)."""
+    snapshot: bool = False
+    """The base is a LibvirtSnapshot's copy of a disk (`source.snapshot`; `image` is then the
+    snapshot's name): a clone is an overlay on it, as a disk from an image is on the image."""
+
+    @property
+    def label(self) -> str:
+        """How messages name the base: `image 'x'` or `snapshot 'x'`."""
+        return f"{'snapshot' if self.snapshot else 'image'} {self.image!r}"
 
 
 class VolumePlan(ResolvedModel):

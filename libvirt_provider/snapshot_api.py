@@ -148,7 +148,8 @@ class LibvirtSnapshotStatus(KubeModel):
         max_length=8,
         description="Ready: True once the snapshot is usable; otherwise its reason says why not "
         "(InProgress, SourceNotFound, SourceNotLinked, SourceNotBuilt, UnknownDisk, "
-        "HostUnreachable, PoolFull, GuestAgentUnavailable, SnapshotFailed).",
+        "HostUnreachable, PoolFull, GuestAgentUnavailable, SnapshotFailed; InUse while a deletion "
+        "waits for the clones built on it).",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],

@@ -228,8 +228,8 @@ class SnapshotCopies(Protocol):
         ...
 
 
-class SnapshotHypervisor(DomainControl, VolumeStore, SnapshotCopies, Protocol):
-    """Everything the snapshot loop uses."""
+class SnapshotHypervisor(HostInfo, DomainControl, VolumeStore, SnapshotCopies, Protocol):
+    """Everything the snapshot loop uses (the host's pools: a deletion looks for clones in all)."""
 
 
 class PoolAccess(HostInfo, VolumeStore, Protocol):

@@ -60,6 +60,9 @@ class ResolverFit:
         self._catalog = catalog
         # Hosts some storage class maps to a pool of their own resolve on their own.
         self._named = per_host_pools
+        # A clone is built on its snapshot's host only: each host resolves on its own.
+        self._by_host = vm.boot_disk is not None and vm.boot_disk.source.snapshot is not None
+        self._by_host |= any(d.source.snapshot is not None for d in vm.disks or ())
         self._shapes: dict[tuple[object, ...], _Shape | Misfit] = {}
         self.problems: tuple[Problem, ...] = ()
 
@@ -68,7 +71,7 @@ class ResolverFit:
             host.domain_types,
             frozenset(host.pools),
             host.networks,
-            host.name if host.name in self._named else None,
+            host.name if self._by_host or host.name in self._named else None,
         )
         found = self._shapes.get(key)
         if found is None:

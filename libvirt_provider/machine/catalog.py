@@ -17,12 +17,14 @@ from catalog.image import LibvirtImage
 from catalog.lookup import Catalog
 from catalog.machineclass import LibvirtMachineClass
 from catalog.network import LibvirtNetwork
+from catalog.snapshot_source import SnapshotDiskSource, SnapshotSource
 from catalog.storage import LibvirtStorageClass
 from catalog.volume_attributes import VolumeAttributesClass
 from libvirt_provider import constants as c
 from libvirt_provider.errors import NotFoundError
+from libvirt_provider.snapshot_api import LibvirtSnapshotStatus
 
-__all__ = ["CatalogReader", "CatalogSource"]
+__all__ = ["CatalogReader", "CatalogSource", "snapshot_source"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,8 @@ class CatalogReader:
         # plural -> name -> (resourceVersion, the parsed model, None when invalid)
         self._parsed: dict[str, dict[str, tuple[str, Any]]] = {}
         self._unserved_logged = False
+        # (namespace, name) -> (resourceVersion, the view, None when its status is unreadable)
+        self._snapshots: dict[tuple[str, str], tuple[str, SnapshotSource | None]] = {}
 
     def catalog(self) -> Catalog:
         return Catalog.of(
@@ -45,7 +49,27 @@ class CatalogReader:
             networks=self._parse_all(c.NETWORK_PLURAL, LibvirtNetwork),
             storage_classes=self._parse_all(c.STORAGE_CLASS_PLURAL, LibvirtStorageClass),
             volume_attributes_classes=self._volume_attributes_classes(),
+            snapshots=self._snapshot_sources(),
         )
+
+    def _snapshot_sources(self) -> list[SnapshotSource]:
+        """Every LibvirtSnapshot as a disk source, parsed once per resourceVersion."""
+        fresh: dict[tuple[str, str], tuple[str, SnapshotSource | None]] = {}
+        for obj in self._store.list_cluster(c.SNAPSHOT_PLURAL):
+            meta = obj.get("metadata") or {}
+            key = (str(meta.get("namespace")), str(meta.get("name")))
+            version = str(meta.get("resourceVersion") or "")
+            hit = self._snapshots.get(key)
+            if hit is not None and version and hit[0] == version:
+                fresh[key] = hit
+                continue
+            try:
+                fresh[key] = (version, snapshot_source(obj))
+            except ValidationError as err:
+                log.warning("ignoring invalid %s %s/%s: %s", c.SNAPSHOT_PLURAL, *key, err)
+                fresh[key] = (version, None)
+        self._snapshots = fresh
+        return [view for _, view in fresh.values() if view is not None]
 
     def _volume_attributes_classes(self) -> list[VolumeAttributesClass]:
         """Kubernetes' own kind, served from 1.34 on: an API server that does not serve it has
@@ -77,3 +101,30 @@ class CatalogReader:
                 fresh[name] = (version, None)
         self._parsed[plural] = fresh
         return [parsed for _, parsed in fresh.values() if parsed is not None]
+
+
+def snapshot_source(obj: dict[str, Any]) -> SnapshotSource:
+    """A LibvirtSnapshot object reduced to what a clone reads (ValidationError for a bad status)."""
+    meta = obj.get("metadata") or {}
+    status = LibvirtSnapshotStatus.model_validate(obj.get("status") or {})
+    disks = {
+        d.name: SnapshotDiskSource(
+            pool=d.pool,
+            volume=d.volume,
+            format="raw" if d.volume.endswith(".raw") else "qcow2",
+            size_bytes=d.size_bytes,
+        )
+        for d in status.disks or ()
+    }
+    source_spec = status.source.spec if status.source is not None else {}
+    image = ((source_spec.get("bootDisk") or {}).get("source") or {}).get("image") or {}
+    return SnapshotSource(
+        namespace=str(meta.get("namespace")),
+        name=str(meta.get("name")),
+        uid=str(meta.get("uid") or ""),
+        ready=bool(status.ready_to_use),
+        deleting=bool(meta.get("deletionTimestamp")),
+        host=status.host,
+        disks=disks,
+        boot_image=str(image["name"]) if isinstance(image, dict) and image.get("name") else None,
+    )

@@ -56,6 +56,14 @@ class Creation:
             if state.ready:
                 continue
             name = volume.base.image
+            if volume.base.snapshot:
+                # Nothing imports a snapshot's copy: missing, it waits for the snapshot's pass.
+                return ImageWait(
+                    image=name,
+                    failed=False,
+                    message=f"{volume.base.label}: volume {volume.base.volume!r} is not in "
+                    f"pool {volume.base.pool!r}",
+                )
             if state.failed:
                 return ImageWait(
                     image=name, failed=True, message=f"image {name!r}: {state.message}"

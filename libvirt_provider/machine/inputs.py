@@ -116,6 +116,7 @@ class InputReader:
         domain_name: str | None = None,
         existing_macs: frozenset[str] = frozenset(),
         existing_seed_digest: str | None = None,
+        existing_volumes: frozenset[tuple[str, str]] = frozenset(),
         public_addresses: Mapping[str, str] | None = None,
     ) -> Resolution:
         """The machine resolved for this host; `public_addresses` are the addresses its claims
@@ -148,6 +149,7 @@ class InputReader:
             existing_macs=existing_macs,
             seed_key=str((vm.get("metadata") or {}).get("uid") or ""),
             existing_seed_digest=existing_seed_digest,
+            existing_volumes=existing_volumes,
             public_addresses=public_addresses,
             network_dhcp=network_dhcp,
         )

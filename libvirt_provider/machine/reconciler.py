@@ -30,7 +30,7 @@ from generic.formats import format_time, merge_patch, validation_message
 from generic.workqueue import Outcome
 from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachine
-from libvirt_provider.domainxml import interface_macs, owned_fields
+from libvirt_provider.domainxml import interface_macs, owned_fields, pool_volumes
 from libvirt_provider.driver.base import Hypervisor
 from libvirt_provider.driver.types import DomainState
 from libvirt_provider.errors import (
@@ -320,6 +320,7 @@ class MachineReconciler:
                 public_addresses=(
                     held_addresses(self._claims.held(machine.metadata.uid)) if public else None
                 ),
+                existing_volumes=frozenset(pool_volumes(current) if current is not None else ()),
             )
             plan = resolution.machine
             if plan is None or all(p.address is not None for p in plan.public_addresses):

@@ -83,14 +83,14 @@ def create_volume(hv: Hypervisor, volume: VolumePlan) -> None:
     base = hv.find_volume(volume.base.pool, volume.base.volume)
     if base is None:
         raise PermanentError(
-            f"image {volume.base.image!r} is not in pool {volume.base.pool!r} on this host "
+            f"{volume.base.label} is not in pool {volume.base.pool!r} on this host "
             f"(expected volume {volume.base.volume!r})"
         )
     if base.capacity_bytes > volume.capacity_bytes:
         # The overlay would have to be as large as its base, beyond what the disk asks and what
         # allocation and the pool's free space count for it: refused, never silently grown.
         raise PermanentError(
-            f"image {volume.base.image!r} has a virtual size of "
+            f"{volume.base.label} has a virtual size of "
             f"{_gib(base.capacity_bytes)} GiB, more than disk {volume.disk!r} asks "
             f"({_gib(volume.capacity_bytes)} GiB): set its sizeGiB to at least "
             f"{-(-base.capacity_bytes // GIB)}"
@@ -156,9 +156,7 @@ class DomainUpdater:
                 existing.append((volume, info))
                 continue
             if volume.base is not None and not self._images.ensure(volume.base).ready:
-                out.waiting_for_image = (
-                    f"disk {volume.volume} waits for image {volume.base.image!r}"
-                )
+                out.waiting_for_image = f"disk {volume.volume} waits for {volume.base.label}"
                 return None
             # Made at its planned size (an overlay at least its base's): nothing to grow.
             create_volume(self._hv, volume)

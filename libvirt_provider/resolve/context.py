@@ -115,6 +115,10 @@ class Context:
     is never written (placement's resolutions, tests)."""
     existing_seed_digest: str | None = None
     """The cloud-init digest in the machine's domain definition, when it has one."""
+    existing_volumes: AbstractSet[tuple[str, str]] = frozenset()
+    """(pool, volume) of the disks in the machine's domain definition, when it has one: a clone's
+    disk already made no longer waits on its snapshot's state (a snapshot being deleted keeps its
+    copies while clones use them)."""
     unreadable_secrets: frozenset[str] = frozenset()
     """Secrets in the machine's namespace the daemon may not read (not opted in there)."""
     secrets_deferred: bool = False

@@ -291,6 +291,7 @@ def resolve_machine(
     existing_macs: frozenset[str] = frozenset(),
     seed_key: str = "",
     existing_seed_digest: str | None = None,
+    existing_volumes: frozenset[tuple[str, str]] = frozenset(),
     unreadable_secrets: frozenset[str] = frozenset(),
     secrets_deferred: bool = False,
     public_addresses: Mapping[str, str] | None = None,
@@ -300,7 +301,8 @@ def resolve_machine(
     the models refuse becomes a problem to report rather than an exception. `domain_name` is the
     name the machine's domain already has (by default, the one derived from its identity);
     `existing_macs` the MACs its definition holds (see naming), `existing_seed_digest` its
-    cloud-init digest. `seed_key` keys the cloud-init digest: the VirtualMachine's uid, which
+    cloud-init digest, `existing_volumes` the (pool, volume) of its disks. `seed_key` keys the
+    cloud-init digest: the VirtualMachine's uid, which
     libvirt never sees. `public_addresses` are the addresses the machine's claims hold, by
     interface, and `network_dhcp` the DHCP of the libvirt networks they use (both None where
     they are not looked at: placement)."""
@@ -320,6 +322,7 @@ def resolve_machine(
         existing_macs=existing_macs,
         seed_key=seed_key,
         existing_seed_digest=existing_seed_digest,
+        existing_volumes=existing_volumes,
         unreadable_secrets=unreadable_secrets,
         secrets_deferred=secrets_deferred,
         public_addresses=public_addresses,

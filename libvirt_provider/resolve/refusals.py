@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["NO_BOOT_DISK", "NO_POOL", "OTHER_REFERENCE", "REFUSALS", "SNAPSHOT_SOURCE"]
+__all__ = ["NO_BOOT_DISK", "NO_POOL", "OTHER_REFERENCE", "REFUSALS"]
 
 NO_BOOT_DISK: Final = "a VM without a bootDisk cannot boot on this provider"
 NO_POOL: Final = (
@@ -21,12 +21,11 @@ OTHER_REFERENCE: Final = (
     "the libvirt provider resolves this reference only to {kind}.{group}, not to "
     "{other_kind}.{other_group}"
 )
-SNAPSHOT_SOURCE: Final = "snapshot sources are not supported"
-
 REFUSALS: Final[dict[str, str]] = {
     "bootDisk": NO_BOOT_DISK,
-    "bootDisk.source.snapshot, disks[].source.snapshot": SNAPSHOT_SOURCE,
     "network.interfaces[].publicIP on a network without an addressPool": NO_POOL,
-    "a reference to another group or kind (image, class, network, storage class)": OTHER_REFERENCE,
+    "a reference to another group or kind (image, class, network, storage class, snapshot)": (
+        OTHER_REFERENCE
+    ),
 }
 """What is refused (the field, or the case) -> the resolver's message, placeholders in braces."""

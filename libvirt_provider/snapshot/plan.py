@@ -6,6 +6,7 @@ The shell (`reconciler.py`) reads the objects and the domain, asks these, and ac
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "Problem",
     "SourceDisk",
     "achieved_consistency",
+    "dependents",
     "domain_disks",
     "missing_space",
     "ready_condition",
@@ -186,3 +188,16 @@ def ready_condition(
         DesiredCondition(c.SNAPSHOT_CONDITION_READY, status, reason, message),
     )
     return merge_conditions(current, desired, generation=generation, now=now)
+
+
+def dependents(copy_paths: Iterable[str], volumes: Iterable[tuple[str, str | None]]) -> list[str]:
+    """The volumes (name, backing path) that are overlays on one of the snapshot's copies
+    (`copy_paths`): clones' disks, and copies of clones taken by other snapshots. Deleting the
+    copies would break them, so the snapshot waits until none is left. Sorted, for a message
+    that changes only when the set does."""
+    copies = {posixpath.normpath(p) for p in copy_paths}
+    return sorted(
+        name
+        for name, backing in volumes
+        if backing is not None and posixpath.normpath(backing) in copies
+    )

@@ -4,8 +4,10 @@ The daemon serving the source machine's host takes the snapshot; every other dae
 alone, except to say that its source cannot be found (a report any of them may write, guarded by
 the object's resourceVersion so one writes it and posts its Event). A pass:
 
-1. A deleted snapshot: merge back any writes still diverted for it, delete every volume whose
-   name carries its uid in the pools it recorded, drop the finalizer.
+1. A deleted snapshot: while volumes of the host (clones' disks) are overlays on its copies, it
+   waits (`InUse`, naming them; the finalizer stays). Then merge back any writes still diverted
+   for it, delete every volume whose name carries its uid in the pools it recorded, drop the
+   finalizer.
 2. Ready already: nothing to do (a snapshot never changes once taken).
 3. The source: the VirtualMachine, its linked LibvirtMachine, its host, its domain; a problem is
    reported with its reason and the pass ends.
@@ -51,6 +53,7 @@ from libvirt_provider.snapshot.plan import (
     Problem,
     SourceDisk,
     achieved_consistency,
+    dependents,
     domain_disks,
     missing_space,
     ready_condition,
@@ -67,6 +70,10 @@ _RUNNING = {DomainState.RUNNING, DomainState.BLOCKED, DomainState.PAUSED, Domain
 # Seconds between looks while something else must finish first (another snapshot of the same
 # machine, a machine in transition).
 _WAIT_SECONDS = 2.0
+# Seconds between looks while a deletion waits for the volumes built on the snapshot to go (their
+# machines' deletions do not wake the snapshot), and how many of them a message names.
+_DEPENDENTS_SECONDS = 10.0
+_DEPENDENTS_SHOWN = 10
 
 
 @dataclass(frozen=True)
@@ -460,6 +467,23 @@ class SnapshotReconciler:
     def _delete(self, snap: Obj) -> Outcome:
         meta = snap.get("metadata") or {}
         uid = str(meta.get("uid"))
+        using = self._dependents(snap, uid)
+        if using:
+            shown = ", ".join(using[:_DEPENDENTS_SHOWN])
+            more = (
+                f" and {len(using) - _DEPENDENTS_SHOWN} more"
+                if len(using) > _DEPENDENTS_SHOWN
+                else ""
+            )
+            self._report(
+                snap,
+                c.SNAPSHOT_REASON_IN_USE,
+                f"deletion waits: {len(using)} volume(s) on host {self._host} are overlays on "
+                f"this snapshot's copies (delete the machines cloned from it first): {shown}{more}",
+                retry=False,
+                mine=True,
+            )
+            return Outcome(requeue_after=_DEPENDENTS_SECONDS)
         machine_uid = ((snap.get("status") or {}).get("source") or {}).get("machineUid")
         if machine_uid:
             with self._machine(str(machine_uid)) as free:
@@ -492,6 +516,26 @@ class SnapshotReconciler:
             message=f"the snapshot's volumes were deleted from host {self._host}",
         )
         return Outcome()
+
+    def _dependents(self, snap: Obj, uid: str) -> list[str]:
+        """Volumes of this host, in any pool, built on this snapshot's copies (see `dependents`)."""
+        recorded = {str(p) for p in (snap.get("status") or {}).get("pools") or []}
+        if not recorded:
+            return []
+        volumes = {pool: self._hv.list_volumes(pool) for pool in recorded}
+        copies = [v.path for vols in volumes.values() for v in vols if owned_by(v.name, uid)]
+        if not copies:
+            return []
+        for pool in sorted(self._hv.host_facts().pools - recorded):
+            with contextlib.suppress(NotFoundError):
+                volumes[pool] = self._hv.list_volumes(pool)
+        others = [
+            (f"{v.pool}/{v.name}", v.backing_path)
+            for vols in volumes.values()
+            for v in vols
+            if not owned_by(v.name, uid)
+        ]
+        return dependents(copies, others)
 
     def _drop_finalizer(self, snap: Obj) -> None:
         finalizers = (snap.get("metadata") or {}).get("finalizers") or []

@@ -328,10 +328,14 @@ def catalog_listener(
     """What a change of one catalog kind wakes, for that kind's informer (which also serves the
     reads, so the machines woken see the change).
 
-    Any change of a class, network or storage class wakes every machine. For images, only a
-    change of spec or a deletion does (the hosts' import entries in their status change all the
-    time), and it also asks the image cache for a pass.
+    Any change of a class, network or storage class wakes every machine. For snapshots, only a
+    change of what a clone reads (ready, deleted, host, disks) does: a snapshot being taken
+    writes its status several times. For images, only a change of spec or a deletion does (the
+    hosts' import entries in their status change all the time), and it also asks the image cache
+    for a pass.
     """
+    if plural == c.SNAPSHOT_PLURAL:
+        return _snapshot_listener(controller)
     if plural != c.IMAGE_PLURAL:
         return lambda _type, _obj: controller.wake_all()
     image_specs = SpecChanges()
@@ -348,3 +352,33 @@ def catalog_listener(
             images.request_pass()
 
     return on_image
+
+
+def _snapshot_listener(
+    controller: MachineController,
+) -> Callable[[str, Mapping[str, Any] | None], None]:
+    """Wakes every machine when a snapshot becomes usable for clones or stops being so."""
+    seen: dict[tuple[str, str], Hashable] = {}
+    lock = threading.Lock()
+
+    def on_snapshot(event_type: str, obj: Mapping[str, Any] | None) -> None:
+        meta = (obj or {}).get("metadata") or {}
+        status = (obj or {}).get("status") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        mark = (
+            status.get("readyToUse"),
+            bool(meta.get("deletionTimestamp")),
+            status.get("host"),
+            repr(status.get("disks")),
+        )
+        with lock:
+            if obj is None or event_type == "DELETED":
+                seen.pop(key, None)
+                changed = True
+            else:
+                changed = seen.get(key) != mark
+                seen[key] = mark
+        if changed:
+            controller.wake_all()
+
+    return on_snapshot

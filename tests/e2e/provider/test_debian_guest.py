@@ -5,9 +5,10 @@ this project wrote it. Here the guest is Debian's own software (tests/lab/guest-
 tests prove what a user's first boot looks like: the declared key logs in over ssh as the declared
 user, network-data sets a static address only the guest agent can report, the agent tells the
 guest's OS, a Filesystem-consistent snapshot freezes the guest through the agent and leaves it
-thawed, a live resize is seen inside, a graceful power-off goes through the agent or (without one)
-systemd's handling of the ACPI power button, and a changed Secret takes effect after a power
-cycle.
+thawed (and a clone of it holds what was written before it and not after, and is a new
+cloud-init instance), a live resize is seen inside, a graceful power-off goes through the agent or
+(without one) systemd's handling of the ACPI power button, and a changed Secret takes effect after
+a power cycle.
 
 A Debian boot takes about a minute under software emulation, so the module shares one machine, and
 the tests run in file order, each leaving it running for the next (the power-cycle test last). The
@@ -43,6 +44,7 @@ from tests.support.kube import (
     V,
     condition,
     create,
+    delete_vm_and_wait,
     domain_of,
     get,
     namespace,
@@ -57,6 +59,7 @@ IMAGE = "e2e-debian-guest"
 STATIC_NETWORK = "e2e-lab-static"
 USER = "vmapi"
 HOST_NAME = "debian-e2e"
+CLONE = "debian-clone"
 BOOT_TIMEOUT = 300
 # What the guest's journal (forwarded to its serial console) says for each way of asking it to
 # power off: qemu-guest-agent's log line, and systemd-logind's.
@@ -408,9 +411,59 @@ def test_a_filesystem_consistent_snapshot_freezes_through_the_agent_and_thaws(
         out = ssh_ok(lab, keys.declared, address, "echo B > snapshot-b && sync && echo thawed")
         assert out is not None
         assert out.strip() == "thawed"
+        _clone_has_the_snapshots_files_and_is_a_new_cloud_init_instance(
+            lab, api_client, machine, keys
+        )
     finally:
+        if get(api_client, machine.ns, CLONE, vm=True) is not None:
+            delete_vm_and_wait(api_client, machine.ns, CLONE, what="the clone deleted")
         custom.delete_namespaced_custom_object(GROUP, V, machine.ns, "libvirtsnapshots", "quiesced")
         eventually(lambda: snapshot() is None, timeout=60, what="the snapshot deleted")
+
+
+def _clone_has_the_snapshots_files_and_is_a_new_cloud_init_instance(
+    lab: LabInfo, api_client: client.ApiClient, machine: Machine, keys: Keys
+) -> None:
+    """A VM cloned from the snapshot (`source.snapshot`): file A, written before the snapshot, is
+    there, file B, written after, is not; cloud-init saw a new instance (the clone's own id, host
+    name and network), as on any new machine."""
+    snapshot = {"apiGroup": GROUP, "kind": "LibvirtSnapshot", "name": "quiesced"}
+    docs = pair(
+        machine.ns,
+        CLONE,
+        vm_spec={
+            "instanceType": {"resources": {"cpus": 1, "memory": "512Mi"}},
+            "bootDisk": {"source": {"snapshot": snapshot}, "sizeGiB": 3},
+            "sshPublicKeys": [keys.public(keys.declared)],
+            "network": {"hostName": CLONE, "interfaces": [{"name": "eth0"}]},
+        },
+    )
+    create(api_client, docs)
+    uid = (get(api_client, machine.ns, CLONE, vm=False) or {})["metadata"]["uid"]
+    clone = Machine(
+        ns=machine.ns,
+        name=CLONE,
+        domain=domain_of(api_client, machine.ns, CLONE),
+        macs={"eth0": naming.mac_address(uid, "eth0")},
+        static_address="",
+    )
+    address = lease_address(api_client, clone)
+    # The user and its key came with the disk (the source's cloud-init made them).
+    out = eventually(
+        lambda: ssh_ok(
+            lab,
+            keys.declared,
+            address,
+            "cat snapshot-a; test -e snapshot-b && echo B-present || echo B-absent; hostname; "
+            "cat /var/lib/cloud/data/instance-id",
+        ),
+        timeout=BOOT_TIMEOUT,
+        interval=2,
+        what="ssh into the clone",
+    )
+    file_a, file_b, host_name, instance = out.split()
+    assert (file_a, file_b, host_name) == ("A", "B-absent", CLONE)
+    assert instance.startswith(f"{uid}-")
 
 
 def test_a_live_cpu_and_memory_change_is_seen_inside_the_guest(

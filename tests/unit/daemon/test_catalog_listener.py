@@ -68,3 +68,22 @@ def test_a_changed_volume_attributes_class_wakes_every_machine() -> None:
 def test_volume_attributes_classes_are_watched_in_their_own_group() -> None:
     assert WATCHED_KINDS[VOLUME_ATTRIBUTES_CLASS_PLURAL] == ("storage.k8s.io", "v1")
     assert all(WATCHED_KINDS[p] == (GROUP, VERSION) for p in CATALOG_PLURALS)
+
+
+def test_a_snapshot_wakes_machines_only_when_what_a_clone_reads_changes() -> None:
+    counts = _Counts()
+    on_snapshot = _listener("libvirtsnapshots", counts)
+
+    def snap(status: dict[str, Any], **meta: Any) -> dict[str, Any]:
+        return {"metadata": {"namespace": "t", "name": "s", **meta}, "status": status}
+
+    on_snapshot("ADDED", snap({}))
+    on_snapshot("MODIFIED", snap({"host": "h1"}))
+    on_snapshot("MODIFIED", snap({"host": "h1", "conditions": [{"reason": "InProgress"}]}))
+    assert counts.woken == 2  # the progress write changed nothing a clone reads
+    on_snapshot("MODIFIED", snap({"host": "h1", "readyToUse": True}))
+    on_snapshot("MODIFIED", snap({"host": "h1", "readyToUse": True}, deletionTimestamp="now"))
+    on_snapshot("DELETED", snap({}))
+    on_snapshot("RELISTED", None)
+    assert counts.woken == 6
+    assert WATCHED_KINDS["libvirtsnapshots"] == (GROUP, VERSION)

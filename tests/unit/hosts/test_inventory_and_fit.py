@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from catalog.snapshot_source import SnapshotDiskSource, SnapshotSource
 from generic.api import VirtualMachineSpec
 from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.driver.types import HostInventory, PoolInfo
@@ -265,3 +266,23 @@ class TestResolverFit:
             fit(view(f"h{i}"))
         fit(view("odd", networks=frozenset({"x"})))
         assert calls == 2
+
+    def test_a_clone_fits_only_the_host_holding_its_snapshot(self) -> None:
+        """Hosts of one shape no longer resolve alike: the snapshot's host is the only fit, and
+        the others are counted by what they lack (decide's message then names the snapshot)."""
+        snap = SnapshotSource(
+            namespace="default",
+            name="s1",
+            uid="u1",
+            ready=True,
+            host="h2",
+            disks={"bootDisk": SnapshotDiskSource("vmapi-lab", "snap-u1-b.qcow2", "qcow2", GIB)},
+            boot_image="tiny",
+        )
+        vm = b.vm_spec(
+            bootDisk={"source": {"snapshot": b.ref("LibvirtSnapshot", "s1")}, "sizeGiB": 2}
+        )
+        fit = fit_for(vm, snapshots=[snap])
+        assert fit(view("h1")) == Misfit("lacks snapshot s1")
+        assert isinstance(fit(view("h2")), Demand)
+        assert fit(view("h3")) == Misfit("lacks snapshot s1")

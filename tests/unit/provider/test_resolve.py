@@ -11,6 +11,7 @@ from lxml import etree
 
 from catalog.constants import GROUP
 from catalog.network import LibvirtNetwork
+from catalog.snapshot_source import SnapshotSource
 from generic.constants import REASON_UNSUPPORTED_BY_PROVIDER
 from libvirt_provider import constants as c
 from libvirt_provider.domainxml import render_domain_xml
@@ -526,6 +527,15 @@ class TestUnresolvableReferences:
     def test_two_default_storage_classes_are_ambiguous(self) -> None:
         resolution = resolve(storage_classes=[b.storage_class("a"), b.storage_class("b")])
         assert reasons(resolution) == [c.REASON_AMBIGUOUS_DEFAULT]
+
+    def test_a_snapshot_still_being_taken_is_waited_for(self) -> None:
+        # More cases of clones in test_resolve_clone.py.
+        taking = SnapshotSource(namespace="default", name="s", uid="u", ready=False)
+        vm = b.vm_spec(
+            bootDisk={"source": {"snapshot": b.ref("LibvirtSnapshot", "s")}, "sizeGiB": 1}
+        )
+        reason, _, _ = only_problem(resolve(vm=vm, snapshots=[taking]))
+        assert reason == c.REASON_SNAPSHOT_NOT_READY
 
 
 class TestInvalidSpec:

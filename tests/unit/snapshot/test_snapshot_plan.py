@@ -14,6 +14,7 @@ from libvirt_provider.snapshot.plan import (
     Problem,
     SourceDisk,
     achieved_consistency,
+    dependents,
     domain_disks,
     missing_space,
     select_disks,
@@ -109,3 +110,15 @@ def test_volume_names_carry_the_snapshot_s_uid_and_never_look_like_a_machine_s()
         assert not naming.is_machine_volume(name)
         assert "/" not in name
         assert len(name) < 255
+
+
+def test_dependents_are_the_volumes_backed_by_a_copy_whatever_the_path_spelling() -> None:
+    copies = ["/pool/snap-u-boot.qcow2", "/pool/snap-u-logs.raw"]
+    volumes = [
+        ("pool/clone--boot.qcow2", "/pool//snap-u-boot.qcow2"),
+        ("pool/web--boot.qcow2", "/pool/image-abc.qcow2"),
+        ("pool/blank.raw", None),
+        ("pool/snap-v-boot.qcow2", "/pool/snap-u-logs.raw"),
+    ]
+    assert dependents(copies, volumes) == ["pool/clone--boot.qcow2", "pool/snap-v-boot.qcow2"]
+    assert dependents([], volumes) == []

@@ -16,6 +16,7 @@ from libvirt_provider.driver.types import (
     DomainRef,
     DomainState,
     DomainStatus,
+    HostFacts,
     OverlaySpec,
     PendingOverlay,
     VolumeInfo,
@@ -63,6 +64,7 @@ class FakeHost:
     fail_copy: bool = False
     start_during_copy: bool = False
     domain: bool = True
+    elsewhere: list[VolumeInfo] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name, size in ((BOOT, 300), (DATA, 100)):
@@ -106,6 +108,20 @@ class FakeHost:
 
     def volume_names(self, pool: str) -> list[str]:
         return list(self.volumes)
+
+    def list_volumes(self, pool: str) -> list[VolumeInfo]:
+        # Every volume is in POOL; the host's other pool holds what `elsewhere` has.
+        return list(self.volumes.values()) if pool == POOL else list(self.elsewhere)
+
+    # HostInfo
+    def host_facts(self) -> HostFacts:
+        return HostFacts(
+            hostname=HOST,
+            arch="x86_64",
+            domain_types=frozenset({"qemu"}),
+            pools=frozenset({POOL, "fast"}),
+            networks=frozenset(),
+        )
 
     def create_overlay(self, spec: OverlaySpec) -> VolumeInfo:
         self.calls.append(f"overlay {spec.name}")
@@ -409,6 +425,35 @@ def test_deletion_removes_exactly_the_snapshot_s_volumes_then_the_finalizer() ->
     assert "snap-another-uid-boot.qcow2" in host.volumes
     assert store.snapshot["metadata"]["finalizers"] == []  # type: ignore[index]
     assert store.events[-1][0] == c.EVENT_SNAPSHOT_VOLUMES_DELETED
+
+
+def test_deletion_waits_while_clones_build_on_the_copies_and_names_them() -> None:
+    store, host, reconciler = _world()
+    reconciler.reconcile(KEY)
+    boot_copy = next(host.volumes[v] for v in _ours(host) if "bootdisk" in v)
+    host.add("team_clone-0123456789abcdef--boot.qcow2", 5, backing=boot_copy.path)
+    # A clone's data disk in another pool of the host counts too.
+    host.elsewhere.append(
+        VolumeInfo("fast", "team_c2--data-x.qcow2", "/fast/x", 1, 1, "qcow2", boot_copy.path)
+    )
+    store.snapshot["metadata"]["deletionTimestamp"] = "2026-12-03T12:01:00Z"  # type: ignore[index]
+    outcome = reconciler.reconcile(KEY)
+    assert outcome.requeue_after is not None
+    assert len(_ours(host)) == 2
+    assert store.snapshot["metadata"]["finalizers"] == [c.SNAPSHOT_FINALIZER]  # type: ignore[index]
+    assert _reason(store) == c.SNAPSHOT_REASON_IN_USE
+    message = _status(store)["conditions"][0]["message"]
+    assert "2 volume(s)" in message
+    assert f"{POOL}/team_clone-0123456789abcdef--boot.qcow2" in message
+    assert "fast/team_c2--data-x.qcow2" in message
+    assert store.events[-1][0] == c.SNAPSHOT_REASON_IN_USE
+
+    # The clones are deleted (their own volumes only): the snapshot goes.
+    del host.volumes["team_clone-0123456789abcdef--boot.qcow2"]
+    host.elsewhere.clear()
+    reconciler.reconcile(KEY)
+    assert _ours(host) == []
+    assert store.snapshot["metadata"]["finalizers"] == []  # type: ignore[index]
 
 
 def test_a_snapshot_held_by_another_host_or_never_started_is_deleted_accordingly() -> None:
