@@ -26,6 +26,7 @@ Helpers live here instead, each module saying what it holds and why:
   PKI to try it with, and the process's thread and descriptor counts.
 - `dashboard`: deploy/monitoring/grafana-dashboard.json's panels, variables and queries, and a
   query as Grafana sends it (its variables filled in);
+- `snapshots`: LibvirtSnapshots as tests make and read them (one body, one read);
 - `prometheus`: a real Prometheus (Debian's package) on loopback, scraping daemons under test
   with deploy/monitoring/rules.yaml (each alert's `for:` shortened), and its alerts API.
 

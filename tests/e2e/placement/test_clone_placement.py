@@ -13,7 +13,6 @@ from typing import Any
 
 import libvirt
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider.naming import domain_name
 from tests.support.daemons import Fleet
@@ -21,6 +20,7 @@ from tests.support.factories import unplaced
 from tests.support.hosts import placed_on
 from tests.support.kube import GROUP, V, create, delete_vm_and_wait, get, wait_reason
 from tests.support.lab_access import LabInfo
+from tests.support.snapshots import get_snapshot
 from tests.support.virt import connections, hosts_defining
 from tests.support.waiting import eventually
 
@@ -31,18 +31,6 @@ def _domain(api: client.ApiClient, ns: str, name: str) -> str:
     obj = get(api, ns, name, vm=False)
     assert obj is not None
     return domain_name(ns, name, str(obj["metadata"]["uid"]))
-
-
-def _snapshot(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
-    try:
-        found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            GROUP, V, ns, PLURAL, name
-        )
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return found
 
 
 def _volumes(conn: libvirt.virConnect, prefix: str) -> list[str]:
@@ -76,7 +64,7 @@ def test_a_clone_goes_to_its_snapshots_host_and_a_clone_pinned_elsewhere_waits(
     custom.create_namespaced_custom_object(GROUP, V, ns, PLURAL, body)
     snap: dict[str, Any] = eventually(
         lambda: (
-            (s := _snapshot(api_client, ns, "gold"))
+            (s := get_snapshot(api_client, ns, "gold"))
             and (s.get("status") or {}).get("readyToUse")
             and s
         ),
@@ -114,7 +102,7 @@ def test_a_clone_goes_to_its_snapshots_host_and_a_clone_pinned_elsewhere_waits(
         delete_vm_and_wait(api_client, ns, name, what=f"{name} deleted")
     custom.delete_namespaced_custom_object(GROUP, V, ns, PLURAL, "gold")
     eventually(
-        lambda: _snapshot(api_client, ns, "gold") is None,
+        lambda: get_snapshot(api_client, ns, "gold") is None,
         timeout=60,
         what="the snapshot deleted once its clone is",
     )

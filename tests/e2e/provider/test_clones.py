@@ -21,7 +21,6 @@ from typing import Any
 import libvirt
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from lxml import etree
 
 from libvirt_provider.snapshot.names import snapshot_prefix
@@ -40,6 +39,7 @@ from tests.support.kube import (
     wait_reason,
 )
 from tests.support.lab_access import LabInfo
+from tests.support.snapshots import get_snapshot
 from tests.support.virt import machine_volumes
 from tests.support.waiting import eventually
 
@@ -48,18 +48,6 @@ ORIGIN = "origin"
 CLONE = "copy"
 SNAP = "base"
 GIB = 2**30
-
-
-def _snapshot(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
-    try:
-        found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            GROUP, V, ns, PLURAL, name
-        )
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return found
 
 
 def _from_snapshot(size: int) -> dict[str, Any]:
@@ -88,7 +76,7 @@ def snapped(api_client: client.ApiClient, daemon: str) -> Iterator[tuple[str, di
         custom.create_namespaced_custom_object(GROUP, V, ns, PLURAL, body)
         snap: dict[str, Any] = eventually(
             lambda: (
-                (s := _snapshot(api_client, ns, SNAP))
+                (s := get_snapshot(api_client, ns, SNAP))
                 and (s.get("status") or {}).get("readyToUse")
                 and s
             ),
@@ -188,7 +176,8 @@ def test_a_snapshot_waits_for_its_clones_and_a_clone_deletes_only_its_own_volume
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(GROUP, V, ns, PLURAL, SNAP)
     waiting: dict[str, Any] = eventually(
         lambda: (
-            (cond := condition(_snapshot(api_client, ns, SNAP), "Ready")).get("reason") == "InUse"
+            (cond := condition(get_snapshot(api_client, ns, SNAP), "Ready")).get("reason")
+            == "InUse"
             and cond
         ),
         timeout=60,
@@ -198,7 +187,7 @@ def test_a_snapshot_waits_for_its_clones_and_a_clone_deletes_only_its_own_volume
     assert f"{domain}--boot.qcow2" in waiting["message"]
     assert f"{domain}--data-scratch.qcow2" in waiting["message"]
     assert sorted(machine_volumes(virt, lab, prefix)) == copies
-    assert (_snapshot(api_client, ns, SNAP) or {})["metadata"]["finalizers"]
+    assert (get_snapshot(api_client, ns, SNAP) or {})["metadata"]["finalizers"]
     # The built clone goes on meanwhile: it no longer needs its snapshot to be usable.
     clone = get(api_client, ns, CLONE, vm=False)
     assert condition(clone, "InfrastructureReady")["reason"] == "Running"
@@ -207,7 +196,7 @@ def test_a_snapshot_waits_for_its_clones_and_a_clone_deletes_only_its_own_volume
     delete_vm_and_wait(api_client, ns, CLONE, what="the clone deleted")
     assert machine_volumes(virt, lab, f"{domain}--") == []
     eventually(
-        lambda: _snapshot(api_client, ns, SNAP) is None,
+        lambda: get_snapshot(api_client, ns, SNAP) is None,
         timeout=60,
         what="the snapshot gone once its clone is",
     )

@@ -14,7 +14,6 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import libvirt
 import pytest
@@ -26,6 +25,7 @@ from tests.support.daemons import start_daemon, stop_daemon
 from tests.support.factories import pair
 from tests.support.kube import GROUP, V, apply, condition, create, domain_of, get
 from tests.support.lab_access import REPO, LabInfo
+from tests.support.snapshots import create_snapshot, get_snapshot
 from tests.support.virt import machine_volumes
 from tests.support.waiting import eventually
 
@@ -82,21 +82,6 @@ def ns(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
     core.delete_namespace(name)
 
 
-def _snapshot(api: client.ApiClient, ns: str, name: str) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{V}",
-        "kind": "LibvirtSnapshot",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"virtualMachineName": "crashy"},
-    }
-    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, V, ns, PLURAL, body)
-
-
-def _get_snapshot(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
-    items = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, V, ns, PLURAL)
-    return next((s for s in items["items"] if s["metadata"]["name"] == name), None)
-
-
 def _volumes(virt: libvirt.virConnect, lab: LabInfo) -> list[str]:
     return [str(v) for v in virt.storagePoolLookupByName(lab.pool).listVolumes()]
 
@@ -130,10 +115,10 @@ def test_a_daemon_killed_mid_snapshot_converges_and_leaks_nothing(
     run_id = dom.ID()
 
     for name, point in (("first", "snapshot:after-divert"), ("second", "snapshot:after-copy")):
-        _snapshot(api_client, ns, name)
+        create_snapshot(api_client, ns, name, "crashy")
         with running_daemon(lab, crash_point=point) as crashing:
             assert crashing.wait(timeout=120) == -signal.SIGKILL, f"{point} was not reached"
-        snap = _get_snapshot(api_client, ns, name)
+        snap = get_snapshot(api_client, ns, name)
         assert snap is not None
         uid = snap["metadata"]["uid"]
         # Killed with the machine's writes diverted: it writes into the pending overlay now.
@@ -143,7 +128,7 @@ def test_a_daemon_killed_mid_snapshot_converges_and_leaks_nothing(
         with running_daemon(lab):
             ready = eventually(
                 lambda name=name: (
-                    (s := _get_snapshot(api_client, ns, name))
+                    (s := get_snapshot(api_client, ns, name))
                     and (s.get("status") or {}).get("readyToUse")
                     and s
                 ),
@@ -166,7 +151,7 @@ def test_a_daemon_killed_mid_snapshot_converges_and_leaks_nothing(
 
     uids = [
         s["metadata"]["uid"]
-        for s in (_get_snapshot(api_client, ns, n) for n in ("first", "second"))
+        for s in (get_snapshot(api_client, ns, n) for n in ("first", "second"))
         if s
     ]
     with running_daemon(lab):

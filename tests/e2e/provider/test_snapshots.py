@@ -32,6 +32,7 @@ from tests.support.kube import (
     wait_ready,
 )
 from tests.support.lab_access import LabInfo
+from tests.support.snapshots import create_snapshot, get_snapshot
 from tests.support.virt import machine_volumes
 from tests.support.waiting import eventually
 
@@ -61,31 +62,11 @@ def machine(api_client: client.ApiClient, daemon: str) -> Iterator[str]:
             )
 
 
-def _snapshot(api: client.ApiClient, ns: str, name: str, **spec: Any) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{V}",
-        "kind": "LibvirtSnapshot",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"virtualMachineName": VM, **spec},
-    }
-    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, V, ns, PLURAL, body)
-
-
-def _get(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
-    try:
-        found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            GROUP, V, ns, PLURAL, name
-        )
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return found
-
-
 def _ready(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
     found: dict[str, Any] = eventually(
-        lambda: (s := _get(api, ns, name)) and (s.get("status") or {}).get("readyToUse") and s,
+        lambda: (
+            (s := get_snapshot(api, ns, name)) and (s.get("status") or {}).get("readyToUse") and s
+        ),
         timeout=90,
         interval=0.5,
         what=f"snapshot {name} ready",
@@ -95,7 +76,10 @@ def _ready(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
 
 def _reason(api: client.ApiClient, ns: str, name: str, reason: str) -> dict[str, Any]:
     found: dict[str, Any] = eventually(
-        lambda: (cond := condition(_get(api, ns, name), "Ready")).get("reason") == reason and cond,
+        lambda: (
+            (cond := condition(get_snapshot(api, ns, name), "Ready")).get("reason") == reason
+            and cond
+        ),
         timeout=60,
         interval=0.5,
         what=f"snapshot {name} reporting {reason}",
@@ -121,7 +105,7 @@ def test_a_running_machine_is_copied_without_stopping_and_a_stopped_one_too(
     dom = virt.lookupByName(domain)
     run_id = dom.ID()
 
-    _snapshot(api_client, ns, "hot")
+    create_snapshot(api_client, ns, "hot", VM)
     hot = _ready(api_client, ns, "hot")
     status = hot["status"]
     # The busybox guest has no agent: Auto falls back to a crash-consistent copy.
@@ -163,12 +147,12 @@ def test_a_running_machine_is_copied_without_stopping_and_a_stopped_one_too(
     patch_vm(api_client, ns, VM, {"powerState": "PoweredOff"})
     eventually(lambda: not dom.isActive(), timeout=60, what="the machine powered off")
     # Filesystem consistency needs an agent that a stopped machine cannot have: it waits.
-    _snapshot(api_client, ns, "frozen", consistency="Filesystem")
+    create_snapshot(api_client, ns, "frozen", VM, consistency="Filesystem")
     waiting = _reason(api_client, ns, "frozen", "GuestAgentUnavailable")
     assert "powered off" in waiting["message"]
     assert "GuestAgentUnavailable" in _events(api_client, ns, "frozen")
 
-    _snapshot(api_client, ns, "cold", disks=["bootDisk"], consistency="Crash")
+    create_snapshot(api_client, ns, "cold", VM, disks=["bootDisk"], consistency="Crash")
     cold = _ready(api_client, ns, "cold")["status"]
     assert cold["consistency"] == "Crash"
     assert cold["source"]["powerState"] == "Stopped"
@@ -187,10 +171,12 @@ def test_snapshots_outlive_their_machine_and_take_their_volumes_with_them(
     assert machine_volumes(virt, lab, f"{domain}--") == []
     kept = [v for v in _pool_volumes(virt, lab) if v.startswith(snapshot_prefix(uid))]
     assert sorted(kept) == sorted(d["volume"] for d in hot["status"]["disks"])
-    assert (_get(api_client, ns, "hot") or {}).get("status", {}).get("readyToUse") is True
+    assert (get_snapshot(api_client, ns, "hot") or {}).get("status", {}).get("readyToUse") is True
 
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(GROUP, V, ns, PLURAL, "hot")
-    eventually(lambda: _get(api_client, ns, "hot") is None, timeout=60, what="snapshot hot gone")
+    eventually(
+        lambda: get_snapshot(api_client, ns, "hot") is None, timeout=60, what="snapshot hot gone"
+    )
     assert not [v for v in _pool_volumes(virt, lab) if v.startswith(snapshot_prefix(uid))]
 
 
@@ -208,7 +194,7 @@ def test_a_snapshot_of_a_missing_or_unlinked_source_says_why(
     cond = _reason(api_client, ns, "orphan", "SourceNotFound")
     assert "no-such-vm" in cond["message"]
     assert "SourceNotFound" in _events(api_client, ns, "orphan")
-    assert (_get(api_client, ns, "orphan") or {})["metadata"].get("finalizers") is None
+    assert (get_snapshot(api_client, ns, "orphan") or {})["metadata"].get("finalizers") is None
     assert get(api_client, ns, "no-such-vm", vm=True) is None
 
     # A VM whose LibvirtMachine does not exist: nothing to copy, and it says which.

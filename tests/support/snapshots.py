@@ -1,0 +1,37 @@
+"""LibvirtSnapshots as the e2e tests make and read them: one body, one read that says "gone"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from libvirt_provider import constants as c
+from tests.support.kube import GROUP, V
+
+SNAPSHOTS = c.SNAPSHOT_PLURAL
+
+
+def create_snapshot(api: client.ApiClient, ns: str, name: str, vm: str, **spec: Any) -> None:
+    """A LibvirtSnapshot `name` of VM `vm`; `spec` adds fields (disks, consistency)."""
+    body = {
+        "apiVersion": f"{GROUP}/{V}",
+        "kind": c.SNAPSHOT_KIND,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"virtualMachineName": vm, **spec},
+    }
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, V, ns, SNAPSHOTS, body)
+
+
+def get_snapshot(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
+    """The LibvirtSnapshot, or None once it is gone."""
+    try:
+        found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, V, ns, SNAPSHOTS, name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return found
