@@ -47,7 +47,7 @@ from libvirt_provider.snapshot.restore_plan import (
 )
 from libvirt_provider.snapshot.restore_store import RestoreKey, RestoreStore
 from libvirt_provider.snapshot.store import Obj
-from libvirt_provider.snapshot_api import LibvirtSnapshotStatus
+from libvirt_provider.snapshot_api import SnapshotDisk
 
 __all__ = ["RestoreReconciler"]
 
@@ -293,7 +293,13 @@ class RestoreReconciler:
         if problem is not None:
             return problem
         assert snapshot is not None
-        copies = LibvirtSnapshotStatus.model_validate(snapshot.get("status") or {}).disks or []
+        raw = (snapshot.get("status") or {}).get("disks") or []
+        try:
+            copies = [SnapshotDisk.model_validate(d) for d in raw]
+        except ValidationError as err:
+            return Problem(
+                c.RESTORE_REASON_FAILED, f"snapshot {spec.snapshot_name!r}: {err}", retry=False
+            )
         return plan_swaps(copies, domain_disks(self._hv.domain_xml(machine_uid, inactive=True)))
 
     # -- the steps ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from generic.conditions import DesiredCondition, merge_conditions
+from generic.conditions import find_condition
 from libvirt_provider import constants as c
 from libvirt_provider.machine.hold import RestoreHold
 from libvirt_provider.snapshot.plan import Problem, SourceDisk
@@ -166,6 +166,22 @@ def plan_swaps(copies: Sequence[SnapshotDisk], disks: Sequence[SourceDisk]) -> l
 def succeeded_condition(
     current: object, *, status: str, reason: str, message: str, generation: int | None, now: str
 ) -> list[dict[str, Any]]:
-    """The status' conditions with Succeeded as given (its transition time kept while unchanged)."""
-    desired = (DesiredCondition(c.RESTORE_CONDITION_SUCCEEDED, status, reason, message),)
-    return merge_conditions(current, desired, generation=generation, now=now)
+    """The status' conditions with Succeeded as given (its transition time kept while its
+    status is unchanged), the others kept. Not `merge_conditions`: that one owns the VM API's
+    condition types only."""
+    existing = [i for i in current if isinstance(i, dict)] if isinstance(current, list) else []
+    before = find_condition(existing, c.RESTORE_CONDITION_SUCCEEDED)
+    since = now
+    if before is not None and before.get("status") == status:
+        since = str(before.get("lastTransitionTime") or now)
+    condition: dict[str, Any] = {
+        "type": c.RESTORE_CONDITION_SUCCEEDED,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    }
+    if generation is not None:
+        condition["observedGeneration"] = generation
+    others = [dict(i) for i in existing if i.get("type") != c.RESTORE_CONDITION_SUCCEEDED]
+    return [*others, condition]

@@ -1499,9 +1499,9 @@ def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> N
             f"--kubeconfig={pki / 'controller-manager.kubeconfig'}",
             f"--authentication-kubeconfig={pki / 'controller-manager.kubeconfig'}",
             f"--authorization-kubeconfig={pki / 'controller-manager.kubeconfig'}",
-            # The three before the last serve the optional node (DaemonSet pods, the CA their ServiceAccount
-            # volumes mount, the not-ready taint a new node carries); without a node they only
-            # write a kube-root-ca.crt ConfigMap into each namespace. The aggregation controller
+            # The three before the last serve the optional node (DaemonSet pods, the CA their
+            # ServiceAccount volumes mount, the not-ready taint a new node carries); without a
+            # node they only write a kube-root-ca.crt ConfigMap into each namespace. The last
             # fills `admin`, `edit` and `view` with the ClusterRoles labelled for them (deploy/).
             "--controllers=garbage-collector-controller,namespace-controller,"
             "serviceaccount-controller,serviceaccount-token-controller,daemonset-controller,"
