@@ -158,6 +158,20 @@ def build_parser() -> argparse.ArgumentParser:
         f"off (default {c.PREEMPTION_GRACE_SECONDS})",
     )
     parser.add_argument(
+        "--migration-uri",
+        default=None,
+        metavar="URI",
+        help="this host's libvirtd as other hosts' libvirtds reach it to migrate machines here "
+        "(qemu+tls://ADDRESS/system; docs/migration.md). Without it the host takes no migrations",
+    )
+    parser.add_argument(
+        "--migration-pkipath",
+        default=None,
+        metavar="DIR",
+        help="the folder of TLS client credentials (cacert.pem, clientcert.pem, clientkey.pem) "
+        "this host's libvirtd uses to open a target's libvirtd when it migrates a machine away",
+    )
+    parser.add_argument(
         "--no-image-gc",
         action="store_true",
         help="never delete cached base images (e.g. when pools are shared between hosts)",
@@ -255,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             image_gc=not args.no_image_gc,
             image_handout_grace=args.image_handout_grace,
             preemption_grace=max(1, args.preemption_grace),
+            migration_uri=args.migration_uri,
+            migration_pkipath=args.migration_pkipath,
             remote=args.remote,
             identity=args.identity or "",
             credentials_dir=args.credentials_dir,

@@ -98,6 +98,10 @@ class DaemonConfig:
     image_handout_grace: float = 60.0
     # Seconds a preempted spot machine's guest has to shut down before it is powered off.
     preemption_grace: int = c.PREEMPTION_GRACE_SECONDS
+    # This host's libvirtd as other hosts reach it to migrate here (None: takes no migrations),
+    # and the TLS client credentials its libvirtd opens a target's with (docs/migration.md).
+    migration_uri: str | None = None
+    migration_pkipath: str | None = None
     # Remote mode: serve the LibvirtHosts that have spec.connection (claimed one by one through
     # their heartbeat Leases) instead of this machine's own libvirtd.
     remote: bool = False
@@ -400,6 +404,8 @@ def unit_settings(cfg: DaemonConfig) -> UnitSettings:
         image_gc=cfg.image_gc,
         image_handout_grace=cfg.image_handout_grace,
         preemption_grace=cfg.preemption_grace,
+        migration_uri=cfg.migration_uri,
+        migration_pkipath=cfg.migration_pkipath,
     )
 
 

@@ -1,0 +1,151 @@
+"""A migration's Kubernetes calls (`migration.store.MigrationStore`): read a LibvirtMigration,
+its LibvirtMachine, VirtualMachine and target LibvirtHost afresh, write the migration's status
+and finalizer, the machine's lock (status.migration) and binding, and post Events.
+
+Migrations are few and short-lived, so every read goes to the API server: no copies to keep.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from kubernetes import client
+
+from generic import constants as vmapi
+from generic.adapters.events import EventRecorder
+from generic.adapters.kubeclient import (
+    JSON_PATCH,
+    REQUEST_TIMEOUT,
+    KubeApi,
+    failed_test_raises,
+    tested_replace,
+)
+from libvirt_provider import constants as c
+from libvirt_provider.adapters.kube.adapter import COMPONENT, translated
+from libvirt_provider.errors import NotFoundError, StateConflictError
+
+__all__ = ["MigrationApi"]
+
+Obj = dict[str, Any]
+
+
+class MigrationApi:
+    """`MigrationStore` over the API server, for the daemon serving `host`."""
+
+    def __init__(self, api: client.ApiClient, *, host: str) -> None:
+        self._api = KubeApi(api)
+        self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
+
+    def _get(self, group: str, plural: str, namespace: str, name: str) -> Obj | None:
+        try:
+            with translated():
+                return cast(
+                    Obj,
+                    self._api.get_namespaced_custom_object(
+                        group,
+                        c.VERSION if group == c.GROUP else vmapi.VERSION,
+                        namespace,
+                        plural,
+                        name,
+                        _request_timeout=REQUEST_TIMEOUT,
+                    ),
+                )
+        except NotFoundError:
+            return None
+
+    def get_migration(self, namespace: str, name: str) -> Obj | None:
+        return self._get(c.GROUP, c.MIGRATION_PLURAL, namespace, name)
+
+    def get_machine(self, namespace: str, name: str) -> Obj | None:
+        return self._get(c.GROUP, c.MACHINE_PLURAL, namespace, name)
+
+    def get_virtual_machine(self, namespace: str, name: str) -> Obj | None:
+        return self._get(vmapi.GROUP, vmapi.PLURAL, namespace, name)
+
+    def get_host(self, name: str) -> Obj | None:
+        try:
+            with translated():
+                return cast(
+                    Obj,
+                    self._api.get_cluster_custom_object(
+                        c.GROUP, c.VERSION, c.HOST_PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+                    ),
+                )
+        except NotFoundError:
+            return None
+
+    def _patch_status(self, plural: str, obj: Obj, body: Obj) -> Obj:
+        meta = obj.get("metadata") or {}
+        with translated():
+            written = self._api.patch_namespaced_custom_object_status(
+                c.GROUP,
+                c.VERSION,
+                str(meta.get("namespace")),
+                plural,
+                str(meta.get("name")),
+                body,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        return cast(Obj, written) if isinstance(written, dict) else obj
+
+    def patch_migration_status(self, obj: Obj, status: Obj) -> Obj:
+        return self._patch_status(c.MIGRATION_PLURAL, obj, {"status": status})
+
+    def patch_machine_status(self, obj: Obj, status: Obj, *, conditional: bool = False) -> Obj:
+        body: Obj = {"status": status}
+        if conditional:
+            body["metadata"] = {
+                "resourceVersion": (obj.get("metadata") or {}).get("resourceVersion")
+            }
+        return self._patch_status(c.MACHINE_PLURAL, obj, body)
+
+    def set_migration_finalizers(self, obj: Obj, finalizers: list[str]) -> Obj:
+        meta = obj.get("metadata") or {}
+        ops = tested_replace("/metadata/finalizers", meta.get("finalizers"), finalizers)
+        changed = (
+            f"{c.MIGRATION_KIND} {meta.get('namespace')}/{meta.get('name')}: its finalizers "
+            "changed meanwhile"
+        )
+        with translated(), failed_test_raises(lambda: StateConflictError(changed)):
+            written = self._api.patch_namespaced_custom_object(
+                c.GROUP,
+                c.VERSION,
+                str(meta.get("namespace")),
+                c.MIGRATION_PLURAL,
+                str(meta.get("name")),
+                ops,
+                _content_type=JSON_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        return cast(Obj, written) if isinstance(written, dict) else obj
+
+    def move_machine(self, obj: Obj, host: str) -> Obj:
+        # Conditioned on the machine as read: the CEL rule admits the new host only while
+        # status.migration names it, which the same object shows.
+        meta = obj.get("metadata") or {}
+        body = {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "labels": {c.HOST_LABEL: host},
+            },
+            "spec": {"host": host},
+        }
+        with translated():
+            written = self._api.patch_namespaced_custom_object(
+                c.GROUP,
+                c.VERSION,
+                str(meta.get("namespace")),
+                c.MACHINE_PLURAL,
+                str(meta.get("name")),
+                body,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        return cast(Obj, written) if isinstance(written, dict) else obj
+
+    def event(self, obj: Any, *, reason: str, message: str, warning: bool = False) -> None:
+        """Record an Event on a migration or a machine (repeats are counted); never raises."""
+        kind = obj.get("kind") or c.MIGRATION_KIND
+        body = {**obj, "kind": kind, "apiVersion": f"{c.GROUP}/{c.VERSION}"}
+        self._events.record(
+            body, type_="Warning" if warning else "Normal", reason=reason, message=message
+        )
