@@ -237,10 +237,11 @@ class SnapshotHypervisor(HostInfo, DomainControl, VolumeStore, SnapshotCopies, P
 class MigrationCalls(Protocol):
     """What a live migration needs beyond domains and volumes (docs/migration.md)."""
 
-    def migratable_xml(self, uuid: str) -> str: ...
-    def migrate(self, uuid: str, *, uri: str, dest_xml: str) -> None:
+    def migratable_xml(self, uuid: str, *, inactive: bool = False) -> str: ...
+    def migrate(self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str) -> None:
         """Live-migrate the running domain to the libvirtd at `uri` with its local disks (the
-        target's volumes exist already, named in `dest_xml`); blocks until the job ends."""
+        target's volumes exist already, named in `dest_xml`, the definition the guest runs
+        with there; `persist_xml` is the one it keeps); blocks until the job ends."""
         ...
 
     def job_stats(self, uuid: str) -> dict[str, int] | None:

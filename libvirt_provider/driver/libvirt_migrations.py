@@ -33,14 +33,20 @@ def _ints(stats: dict[str, Any]) -> dict[str, int]:
 
 
 class LibvirtMigrations(LibvirtConnection):
-    def migratable_xml(self, uuid: str) -> str:
-        """The running domain's definition as a target may take it."""
+    def migratable_xml(self, uuid: str, *, inactive: bool = False) -> str:
+        """The running domain's definition (or, `inactive`, its persistent one) as a target
+        may take it."""
         flags = libvirt.VIR_DOMAIN_XML_MIGRATABLE | libvirt.VIR_DOMAIN_XML_SECURE
+        if inactive:
+            flags |= libvirt.VIR_DOMAIN_XML_INACTIVE
         return self._call(lambda c: str(self._domain(c, uuid).XMLDesc(flags)))
 
-    def migrate(self, uuid: str, *, uri: str, dest_xml: str) -> None:
+    def migrate(self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str) -> None:
         """Move the running domain to the libvirtd at `uri`; blocks until the job ends."""
-        params = {libvirt.VIR_MIGRATE_PARAM_DEST_XML: dest_xml}
+        params = {
+            libvirt.VIR_MIGRATE_PARAM_DEST_XML: dest_xml,
+            libvirt.VIR_MIGRATE_PARAM_PERSIST_XML: persist_xml,
+        }
         self._call(lambda c: self._domain(c, uuid).migrateToURI3(uri, params, MIGRATION_FLAGS))
 
     def job_stats(self, uuid: str) -> dict[str, int] | None:

@@ -629,6 +629,11 @@ class MachineReconciler:
         )
         return DONE
 
+    def release(self, namespace: str, name: str) -> None:
+        """A migration moved the machine away: this host no longer counts it (its passes here
+        end before booking once its spec.host names the other host)."""
+        self._book.drop(f"{namespace}/{name}")
+
     # -- a migration's target ---------------------------------------------------------------
 
     def prepare_incoming(self, obj: Obj) -> Incoming:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
+from libvirt_provider import constants as c
 from libvirt_provider.migration_api import MigrationPhase
 
-__all__ = ["Facts", "Role", "Step", "next_step", "role_of", "terminal"]
+__all__ = ["Facts", "Role", "Step", "next_step", "role_of", "succeeded_condition", "terminal"]
 
 _TERMINAL = frozenset({MigrationPhase.SUCCEEDED, MigrationPhase.FAILED, MigrationPhase.CANCELLED})
 
@@ -104,3 +106,37 @@ def next_step(role: Role, facts: Facts) -> Step:
     if facts.deleting and terminal(phase) and not leftovers:
         return Step.RELEASE
     return Step.WAIT
+
+
+def succeeded_condition(
+    current: object, *, status: str, reason: str, message: str, generation: int | None, now: str
+) -> list[dict[str, Any]]:
+    """The status' conditions with Succeeded as given (others kept; its transition time kept
+    while its status is unchanged)."""
+    existing = current if isinstance(current, list) else []
+    kept = [
+        dict(item)
+        for item in existing
+        if isinstance(item, dict) and item.get("type") != c.MIGRATION_CONDITION_SUCCEEDED
+    ]
+    before = next(
+        (
+            item
+            for item in existing
+            if isinstance(item, dict) and item.get("type") == c.MIGRATION_CONDITION_SUCCEEDED
+        ),
+        None,
+    )
+    since = now
+    if before is not None and before.get("status") == status:
+        since = str(before.get("lastTransitionTime") or now)
+    condition: dict[str, Any] = {
+        "type": c.MIGRATION_CONDITION_SUCCEEDED,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    }
+    if generation is not None:
+        condition["observedGeneration"] = generation
+    return [*kept, condition]

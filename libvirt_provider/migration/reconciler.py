@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from generic import constants as vmapi
-from generic.conditions import DesiredCondition, merge_conditions
 from generic.formats import format_time
 from generic.workqueue import Outcome
 from libvirt_provider import constants as c
@@ -27,7 +26,15 @@ from libvirt_provider.errors import NotFoundError, ProviderError, StateConflictE
 from libvirt_provider.hosts.placement import ZONE_LABEL
 from libvirt_provider.machine.reconciler import Incoming
 from libvirt_provider.machine.teardown import Teardown
-from libvirt_provider.migration.phases import Facts, Role, Step, next_step, role_of, terminal
+from libvirt_provider.migration.phases import (
+    Facts,
+    Role,
+    Step,
+    next_step,
+    role_of,
+    succeeded_condition,
+    terminal,
+)
 from libvirt_provider.migration.progress import progress_of, result_of
 from libvirt_provider.migration.refusals import Request, TargetFacts, refusal
 from libvirt_provider.migration.store import MigrationKey, MigrationStore, Obj
@@ -92,6 +99,7 @@ class MigrationReconciler:
         hypervisor: MigrationHypervisor,
         host: str,
         prepare: Callable[[Obj], Incoming],
+        released: Callable[[str, str], None] = lambda _ns, _name: None,
         migration_uri: str | None = None,
         pkipath: str | None = None,
         zone: Callable[[], str | None] = lambda: None,
@@ -103,6 +111,7 @@ class MigrationReconciler:
         self._hv = hypervisor
         self._host = host
         self._prepare = prepare
+        self._released = released
         self._uri = migration_uri
         self._pkipath = pkipath
         self._zone = zone
@@ -182,16 +191,11 @@ class MigrationReconciler:
     ) -> Obj:
         patch = dict(fields)
         if reason is not None:
-            patch["conditions"] = merge_conditions(
+            patch["conditions"] = succeeded_condition(
                 _status(obj).get("conditions"),
-                [
-                    DesiredCondition(
-                        type=c.MIGRATION_CONDITION_SUCCEEDED,
-                        status=succeeded,
-                        reason=reason,
-                        message=message,
-                    )
-                ],
+                status=succeeded,
+                reason=reason,
+                message=message,
                 generation=_meta(obj).get("generation"),
                 now=format_time(self._clock()),
             )
@@ -341,7 +345,10 @@ class MigrationReconciler:
                 for v in status.get("preparedVolumes") or []
             }
             try:
-                dest = target_xml(self._hv.migratable_xml(uid), volumes)
+                dest = target_xml(self._hv.migratable_xml(uid), volumes, files=True)
+                persist = target_xml(
+                    self._hv.migratable_xml(uid, inactive=True), volumes, files=False
+                )
             except UnmappedDiskError as err:
                 return self._fail(obj, c.MIGRATION_REASON_MIGRATION_FAILED, str(err))
             if _phase(obj) is not MigrationPhase.MIGRATING:
@@ -354,7 +361,7 @@ class MigrationReconciler:
             uri = str(status.get("targetUri"))
             if self._pkipath:
                 uri += f"?pkipath={self._pkipath}"
-            outcome = self._copy(obj, uid, uri, dest)
+            outcome = self._copy(obj, uid, uri, dest, persist)
             if outcome is not None:
                 return outcome
             obj = (
@@ -365,14 +372,14 @@ class MigrationReconciler:
             )
         return self._hand_over(obj, machine, uid, target)
 
-    def _copy(self, obj: Obj, uid: str, uri: str, dest: str) -> Outcome | None:
+    def _copy(self, obj: Obj, uid: str, uri: str, dest: str, persist: str) -> Outcome | None:
         """Run the migration, writing the source's job statistics into the status meanwhile and
         aborting it when the migration is deleted; None once the domain runs on the target."""
         errors: list[ProviderError] = []
 
         def run() -> None:
             try:
-                self._hv.migrate(uid, uri=uri, dest_xml=dest)
+                self._hv.migrate(uid, uri=uri, dest_xml=dest, persist_xml=persist)
             except ProviderError as err:
                 errors.append(err)
 
@@ -434,6 +441,7 @@ class MigrationReconciler:
         )
         if (machine.get("spec") or {}).get("host") != target:
             self._store.move_machine(machine, target)
+        self._released(str(_meta(machine).get("namespace")), str(_meta(machine).get("name")))
         message = f"the machine runs on host {target}; host {self._host} holds nothing of it"
         self._store.event(machine, reason=c.EVENT_MACHINE_MIGRATED, message=message)
         self._write(
@@ -454,7 +462,7 @@ class MigrationReconciler:
             else ""
         )
         self._store.event(obj, reason=c.MIGRATION_REASON_SUCCEEDED, message=message)
-        self._write(
+        obj = self._write(
             obj,
             {
                 "phase": MigrationPhase.SUCCEEDED.value,
@@ -477,7 +485,13 @@ class MigrationReconciler:
             f"cancelled: the migration was deleted before the copy began; the machine keeps "
             f"running on host {self._host}"
         )
-        self._fail(obj, c.MIGRATION_REASON_CANCELLED, message, phase=MigrationPhase.CANCELLED)
+        self._store.event(obj, reason=c.MIGRATION_REASON_CANCELLED, message=message, warning=True)
+        obj = self._write(
+            obj,
+            {"phase": MigrationPhase.CANCELLED.value, "completionTime": format_time(self._clock())},
+            reason=c.MIGRATION_REASON_CANCELLED,
+            message=message,
+        )
         if machine is not None:
             self._unlock(obj, machine, only_here=True)
         return AGAIN

@@ -25,9 +25,12 @@ class UnmappedDiskError(ValueError):
     """A disk of the domain has no volume prepared on the target."""
 
 
-def target_xml(xml: str, volumes: Mapping[str, tuple[str, str]]) -> str:
+def target_xml(xml: str, volumes: Mapping[str, tuple[str, str]], *, files: bool) -> str:
     """`xml` with every disk on the target's volume of the same name (`volumes`: volume name ->
-    (pool, path) on the target)."""
+    (pool, path) on the target). With `files`, a pool volume becomes a file disk at its path:
+    libvirt checks that an incremental copy's target exists by the disk's path, which a pool
+    volume's disk has only once the domain runs, and refuses the copy without it. The running
+    guest on the target takes those paths; its persistent definition keeps the pool volumes."""
     root = etree.fromstring(xml.encode())
     for disk in root.iterfind("devices/disk"):
         source = disk.find("source")
@@ -41,9 +44,12 @@ def target_xml(xml: str, volumes: Mapping[str, tuple[str, str]]) -> str:
         if name not in volumes:
             raise UnmappedDiskError(f"no volume {name!r} was prepared on the target")
         pool, target_path = volumes[name]
-        if volume is not None:
+        if volume is not None and not files:
             source.set("pool", pool)
         else:
+            for attr in list(source.attrib):
+                del source.attrib[attr]
+            disk.set("type", "file")
             source.set("file", target_path)
         for backing in disk.findall("backingStore"):
             disk.remove(backing)

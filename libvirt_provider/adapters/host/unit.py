@@ -181,6 +181,7 @@ class HostUnit:
                 hypervisor=hypervisor,
                 host=host,
                 prepare=reconciler.prepare_incoming,
+                released=reconciler.release,
                 migration_uri=None if remote else settings.migration_uri,
                 pkipath=None if remote else settings.migration_pkipath,
                 zone=self.agent.zone,
