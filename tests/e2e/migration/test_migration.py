@@ -274,3 +274,57 @@ def test_a_migration_that_cannot_go_on_is_refused_before_anything_is_copied(
     assert machine is not None
     assert machine["spec"]["host"] == moved.target.name
     assert "migration" not in machine["status"]
+
+
+def test_deleting_a_running_migration_cancels_it_and_the_machine_stays(
+    moved: Moved, lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    """Back to the first host, slowed to 1 MiB/s so the copy is still running when the
+    migration is deleted: the job is aborted on the source, the machine keeps running there,
+    the target deletes what it prepared, and the migration goes once nothing is left."""
+    here, there = moved.target, moved.source
+    conn = libvirt.open(here.uri)
+    try:
+        dom = conn.lookupByUUIDString(moved.uid)
+        dom.migrateSetMaxSpeed(1, 0)
+        name = "cancel-" + uuid.uuid4().hex[:6]
+        _create(api_client, _migration(moved.ns, name, "mover", there.name))
+        eventually(
+            lambda: (
+                ((_read(api_client, moved.ns, name) or {}).get("status") or {})
+                .get("progress", {})
+                .get("memoryProcessed")
+            ),
+            timeout=120,
+            what="the slowed copy under way",
+        )
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            GROUP, V, moved.ns, PLURAL, name
+        )
+        eventually(
+            lambda: _read(api_client, moved.ns, name) is None,
+            timeout=90,
+            what="the cancelled migration gone once nothing is left of it",
+        )
+        said = [
+            e.reason
+            for e in client.CoreV1Api(api_client).list_namespaced_event(moved.ns).items
+            if e.involved_object.kind == c.MIGRATION_KIND and e.involved_object.name == name
+        ]
+        assert c.MIGRATION_REASON_CANCELLED in said, said
+        assert c.EVENT_MIGRATION_TARGET_CLEANED in said, said
+        assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+        dom.migrateSetMaxSpeed(0, 0)
+    finally:
+        conn.close()
+    other = libvirt.open(there.uri)
+    try:
+        with pytest.raises(libvirt.libvirtError):
+            other.lookupByUUIDString(moved.uid)
+        assert _volumes(other, lab, moved.domain) == []
+    finally:
+        other.close()
+    machine = get(api_client, moved.ns, "mover", vm=False)
+    assert machine is not None
+    assert machine["spec"]["host"] == here.name
+    assert "migration" not in machine["status"]
