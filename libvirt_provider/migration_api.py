@@ -59,8 +59,9 @@ class LibvirtMigrationSpec(KubeModel):
     )
     target_host: HostName | None = Field(
         default=None,
-        description="The LibvirtHost to move it to. Required for now: a migration without one "
-        "is refused with TargetRequired (the placer's choice is not built yet).",
+        description="The LibvirtHost to move it to. Absent: the least loaded other host that "
+        "placement's filters for a new machine admit and that has the machine's networks and "
+        "pools (NoTargetHost when none does).",
     )
 
 

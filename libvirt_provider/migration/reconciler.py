@@ -15,16 +15,24 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
+
 from generic import constants as vmapi
+from generic.api import VirtualMachineSpec
 from generic.formats import format_time
 from generic.workqueue import Outcome
 from libvirt_provider import constants as c
 from libvirt_provider import naming
+from libvirt_provider.api import LibvirtMachine
 from libvirt_provider.driver.base import MigrationHypervisor
 from libvirt_provider.driver.types import DomainState
 from libvirt_provider.errors import NotFoundError, ProviderError, StateConflictError
-from libvirt_provider.hosts.placement import ZONE_LABEL
-from libvirt_provider.machine.reconciler import Incoming
+from libvirt_provider.hosts import placement
+from libvirt_provider.hosts.inventory import parse_size
+from libvirt_provider.hosts.machines import request_of
+from libvirt_provider.hosts.placement import ZONE_LABEL, Usage
+from libvirt_provider.hosts.view import host_views
+from libvirt_provider.machine.reconciler import Incoming, definition_demand
 from libvirt_provider.machine.teardown import Teardown
 from libvirt_provider.migration.phases import (
     Facts,
@@ -38,6 +46,7 @@ from libvirt_provider.migration.phases import (
 from libvirt_provider.migration.progress import progress_of, result_of
 from libvirt_provider.migration.refusals import Request, TargetFacts, refusal
 from libvirt_provider.migration.store import MigrationKey, MigrationStore, Obj
+from libvirt_provider.migration.target_choice import Choice, choose_target
 from libvirt_provider.migration.target_xml import UnmappedDiskError, domain_needs, target_xml
 from libvirt_provider.migration_api import MigrationPhase
 
@@ -243,6 +252,21 @@ class MigrationReconciler:
             if vm_name
             else None
         )
+        if not target and ref is not None and running:
+            choice = self._choose(machine, vm, ref.uuid, networks, pools)
+            if choice.host is None:
+                return self._fail(
+                    obj,
+                    c.MIGRATION_REASON_NO_TARGET,
+                    choice.message,
+                    extra={"source": self._host, "machineUid": uid},
+                )
+            target = choice.host
+            self._store.event(
+                obj,
+                reason=c.EVENT_MIGRATION_SCHEDULED,
+                message=f"host {target} chosen by placement's filters (the least loaded that fits)",
+            )
         host_obj = self._store.get_host(str(target)) if target else None
         request = Request(
             migration=name,
@@ -283,6 +307,41 @@ class MigrationReconciler:
             message=message,
         )
         return DONE
+
+    def _choose(
+        self,
+        machine: Obj,
+        vm: Obj | None,
+        uuid: str,
+        networks: frozenset[str],
+        pools: frozenset[str],
+    ) -> Choice:
+        """The target for a migration that names none: placement's filters for a new machine
+        (`migration/target_choice.py`), never this host."""
+        now = self._clock()
+        views = host_views(self._store.list_hosts(), self._store.heartbeats(), now)
+        allocated = {}
+        for obj in self._store.list_hosts():
+            figures = _status(obj).get("allocated") or {}
+            allocated[str(_meta(obj).get("name"))] = Usage(
+                cpus=int(figures.get("cpus") or 0), memory=parse_size(figures.get("memory"))
+            )
+        try:
+            request = request_of(
+                LibvirtMachine.model_validate(machine),
+                VirtualMachineSpec.model_validate((vm or {}).get("spec") or {}),
+            )
+        except ValidationError:
+            request = placement.Request(namespace=str(_meta(machine).get("namespace")))
+        return choose_target(
+            request,
+            source=self._host,
+            hosts=views,
+            allocated=allocated,
+            demand=definition_demand(self._hv.domain_xml(uuid, inactive=True)),
+            networks=networks,
+            pools=pools,
+        )
 
     # -- target: prepare ---------------------------------------------------------------------
 

@@ -64,21 +64,21 @@ def refusal(req: Request) -> Refusal | None:
             c.MIGRATION_REASON_MACHINE_NOT_BOUND,
             "the machine has no host yet: there is nothing to move",
         )
-    if req.target is None:
-        return Refusal(
-            c.MIGRATION_REASON_TARGET_REQUIRED,
-            "spec.targetHost is required: choosing a target by placement is not built yet",
-        )
-    if req.target == req.machine_host:
-        return Refusal(
-            c.MIGRATION_REASON_SAME_HOST,
-            f"the machine already runs on host {req.target!r}: the target must be another host",
-        )
     if not req.running:
         return Refusal(
             c.MIGRATION_REASON_MACHINE_NOT_RUNNING,
             f"the machine is not running (power state {req.power_state or 'unknown'}): only a "
             "running machine is live-migrated; a stopped one is not moved (no offline migration)",
+        )
+    if req.target is None:
+        return Refusal(
+            c.MIGRATION_REASON_TARGET_REQUIRED,
+            "no target host was given and none was chosen",
+        )
+    if req.target == req.machine_host:
+        return Refusal(
+            c.MIGRATION_REASON_SAME_HOST,
+            f"the machine already runs on host {req.target!r}: the target must be another host",
         )
     domain = req.failure_domain
     if domain is not None and (domain in (req.machine_host, req.source_zone)):

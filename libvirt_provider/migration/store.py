@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +29,14 @@ class MigrationStore(Protocol):
     def get_virtual_machine(self, namespace: str, name: str) -> Obj | None: ...
     def get_host(self, name: str) -> Obj | None:
         """The LibvirtHost `name`; None when there is none."""
+        ...
+
+    def list_hosts(self) -> list[Obj]:
+        """Every LibvirtHost."""
+        ...
+
+    def heartbeats(self) -> dict[str, dt.datetime]:
+        """The last renewal of each host's heartbeat Lease, by host name."""
         ...
 
     def patch_migration_status(self, obj: Obj, status: Obj) -> Obj:

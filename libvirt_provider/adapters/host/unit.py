@@ -177,7 +177,7 @@ class HostUnit:
         # remote host's daemon runs elsewhere, so only a local host takes part.
         self.migrations = MigrationController(
             MigrationReconciler(
-                store=MigrationApi(api, host=host),
+                store=MigrationApi(api, host=host, lease_namespace=settings.lease_namespace),
                 hypervisor=hypervisor,
                 host=host,
                 prepare=reconciler.prepare_incoming,

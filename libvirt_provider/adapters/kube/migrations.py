@@ -7,6 +7,7 @@ Migrations are few and short-lived, so every read goes to the API server: no cop
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, cast
 
 from kubernetes import client
@@ -20,9 +21,11 @@ from generic.adapters.kubeclient import (
     failed_test_raises,
     tested_replace,
 )
+from generic.formats import parse_micro_time
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.kube.adapter import COMPONENT, translated
 from libvirt_provider.errors import NotFoundError, StateConflictError
+from libvirt_provider.hosts.heartbeat import renewals
 
 __all__ = ["MigrationApi"]
 
@@ -32,8 +35,9 @@ Obj = dict[str, Any]
 class MigrationApi:
     """`MigrationStore` over the API server, for the daemon serving `host`."""
 
-    def __init__(self, api: client.ApiClient, *, host: str) -> None:
+    def __init__(self, api: client.ApiClient, *, host: str, lease_namespace: str) -> None:
         self._api = KubeApi(api)
+        self._lease_namespace = lease_namespace
         self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
 
     def _get(self, group: str, plural: str, namespace: str, name: str) -> Obj | None:
@@ -73,6 +77,34 @@ class MigrationApi:
                 )
         except NotFoundError:
             return None
+
+    def list_hosts(self) -> list[Obj]:
+        with translated():
+            listing = cast(
+                Obj,
+                self._api.list_cluster_custom_object(
+                    c.GROUP, c.VERSION, c.HOST_PLURAL, _request_timeout=REQUEST_TIMEOUT
+                ),
+            )
+        return list(listing.get("items") or [])
+
+    def heartbeats(self) -> dict[str, dt.datetime]:
+        with translated():
+            leases = cast(
+                Obj,
+                self._api.list_namespaced_lease(
+                    self._lease_namespace,
+                    label_selector=c.HOST_LABEL,
+                    _request_timeout=REQUEST_TIMEOUT,
+                ),
+            )
+        return renewals(
+            (
+                (lease.get("metadata") or {}).get("labels"),
+                parse_micro_time((lease.get("spec") or {}).get("renewTime")),
+            )
+            for lease in leases.get("items") or []
+        )
 
     def _patch_status(self, plural: str, obj: Obj, body: Obj) -> Obj:
         meta = obj.get("metadata") or {}

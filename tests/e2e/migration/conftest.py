@@ -15,7 +15,7 @@ from tests.support.lab_access import LabHost, LabInfo
 from tests.support.waiting import eventually
 
 
-def migration_args(host: LabHost) -> tuple[str, ...]:
+def _migration_args(host: LabHost) -> tuple[str, ...]:
     return (
         f"--migration-uri={host.migration_uri}",
         f"--migration-pkipath={host.migration_pkipath}",
@@ -33,7 +33,7 @@ def fleet(lab: LabInfo, api_client: client.ApiClient) -> Iterator[Fleet]:
     for obj in custom.list_cluster_custom_object(GROUP, V, HOSTS_PLURAL)["items"]:
         if obj["metadata"]["name"] not in {h.name for h in hosts}:
             custom.delete_cluster_custom_object(GROUP, V, HOSTS_PLURAL, obj["metadata"]["name"])
-    fleet = Fleet(lab, api_client, host_args=migration_args)
+    fleet = Fleet(lab, api_client, host_args=_migration_args)
     try:
         for host in hosts:
             reset_host(api_client, host.name)

@@ -328,3 +328,28 @@ def test_deleting_a_running_migration_cancels_it_and_the_machine_stays(
     assert machine is not None
     assert machine["spec"]["host"] == here.name
     assert "migration" not in machine["status"]
+
+
+def test_without_a_target_the_least_loaded_other_host_that_fits_is_chosen(
+    moved: Moved, lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    """Of the module's two hosts the only other one: the machine goes back to it."""
+    name = "anywhere-" + uuid.uuid4().hex[:6]
+    _create(api_client, _migration(moved.ns, name, "mover", None))
+    status = _ended(api_client, moved.ns, name)["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_SUCCEEDED, status
+    assert (status["source"], status["target"]) == (moved.target.name, moved.source.name)
+    said = [
+        e.reason
+        for e in client.CoreV1Api(api_client).list_namespaced_event(moved.ns).items
+        if e.involved_object.kind == c.MIGRATION_KIND and e.involved_object.name == name
+    ]
+    assert c.EVENT_MIGRATION_SCHEDULED in said, said
+    machine = get(api_client, moved.ns, "mover", vm=False)
+    assert machine is not None
+    assert machine["spec"]["host"] == moved.source.name
+    conn = libvirt.open(moved.source.uri)
+    try:
+        assert conn.lookupByUUIDString(moved.uid).state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    finally:
+        conn.close()

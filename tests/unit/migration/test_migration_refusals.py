@@ -36,7 +36,7 @@ def test_a_running_machine_to_a_ready_host_that_has_what_it_uses_goes() -> None:
     [
         ({"locked_by": "other"}, c.MIGRATION_REASON_ALREADY_MIGRATING, "migration 'other'"),
         ({"machine_host": None}, c.MIGRATION_REASON_MACHINE_NOT_BOUND, "no host yet"),
-        ({"target": None}, c.MIGRATION_REASON_TARGET_REQUIRED, "targetHost is required"),
+        ({"target": None}, c.MIGRATION_REASON_TARGET_REQUIRED, "none was chosen"),
         ({"target": "a"}, c.MIGRATION_REASON_SAME_HOST, "already runs on host 'a'"),
         (
             {"running": False, "power_state": "PoweredOff"},
