@@ -15,8 +15,8 @@ from typing import Any
 
 import kopf
 
-from generic.background import BackgroundLoop
-from generic.workqueue import WorkerPool, WorkQueue
+from generic.keyed import KeyedWorkers
+from generic.workqueue import WorkQueue
 from libvirt_provider import constants as c
 from libvirt_provider.migration.reconciler import MigrationReconciler
 from libvirt_provider.migration.store import MigrationKey
@@ -27,29 +27,30 @@ log = logging.getLogger(__name__)
 
 
 class MigrationController:
-    """Work queue, worker threads, and the migrations seen."""
+    """The migrations seen, and the keyed workers that run their passes."""
 
     def __init__(
         self, reconciler: MigrationReconciler, *, workers: int = 2, resync_seconds: float = 60.0
     ) -> None:
-        self._reconciler = reconciler
-        self.queue: WorkQueue[MigrationKey] = WorkQueue(base_delay=1.0, max_delay=60.0)
-        # A running copy holds its worker for its whole length: two let another migration's
-        # step (a target's preparation) go on meanwhile.
-        self._pool = WorkerPool(self.queue, self._process, workers=workers, name="migration")
-        self._resync_seconds = resync_seconds
         self._known: set[MigrationKey] = set()
         self._lock = threading.Lock()
-        self._resync = BackgroundLoop("migration-resync", self._resync_loop)
+        # A running copy holds its worker for its whole length: two let another migration's
+        # step (a target's preparation) go on meanwhile. Looked up per pass, not bound here.
+        self._workers = KeyedWorkers(
+            lambda key: reconciler.reconcile(key),  # noqa: PLW0108
+            self._known_keys,
+            name="migration",
+            workers=workers,
+            resync_seconds=resync_seconds,
+            max_delay=60.0,
+        )
+        self.queue: WorkQueue[MigrationKey] = self._workers.queue
 
     def start(self) -> None:
-        self._pool.start()
-        self._resync.start()
+        self._workers.start()
 
     def stop(self) -> None:
-        self._resync.stop(timeout=0)
-        self.queue.shutdown()
-        self._pool.stop()
+        self._workers.stop()
 
     def on_migration(self, key: MigrationKey, *, deleted: bool) -> None:
         with self._lock:
@@ -63,17 +64,11 @@ class MigrationController:
             self.queue.add(key)
 
     def wake_all(self) -> None:
+        self._workers.wake_all()
+
+    def _known_keys(self) -> list[MigrationKey]:
         with self._lock:
-            keys = list(self._known)
-        for key in keys:
-            self.queue.add(key)
-
-    def _resync_loop(self, loop: BackgroundLoop) -> None:
-        while not loop.pause(self._resync_seconds):
-            self.wake_all()
-
-    def _process(self, key: MigrationKey) -> None:
-        self.queue.settle(key, self._reconciler.reconcile(key))
+            return list(self._known)
 
 
 def register_migrations(

@@ -14,17 +14,11 @@ from kubernetes import client
 
 from generic import constants as vmapi
 from generic.adapters.events import EventRecorder
-from generic.adapters.kubeclient import (
-    JSON_PATCH,
-    REQUEST_TIMEOUT,
-    KubeApi,
-    failed_test_raises,
-    tested_replace,
-)
+from generic.adapters.kubeclient import REQUEST_TIMEOUT, KubeApi
 from generic.formats import parse_micro_time
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.kube.adapter import COMPONENT, translated
-from libvirt_provider.errors import NotFoundError, StateConflictError
+from libvirt_provider.adapters.kube.adapter import COMPONENT, patch_finalizers, translated
+from libvirt_provider.errors import NotFoundError
 from libvirt_provider.hosts.heartbeat import renewals
 
 __all__ = ["MigrationApi"]
@@ -132,23 +126,9 @@ class MigrationApi:
         return self._patch_status(c.MACHINE_PLURAL, obj, body)
 
     def set_migration_finalizers(self, obj: Obj, finalizers: list[str]) -> Obj:
-        meta = obj.get("metadata") or {}
-        ops = tested_replace("/metadata/finalizers", meta.get("finalizers"), finalizers)
-        changed = (
-            f"{c.MIGRATION_KIND} {meta.get('namespace')}/{meta.get('name')}: its finalizers "
-            "changed meanwhile"
+        written = patch_finalizers(
+            self._api, obj, finalizers, plural=c.MIGRATION_PLURAL, kind=c.MIGRATION_KIND
         )
-        with translated(), failed_test_raises(lambda: StateConflictError(changed)):
-            written = self._api.patch_namespaced_custom_object(
-                c.GROUP,
-                c.VERSION,
-                str(meta.get("namespace")),
-                c.MIGRATION_PLURAL,
-                str(meta.get("name")),
-                ops,
-                _content_type=JSON_PATCH,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
         return cast(Obj, written) if isinstance(written, dict) else obj
 
     def move_machine(self, obj: Obj, host: str) -> Obj:
