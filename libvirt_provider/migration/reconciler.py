@@ -85,6 +85,20 @@ def _ready(host: Obj) -> bool:
     return False
 
 
+def _figures(result: dict[str, int]) -> str:
+    """What libvirt measured, for the Succeeded message and Event."""
+    parts = []
+    if "downtimeMilliseconds" in result:
+        parts.append(f"{result['downtimeMilliseconds']} ms of downtime")
+    if "elapsedMilliseconds" in result:
+        parts.append(f"{result['elapsedMilliseconds']} ms in all")
+    if "memoryProcessed" in result:
+        parts.append(f"{result['memoryProcessed']} bytes of memory")
+    if "diskProcessed" in result:
+        parts.append(f"{result['diskProcessed']} bytes of disk sent")
+    return f": {', '.join(parts)}" if parts else ""
+
+
 def _target_facts(host: Obj | None) -> TargetFacts | None:
     if host is None:
         return None
@@ -515,11 +529,7 @@ class MigrationReconciler:
         uid = str(status.get("machineUid"))
         completed = self._hv.completed_job_stats(uid) or {}
         result = result_of(completed, status.get("progress"))
-        message = f"moved from host {status.get('source')} to {self._host}" + (
-            f" with {result['downtimeMilliseconds']} ms of downtime"
-            if "downtimeMilliseconds" in result
-            else ""
-        )
+        message = f"moved from host {status.get('source')} to {self._host}" + _figures(result)
         self._store.event(obj, reason=c.MIGRATION_REASON_SUCCEEDED, message=message)
         obj = self._write(
             obj,

@@ -7,7 +7,8 @@ deletes what it held and moves the binding; the target's daemon adopts the runni
 UUID and MAC, never rebooted) and records what libvirt measured. One guest is booted and moved
 for the whole module; the refusals run against it afterwards.
 
-Cost: about 60 s (one busybox guest: ~20 s to boot under TCG, ~10 s to migrate).
+Cost: about 60-95 s (one busybox guest: ~20 s to boot under TCG, then three migrations of it of
+~6-10 s each, one slowed and cancelled, and refusals of a few seconds each).
 """
 
 from __future__ import annotations
@@ -351,5 +352,38 @@ def test_without_a_target_the_least_loaded_other_host_that_fits_is_chosen(
     conn = libvirt.open(moved.source.uri)
     try:
         assert conn.lookupByUUIDString(moved.uid).state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    finally:
+        conn.close()
+
+
+def test_a_stopped_machine_is_refused_not_moved(
+    moved: Moved, lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    """Live migration only: a powered-off machine stays where it is, with the reason."""
+    vm, lm = pair(moved.ns, "idle", vm_spec={"powerState": "PoweredOff"})
+    lm["metadata"]["labels"][c.HOST_LABEL] = moved.target.name
+    lm["spec"]["host"] = moved.target.name
+    create(api_client, [vm, lm])
+    eventually(
+        lambda: (
+            ((get(api_client, moved.ns, "idle", vm=False) or {}).get("status") or {}).get(
+                "powerState"
+            )
+            == "PoweredOff"
+        ),
+        timeout=60,
+        what="the stopped machine built on its host",
+    )
+    name = "stopped-" + uuid.uuid4().hex[:6]
+    _create(api_client, _migration(moved.ns, name, "idle", moved.source.name))
+    status = _ended(api_client, moved.ns, name, timeout=60)["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+    cond = next(x for x in status["conditions"] if x["type"] == c.MIGRATION_CONDITION_SUCCEEDED)
+    assert cond["reason"] == c.MIGRATION_REASON_MACHINE_NOT_RUNNING, cond
+    assert "power state PoweredOff" in cond["message"], cond
+    assert "preparedVolumes" not in status
+    conn = libvirt.open(moved.source.uri)
+    try:
+        assert _volumes(conn, lab, domain_of(api_client, moved.ns, "idle")) == []
     finally:
         conn.close()
