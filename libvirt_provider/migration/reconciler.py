@@ -167,14 +167,21 @@ class MigrationReconciler:
             source=status.get("source"),
             target=status.get("target"),
         )
-        if role is Role.NONE and not status.get("source") and machine is None:
-            # No machine: the first daemon to look fails it (every daemon would say the same).
+        if role is Role.NONE and not status.get("source") and not machine_host:
+            # No machine, or one no host serves yet: no source to ask, so the first daemon to
+            # look fails it (every daemon would write the same).
             if _phase(obj) is None:
+                if machine is None:
+                    return self._fail(
+                        obj,
+                        c.MIGRATION_REASON_MACHINE_NOT_FOUND,
+                        "there is no LibvirtMachine "
+                        f"{spec.get('machineName')!r} in namespace {key.namespace!r}",
+                    )
                 return self._fail(
                     obj,
-                    c.MIGRATION_REASON_MACHINE_NOT_FOUND,
-                    "there is no LibvirtMachine "
-                    f"{spec.get('machineName')!r} in namespace {key.namespace!r}",
+                    c.MIGRATION_REASON_MACHINE_NOT_BOUND,
+                    "the machine has no host yet: there is nothing to move",
                 )
             return DONE
         facts = Facts(
