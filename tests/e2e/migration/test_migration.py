@@ -45,6 +45,7 @@ class Moved:
     source: LabHost
     target: LabHost
     source_machines_before: int
+    target_machines_before: int
     migration: dict[str, Any]
 
 
@@ -144,6 +145,7 @@ def moved(fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str) -> 
             what="the source counting the machine",
         )
         before = _machines_on(api_client, source.name)
+        target_before = _machines_on(api_client, target.name)
         name = "move-" + uuid.uuid4().hex[:6]
         _create(api_client, _migration(ns, name, "mover", target.name))
         done = _ended(api_client, ns, name)
@@ -156,6 +158,7 @@ def moved(fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str) -> 
             source=source,
             target=target,
             source_machines_before=before,
+            target_machines_before=target_before,
             migration=done,
         )
     finally:
@@ -234,6 +237,11 @@ def test_the_source_holds_nothing_of_it(
         lambda: _machines_on(api_client, moved.source.name) == moved.source_machines_before - 1,
         timeout=30,
         what="the source no longer counting the machine",
+    )
+    eventually(
+        lambda: _machines_on(api_client, moved.target.name) == moved.target_machines_before + 1,
+        timeout=30,
+        what="the target counting it",
     )
 
 
