@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs
 
 from libvirt_provider.console.auth import Refusal
+from libvirt_provider.console.routes import ConsoleRoute, ConsoleTarget, console_target
 from libvirt_provider.console.sessions import VIEWER, WRITER
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "ReplayRing",
     "console_options",
     "idle_expired",
+    "logs_target",
     "on_output",
 ]
 
@@ -141,3 +145,16 @@ class ReplayRing:
 
     def __len__(self) -> int:
         return self._size
+
+
+def logs_target(
+    route: ConsoleRoute, machine: Mapping[str, Any] | None, served_hosts: frozenset[str]
+) -> ConsoleTarget | Refusal:
+    """Where the machine's console log is: as `console_target`, but whatever its power state
+    (a guest that stopped is when its log matters most)."""
+    found = console_target(route, machine, served_hosts)
+    if not isinstance(found, Refusal) or found.code != 409 or machine is None:
+        return found
+    status = dict(machine.get("status") or {})
+    status["powerState"] = "PoweredOn"  # only the power state is set aside
+    return console_target(route, {**machine, "status": status}, served_hosts)

@@ -93,6 +93,7 @@ from libvirt_provider.console.sharing import (
     OutputDecision,
     console_options,
     idle_expired,
+    logs_target,
     on_output,
 )
 from libvirt_provider.console.stats import (
@@ -489,7 +490,7 @@ class ConsoleServer:
             )
 
     def _target(
-        self, route: ConsoleRoute
+        self, route: ConsoleRoute, *, any_power: bool = False
     ) -> tuple[ConsoleTarget, LibvirtHypervisor, dict[str, Any]]:
         machine: dict[str, Any] | None
         try:
@@ -512,7 +513,7 @@ class ConsoleServer:
                 ) from err
             machine = None
         hosts = dict(self._hosts())
-        found = console_target(route, machine, frozenset(hosts))
+        found = (logs_target if any_power else console_target)(route, machine, frozenset(hosts))
         if isinstance(found, Refusal):
             raise _RefusedError(found)
         assert machine is not None  # console_target refuses a machine that does not exist
@@ -538,7 +539,10 @@ class ConsoleServer:
         if isinstance(options, Refusal):
             raise _RefusedError(options)
         self._authorize(identity, route)
-        target, hypervisor, machine = self._target(route)
+        # A log is read whatever the machine's power state; a session needs it running.
+        target, hypervisor, machine = self._target(
+            route, any_power=options.logs and not options.follow
+        )
         key = request.header("Sec-WebSocket-Key")
         if "websocket" not in request.tokens("Upgrade") or not key:
             raise _RefusedError(Refusal(400, "BadRequest", "the console is a WebSocket"))
@@ -819,7 +823,9 @@ class _Bridge:
             if now - pinged >= c.CONSOLE_PING_SECONDS:
                 self._send(Opcode.PING, b"vmapi")
                 pinged = now
-            wait = max(0.0, pinged + c.CONSOLE_PING_SECONDS - now)
+            wait = min(
+                max(0.0, pinged + c.CONSOLE_PING_SECONDS - now), self._idle_left(now - typed)
+            )
             if self._conn.pending():
                 ready: list[Any] = [self._conn]
             else:
@@ -872,6 +878,15 @@ class _Bridge:
                 self._send(Opcode.CLOSE, close_payload(CloseCode.INTERNAL_ERROR, str(err)))
             return str(err)
         return None
+
+    def _idle_left(self, seconds: float) -> float:
+        """Seconds until the session's idle timeout (a large number without one)."""
+        limit = (
+            self._sharing.viewer_idle_seconds
+            if self._role == VIEWER
+            else self._sharing.writer_idle_seconds
+        )
+        return max(0.0, limit - seconds) if limit > 0 else c.CONSOLE_PING_SECONDS
 
     def _idle(self, seconds: float) -> str | None:
         """Past the idle timeout of the session's role: the client is told, and why."""

@@ -10,6 +10,7 @@ from libvirt_provider import constants as c
 from libvirt_provider.console.audit import taken_over
 from libvirt_provider.console.auth import Refusal
 from libvirt_provider.console.client import session_query
+from libvirt_provider.console.routes import ConsoleRoute, ConsoleTarget, console_target
 from libvirt_provider.console.sessions import VIEWER, WRITER, SessionRegistry, WriterBusyError
 from libvirt_provider.console.sharing import (
     ConsoleOptions,
@@ -17,6 +18,7 @@ from libvirt_provider.console.sharing import (
     ReplayRing,
     console_options,
     idle_expired,
+    logs_target,
     on_output,
 )
 
@@ -150,3 +152,33 @@ def test_a_take_over_leaves_an_event_naming_both() -> None:
     reason, message = taken_over("bob", "alice")
     assert reason == c.EVENT_CONSOLE_TAKEN_OVER
     assert message.startswith("bob took over the serial console from alice")
+
+
+def _machine(power: str | None, *, built: bool = True) -> dict[str, object]:
+    return {
+        "metadata": {"uid": "u-1"},
+        "spec": {"host": "h1"},
+        "status": {
+            "powerState": power,
+            "providerMetadata": {"domainUUID": "u-1"} if built else {},
+        },
+    }
+
+
+def test_a_log_is_read_whatever_the_power_state_but_only_where_a_domain_was_built() -> None:
+    route = ConsoleRoute("team-a", "vm1", "console")
+    served = frozenset({"h1"})
+    for power in ("PoweredOff", None, "PoweredOn"):
+        assert logs_target(route, _machine(power), served) == ConsoleTarget("h1", "u-1")
+    # A powered-off machine's console itself stays a conflict.
+    assert isinstance(console_target(route, _machine("PoweredOff"), served), Refusal)
+    for machine, code in [
+        (None, 404),
+        (_machine("PoweredOff", built=False), 409),
+    ]:
+        found = logs_target(route, machine, served)
+        assert isinstance(found, Refusal)
+        assert found.code == code
+    elsewhere = logs_target(route, _machine("PoweredOff"), frozenset({"h2"}))
+    assert isinstance(elsewhere, Refusal)
+    assert elsewhere.code == 503

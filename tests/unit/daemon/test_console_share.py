@@ -9,7 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from libvirt_provider.adapters.process.console_server import _Bridge
 from libvirt_provider.adapters.process.console_share import ConsoleHub, SharingSettings, read_tail
+from libvirt_provider.console.sessions import VIEWER, WRITER
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 
 KEY = ("team-a", "vm")
@@ -118,3 +120,25 @@ def test_read_tail_reads_the_last_bytes_or_nothing(tmp_path: Path) -> None:
     assert read_tail(str(path), 4) == b"6789"
     assert read_tail(str(path), 100) == b"0123456789"
     assert read_tail(str(tmp_path / "missing"), 4) is None
+
+
+def test_a_viewer_too_far_behind_is_cut_off_and_the_writer_pauses_instead() -> None:
+    # The bridge's queue side only: its connection is not touched until its loop runs.
+    settings = SharingSettings(viewer_backlog_bytes=10)
+    viewer = _Bridge(cast(Any, None), VIEWER, settings)
+    writer = _Bridge(cast(Any, None), WRITER, settings)
+    try:
+        assert viewer.output(b"x" * 6)
+        assert viewer.output(b"x" * 6)  # cut, never a pause of the guest
+        assert viewer.output(b"x" * 6)
+        queued = [viewer._output.get_nowait() for _ in range(2)]
+        assert queued[0] == b"x" * 6
+        assert isinstance(queued[1], str)
+        assert "fell more than 10 bytes behind" in queued[1]
+        assert viewer._output.empty()
+        assert all(writer.output(b"y" * 64) for _ in range(255))
+        assert not writer.output(b"y")  # the 256th chunk pauses the guest; nothing dropped
+        assert writer._output.qsize() == 256
+    finally:
+        viewer.close()
+        writer.close()
