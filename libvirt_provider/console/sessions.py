@@ -92,6 +92,13 @@ class SessionRegistry:
             del self._writers[seat.machine]
             return True
 
+    def holds(self, seat: Seat) -> bool:
+        """Whether the seat is still held (a writer's may have been taken over)."""
+        with self._lock:
+            if seat.role == VIEWER:
+                return seat in self._viewers.get(seat.machine, set())
+            return self._writers.get(seat.machine) == seat
+
     def writers(self) -> list[Seat]:
         with self._lock:
             return list(self._writers.values())

@@ -565,6 +565,10 @@ class ConsoleServer:
             self._bridges.add(bridge)
             if seat.role == WRITER:
                 self._writer_bridges[seat] = bridge
+        if not self._sessions.holds(seat):
+            # Taken over between the seat and the line above: the one who took it did not find
+            # this session to end, so it ends itself.
+            bridge.closed("another writer took over the console (kubectl vm console --force)")
         shared: SharedConsole | None = None
         try:
             if displaced is not None:

@@ -182,3 +182,16 @@ def test_a_log_is_read_whatever_the_power_state_but_only_where_a_domain_was_buil
     elsewhere = logs_target(route, _machine("PoweredOff"), frozenset({"h2"}))
     assert isinstance(elsewhere, Refusal)
     assert elsewhere.code == 503
+
+
+def test_a_seat_taken_over_is_no_longer_held() -> None:
+    registry = SessionRegistry()
+    first, _ = registry.take_writer("a", "vm", "alice")
+    viewer = registry.add_viewer("a", "vm", "carol")
+    assert registry.holds(first)
+    assert registry.holds(viewer)
+    second, _ = registry.take_writer("a", "vm", "bob", force=True)
+    assert not registry.holds(first)
+    assert registry.holds(second)
+    registry.release(viewer)
+    assert not registry.holds(viewer)
