@@ -330,7 +330,12 @@ def direct_request(
 
 
 def start_console_daemon(
-    lab: LabInfo, api_client: client.ApiClient, workdir: Path, *, log_name: str
+    lab: LabInfo,
+    api_client: client.ApiClient,
+    workdir: Path,
+    *,
+    log_name: str,
+    extra_args: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen[bytes], Path, int]:
     """A daemon serving consoles on a free port with deploy/'s ServiceAccount (so deploy/'s RBAC,
     console-rbac.yaml included, is what is proven enough), healthy and holding the front proxy's
@@ -348,7 +353,7 @@ def start_console_daemon(
         kubeconfig=str(kubeconfig),
         lease_namespace="vm-api-system",
         generic_namespaces=(f"{NS_PREFIX}*",),
-        extra_args=console_flags(lab, port),
+        extra_args=(*console_flags(lab, port), *extra_args),
     )
     try:
         base = health_base(proc, log)

@@ -3,7 +3,8 @@ console`: read-only viewers beside the writer, a second writer refused and then 
 `--force` (the first is told), the last output replayed on attach, and `--logs [--follow]`.
 
 One daemon and one booted busybox guest serve the whole module (conftest.py); each test types
-markers of its own, so they do not depend on each other's order.
+markers of its own, so they do not depend on each other's order. The daemon disconnects writers
+idle for `IDLE_SECONDS` (every other writer here types more often than that).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from kubernetes import client
 from tests.support.console import Plugin, bind_console, run_plugin, user_kubeconfig
 from tests.support.lab_access import LabInfo
 from tests.support.waiting import GiveUp, eventually
+
+IDLE_SECONDS = 20
+CONSOLE_DAEMON_ARGS = (f"--console-idle-timeout={IDLE_SECONDS}",)
 
 
 def _answered(plugin: Plugin, marker: str) -> bool:
@@ -152,3 +156,35 @@ def test_logs_print_earlier_output_and_follow_new_output(
             assert follow.leave() == 0, follow.errors
     finally:
         assert writer.leave() == 0, writer.errors
+
+
+def test_an_idle_writer_is_disconnected_and_told_why(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_kubeconfig: Path
+) -> None:
+    user = user_kubeconfig(lab, api_client, tmp_kubeconfig, namespace=guest_ns, name="dozer")
+    bind_console(api_client, guest_ns, user)
+    marker = _marker("IDLE")
+    writer = Plugin(tmp_kubeconfig, guest_ns, "guest")
+    try:
+        eventually(lambda: _answered(writer, marker), timeout=120, interval=1.0,
+                   what=f"the shell answering (stderr: {writer.errors!r})")  # fmt: skip
+        # Then nothing is typed; keepalive pongs do not count.
+        eventually(lambda: writer.process.poll() is not None, timeout=IDLE_SECONDS + 30,
+                   what="the idle writer disconnected")  # fmt: skip
+        assert writer.process.returncode == 0, writer.errors
+        assert "console closed: idle for" in writer.errors, writer.errors
+        assert "the daemon's idle timeout" in writer.errors, writer.errors
+    finally:
+        writer.leave()
+
+    # The audit trail says why the session ended.
+    def detached() -> list[str] | None:
+        said = [
+            e.message or ""
+            for e in client.CoreV1Api(api_client).list_namespaced_event(guest_ns).items
+            if e.reason == "ConsoleDetached" and user in (e.message or "")
+        ]
+        return said or None
+
+    said = eventually(detached, timeout=30, what="the idle writer's ConsoleDetached Event")
+    assert any("(writer) after" in m and "idle for" in m for m in said), said
