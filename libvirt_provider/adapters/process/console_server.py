@@ -12,10 +12,12 @@ Per connection, one thread; per request, in this order (the decisions are `conso
 3. discovery documents are served to the front proxy; a console request also needs a user, and a
    SubjectAccessReview allowing `get` on `libvirtmachines/console` in the machine's namespace;
 4. the machine must exist (404), have a domain on a host this daemon serves (409, 503) and run
-   (409); one writer per machine (409 for a second);
-5. the WebSocket upgrade (`plain.kubevirt.io`), then the bridge: the guest's serial console
-   (`driver/libvirt_console.py`) to the socket and back, pings every `CONSOLE_PING_SECONDS`, the
-   session released the moment either side leaves.
+   (409); one writer per machine (409 for a second, unless it takes over with `force`), any
+   number of viewers (`console/sessions.py`, `console/sharing.py`);
+5. the WebSocket upgrade (`plain.kubevirt.io`), then the bridge: the machine's shared console
+   stream (`console_share.py` over `driver/libvirt_console.py`) to the socket and back, the last
+   output replayed first, pings every `CONSOLE_PING_SECONDS`, idle timeouts, the session released
+   the moment either side leaves. `?logs=true` sends the host's console log instead.
 
 `kubectl vm top`'s `libvirtmachinestats` (`console/stats.py`) goes through the same steps 1 and
 2, then a SubjectAccessReview per namespace it answers for (may the user read its
