@@ -55,6 +55,7 @@ __all__ = [
     "EVENT_CLEANUP_FAILED",
     "EVENT_CONSOLE_ATTACHED",
     "EVENT_CONSOLE_DETACHED",
+    "EVENT_CONSOLE_TAKEN_OVER",
     "EVENT_DEFINED",
     "EVENT_DISK_GROWN",
     "EVENT_LIVE_UPDATE_FAILED",
@@ -451,6 +452,8 @@ EVENT_PLACED: Final = "Placed"
 # The console's audit trail on the LibvirtMachine: who attached, and when they left after how long.
 EVENT_CONSOLE_ATTACHED: Final = "ConsoleAttached"
 EVENT_CONSOLE_DETACHED: Final = "ConsoleDetached"
+# A writer took the console over from another (`kubectl vm console --force`): who from whom.
+EVENT_CONSOLE_TAKEN_OVER: Final = "ConsoleTakenOver"
 EVENT_SPREAD_NOT_HONOURED: Final = "SpreadNotHonoured"
 # On the machine placed by preempting spot machines (Normal): which ones, on which host. The
 # preempted machines get the API's `Preempted` (generic.constants.REASON_PREEMPTED).
@@ -524,6 +527,20 @@ CONSOLE_SILENT_PINGS: Final = 3
 CONSOLE_CONNECT_TIMEOUT: Final = 30.0
 # The component that posts the console's audit Events (`source.component`).
 CONSOLE_EVENT_COMPONENT: Final = "libvirt-provider-console"
+# -- sharing a console (docs/console.md, "Sharing") --
+# Bytes of the guest's last output replayed to a session on attach (--console-replay-bytes).
+CONSOLE_REPLAY_BYTES: Final = 16 * 1024
+# Seconds without a keystroke after which a writer's session ends (--console-idle-timeout; 0:
+# never); viewers have no limit unless --console-viewer-idle-timeout gives one.
+CONSOLE_WRITER_IDLE_SECONDS: Final = 1800.0
+CONSOLE_VIEWER_IDLE_SECONDS: Final = 0.0
+# Bytes of output a viewer may have queued before it is cut off (a slow viewer never slows the
+# writer nor pauses the guest's console).
+CONSOLE_VIEWER_BACKLOG_BYTES: Final = 4 * 1024 * 1024
+# The most `kubectl vm console --logs` sends: the last bytes of the host's console log.
+CONSOLE_LOGS_MAX_BYTES: Final = 1024 * 1024
+# Machines whose last output the daemon keeps in memory after their last session left.
+CONSOLE_KEPT_REPLAYS: Final = 256
 
 # `kubectl vm top`'s resource in the same aggregated group (docs/console.md, "kubectl vm top"):
 # get and list, namespaced and across namespaces, as metrics.k8s.io serves `kubectl top`. The

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from libvirt_provider import constants as c
 
-__all__ = ["attached", "detached"]
+__all__ = ["attached", "detached", "taken_over"]
 
 
 def attached(user: str, role: str) -> tuple[str, str]:
@@ -35,3 +35,12 @@ def _duration(seconds: float) -> str:
     if minutes:
         return f"{minutes} min {secs} s"
     return f"{secs} s"
+
+
+def taken_over(user: str, displaced: str) -> tuple[str, str]:
+    """The Event (reason, message) of a writer who took the console over from another."""
+    return (
+        c.EVENT_CONSOLE_TAKEN_OVER,
+        f"{user} took over the serial console from {displaced} (the displaced writer was "
+        "disconnected)",
+    )

@@ -31,13 +31,21 @@ from tests.support.waiting import eventually
 
 @pytest.fixture(scope="module")
 def console_port(
-    lab: LabInfo, api_client: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    lab: LabInfo,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[int]:
     """A daemon serving consoles on this port, registered as the APIService, Available. It runs
     with a token of deploy/'s ServiceAccount, so deploy/'s RBAC (console-rbac.yaml: reviews and
-    the front proxy's ConfigMap) is what the tests prove enough."""
+    the front proxy's ConfigMap) is what the tests prove enough. A module's
+    `CONSOLE_DAEMON_ARGS` adds flags to its daemon."""
     proc, log, port = start_console_daemon(
-        lab, api_client, tmp_path_factory.mktemp("console"), log_name="e2e-console-daemon.log"
+        lab,
+        api_client,
+        tmp_path_factory.mktemp("console"),
+        log_name="e2e-console-daemon.log",
+        extra_args=tuple(getattr(request.module, "CONSOLE_DAEMON_ARGS", ())),
     )
     try:
         register_apiservice(lab, api_client, port)

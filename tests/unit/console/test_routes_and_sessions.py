@@ -102,13 +102,14 @@ def test_a_machine_that_cannot_be_reached_says_why(machine: Any, code: int, word
 
 def test_one_writer_per_machine_until_it_leaves() -> None:
     registry = SessionRegistry()
-    seat = registry.take_writer("team-a", "vm1", "alice")
+    seat, _ = registry.take_writer("team-a", "vm1", "alice")
     with pytest.raises(WriterBusyError, match="alice"):
         registry.take_writer("team-a", "vm1", "bob")
-    other = registry.take_writer("team-a", "vm2", "bob")
+    other, _ = registry.take_writer("team-a", "vm2", "bob")
     assert registry.release(seat)
     assert not registry.release(seat)
-    again = registry.take_writer("team-a", "vm1", "bob")
+    again, displaced = registry.take_writer("team-a", "vm1", "bob")
+    assert displaced is None
     assert {s.user for s in registry.writers()} == {"bob"}
     assert again != seat
     assert registry.release(other)
