@@ -1,5 +1,6 @@
 """VNC through the aggregated API, the parts without I/O: the screenshot's route, whether a
-machine has a VNC display, the PPM libvirt returns as a PNG, and enough of RFB to read a
+machine has a VNC display, the PPM libvirt returns as a PNG (newer libvirt and qemu hand a PNG
+already), and enough of RFB to read a
 server's greeting and its framebuffer size.
 
 The shells are `adapters/process/vnc_server.py` (the endpoint) and `adapters/plugin/kubectl_vm.py`
@@ -33,6 +34,7 @@ __all__ = [
     "ppm_to_png",
     "rfb_version_reply",
     "rgb_png",
+    "screenshot_png",
     "vnc_refusal",
 ]
 
@@ -136,8 +138,17 @@ def rgb_png(width: int, height: int, pixels: bytes) -> bytes:
 
 
 def ppm_to_png(data: bytes) -> bytes:
-    """libvirt's screenshot (a PPM) as a PNG."""
+    """A PPM as a PNG."""
     return rgb_png(*parse_ppm(data))
+
+
+def screenshot_png(data: bytes) -> bytes:
+    """libvirt's screenshot as a PNG: qemu's screendump is a PPM, or already a PNG when libvirt
+    and qemu are new enough to ask for one (checked, then passed on as it is)."""
+    if data.startswith(PNG_SIGNATURE):
+        png_size(data)
+        return data
+    return ppm_to_png(data)
 
 
 def png_size(data: bytes) -> tuple[int, int]:

@@ -95,7 +95,7 @@ from libvirt_provider.console.stats import (
 from libvirt_provider.console.vnc import (
     ImageError,
     match_screenshot_route,
-    ppm_to_png,
+    screenshot_png,
     vnc_refusal,
 )
 from libvirt_provider.driver.libvirt_console import LibvirtConsoleStream
@@ -626,7 +626,7 @@ class ConsoleServer:
     ) -> None:
         target, hypervisor, _machine = self._display_target(request, route, identity)
         try:
-            png = ppm_to_png(hypervisor.screenshot(target.domain_uuid))
+            png = screenshot_png(hypervisor.screenshot(target.domain_uuid))
         except (ProviderError, ImageError) as err:
             raise _RefusedError(
                 Refusal(503, "ServiceUnavailable", f"cannot take a screenshot: {err}")

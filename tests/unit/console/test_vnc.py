@@ -22,6 +22,7 @@ from libvirt_provider.console.vnc import (
     png_size,
     ppm_to_png,
     rfb_version_reply,
+    screenshot_png,
     vnc_refusal,
 )
 
@@ -138,3 +139,11 @@ def test_server_init_gives_the_framebuffer_size_and_name() -> None:
         parse_server_init(message[:10])
     with pytest.raises(RfbError):
         parse_server_init(message[:-1])
+
+
+def test_a_screenshot_already_in_png_is_checked_and_passed_on() -> None:
+    png = ppm_to_png(_ppm(2, 1, bytes(6)))
+    assert screenshot_png(png) == png
+    assert screenshot_png(_ppm(2, 1, bytes(6))) == png
+    with pytest.raises(ImageError):
+        screenshot_png(png[:20])
