@@ -14,6 +14,7 @@ from pathlib import Path
 import libvirt
 import pytest
 from kubernetes import client
+from lxml import etree
 
 from libvirt_provider.console.vnc import RfbError, png_size
 from tests.support.console import bind_console, user_kubeconfig
@@ -55,6 +56,19 @@ def test_a_screenshot_is_a_png_of_the_guests_screen(
     assert size == expected
     assert size[0] >= 320, size
     assert size[1] >= 200, size
+
+
+def test_the_display_has_no_port_on_the_host(
+    api_client: client.ApiClient, virt: libvirt.virConnect, vnc_guest_ns: str
+) -> None:
+    """The running domain's VNC server listens nowhere: only libvirt hands it clients."""
+    live = etree.fromstring(
+        virt.lookupByUUIDString(_domain_uuid(api_client, vnc_guest_ns)).XMLDesc(0)
+    )
+    graphics = live.findall("devices/graphics")
+    assert [g.get("type") for g in graphics] == ["vnc"]
+    assert [x.get("type") for x in graphics[0].findall("listen")] == ["none"]
+    assert int(graphics[0].get("port") or "-1") <= 0, etree.tostring(graphics[0])
 
 
 def test_the_local_vnc_port_speaks_rfb_with_the_guests_framebuffer(
