@@ -40,15 +40,16 @@ class LibvirtGraphics(LibvirtConnection):
         log.info("host %s: display of domain %s opened", self._host, uuid)
         return socket.socket(fileno=fd)
 
-    def screenshot(self, uuid: str) -> bytes:
-        """The domain's first screen as libvirt returns it (a PPM for qemu)."""
+    def screenshot(self, uuid: str) -> tuple[str, bytes]:
+        """The domain's first screen as libvirt returns it: its MIME type (`image/x-portable-pixmap`
+        from qemu's screendump, or `image/png` when libvirt and qemu do PNG) and its bytes."""
 
-        def taken(conn: libvirt.virConnect) -> bytes:
+        def taken(conn: libvirt.virConnect) -> tuple[str, bytes]:
             dom = self._domain(conn, uuid)
             stream = conn.newStream(0)
             chunks: list[bytes] = []
             try:
-                dom.screenshot(stream, 0, 0)
+                mime = str(dom.screenshot(stream, 0, 0) or "")
                 while True:
                     data = stream.recv(_SCREENSHOT_CHUNK)
                     if not isinstance(data, bytes) or not data:
@@ -59,6 +60,6 @@ class LibvirtGraphics(LibvirtConnection):
                 with contextlib.suppress(libvirt.libvirtError):
                     stream.abort()
                 raise
-            return b"".join(chunks)
+            return mime, b"".join(chunks)
 
         return self._call(taken)

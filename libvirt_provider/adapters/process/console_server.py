@@ -626,13 +626,20 @@ class ConsoleServer:
     ) -> None:
         target, hypervisor, _machine = self._display_target(request, route, identity)
         try:
-            png = screenshot_png(hypervisor.screenshot(target.domain_uuid))
+            mime, image = hypervisor.screenshot(target.domain_uuid)
+            png = screenshot_png(image)
         except (ProviderError, ImageError) as err:
             raise _RefusedError(
                 Refusal(503, "ServiceUnavailable", f"cannot take a screenshot: {err}")
             ) from err
-        log.info("console: %s took a screenshot of %s/%s", identity.user, route.namespace,
-                 route.name)  # fmt: skip
+        log.info(
+            "console: %s took a screenshot of %s/%s (libvirt gave %s, %d bytes)",
+            identity.user,
+            route.namespace,
+            route.name,
+            mime or "no type",
+            len(image),
+        )
         answer_png(conn, png)
 
     def _vnc(
