@@ -19,9 +19,8 @@ from pathlib import Path
 
 import websocket
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from generic.adapters.kubeclient import API_ERRORS, failure_message
+from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
 from libvirt_provider.console.client import console_path
 from libvirt_provider.console.vnc import PNG_SIGNATURE
@@ -152,22 +151,7 @@ def run_screenshot(
     path = console_path(namespace, args.name, c.VNC_SUBRESOURCE) + "/" + c.VNC_SCREENSHOT_PATH
     with client.ApiClient(configuration) as api:
         try:
-            method, url, headers, body, post = api.param_serialize(
-                "GET", path, header_params={"Accept": "image/png"}, auth_settings=["BearerToken"]
-            )
-            response = api.call_api(
-                method,
-                url,
-                header_params=headers,
-                body=body,
-                post_params=post,
-                _request_timeout=c.VNC_SCREENSHOT_TIMEOUT,
-            )
-            png = bytes(response.read())
-            if not 200 <= response.status <= 299:
-                refused = ApiException(status=response.status, reason=response.reason)
-                refused.body = png.decode("utf-8", "replace")
-                raise refused
+            png = KubeApi(api).get_bytes(path, _request_timeout=c.VNC_SCREENSHOT_TIMEOUT)
         except API_ERRORS as err:
             print(failure_message(err), file=sys.stderr)
             return 1
