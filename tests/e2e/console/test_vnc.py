@@ -131,3 +131,14 @@ def test_a_user_without_the_vnc_binding_is_forbidden(
         )
     finally:
         forward.stop()
+
+
+def test_the_api_server_publishes_the_vnc_subresource(
+    api_client: client.ApiClient, console_port: int
+) -> None:
+    """What `kubectl api-resources` shows, read through the aggregator's discovery."""
+    resources = client.CustomObjectsApi(api_client).get_api_resources(
+        "subresources.infrastructure.vm-api.io", "v1alpha1"
+    )
+    names = {r.name: r.verbs for r in resources.resources}
+    assert names.get("libvirtmachines/vnc") == ["get"], names
