@@ -17,6 +17,11 @@ Per connection, one thread; per request, in this order (the decisions are `conso
    (`driver/libvirt_console.py`) to the socket and back, pings every `CONSOLE_PING_SECONDS`, the
    session released the moment either side leaves.
 
+VNC (`libvirtmachines/vnc`, and `.../vnc/screenshot`, which the API server authorises as the
+same subresource) goes through the same steps 1 to 4 for `get libvirtmachines/vnc`, then needs a
+machine with `spec.console.graphics: VNC`; the session's bridge and the PNG answer are
+`vnc_server.py`'s, the display's socket `driver/libvirt_graphics.py`'s.
+
 `kubectl vm top`'s `libvirtmachinestats` (`console/stats.py`) goes through the same steps 1 and
 2, then a SubjectAccessReview per namespace it answers for (may the user read its
 LibvirtMachines?), then one bulk statistics call per host with a machine to show, shared with
