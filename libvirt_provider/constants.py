@@ -77,6 +77,8 @@ __all__ = [
     "EVENT_SUSPENDED",
     "EVENT_UNDEFINED",
     "EVENT_UPDATED_LIVE",
+    "EVENT_VNC_ATTACHED",
+    "EVENT_VNC_DETACHED",
     "EVENT_VOLUME_CREATED",
     "EVENT_VOLUME_DELETED",
     "EVENT_WOKEN",
@@ -188,6 +190,11 @@ __all__ = [
     "VERSION",
     "VM_API_CRD_LABEL",
     "VM_API_CRD_LABEL_VALUE",
+    "VNC_READ_CHUNK",
+    "VNC_SCREENSHOT_PATH",
+    "VNC_SCREENSHOT_TIMEOUT",
+    "VNC_SUBPROTOCOLS",
+    "VNC_SUBRESOURCE",
     "VOLUME_ATTRIBUTES_CLASS_KIND",
     "VOLUME_ATTRIBUTES_CLASS_PLURAL",
     "VOLUME_ATTRIBUTES_DRIVER",
@@ -556,3 +563,21 @@ SNAPSHOT_COMMIT_TIMEOUT_SECONDS: Final = 120.0
 # Seconds a preempted spot machine's guest is given to shut down before it is powered off
 # (`--preemption-grace`; docs/placement.md).
 PREEMPTION_GRACE_SECONDS: Final = 30
+
+# -- VNC through the aggregated API (docs/console.md, "VNC and screenshots") -----------------------
+# `libvirtmachines/vnc`: the guest's RFB stream over a WebSocket (RBAC: `get` on
+# libvirtmachines/vnc), opened through libvirt (virDomainOpenGraphicsFD), never a host port.
+VNC_SUBRESOURCE: Final = "vnc"
+# The screenshot's path under the vnc subresource (`.../vnc/screenshot`, as KubeVirt's): the API
+# server authorises it as `get libvirtmachines/vnc`, the first segment after the name.
+VNC_SCREENSHOT_PATH: Final = "screenshot"
+# Subprotocols the vnc WebSocket speaks, in the order the daemon prefers them: raw bytes in binary
+# frames both ways (virtctl's, and websockify's `binary` as noVNC asks for it).
+VNC_SUBPROTOCOLS: Final = ("plain.kubevirt.io", "binary")
+# Bytes read from the display's socket per read.
+VNC_READ_CHUNK: Final = 64 * 1024
+# Seconds a screenshot may take (libvirt's stream of the PPM, then its PNG), end to end.
+VNC_SCREENSHOT_TIMEOUT: Final = 30.0
+# The audit trail of VNC sessions on the LibvirtMachine (as the console's).
+EVENT_VNC_ATTACHED: Final = "VncAttached"
+EVENT_VNC_DETACHED: Final = "VncDetached"

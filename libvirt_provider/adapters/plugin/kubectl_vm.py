@@ -13,6 +13,9 @@ who took over), `--logs [--follow]` prints the console output the host kept (and
 the daemons, through the same API server and aggregated endpoint (the `libvirtmachinestats`
 resource, docs/console.md): it reads the statistics twice, `--interval` apart, because CPU use
 is a rate (`console/top.py` says how it is computed).
+
+`kubectl vm vnc NAME` and `kubectl vm screenshot NAME -o FILE.png` reach the machine's VNC display
+(`plugin/vnc.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from kubernetes import client, config
 
 from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.plugin import vnc
 from libvirt_provider.console.client import (
     console_path,
     session_query,
@@ -88,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=c.TOP_INTERVAL_SECONDS,
         help="seconds between the two samples (default %(default)s)",
     )
+    vnc.add_commands(commands)
     return parser
 
 
@@ -131,7 +136,11 @@ def _configuration(args: argparse.Namespace) -> tuple[client.Configuration, str]
     return configuration, namespace
 
 
-def _connect(configuration: client.Configuration, path: str) -> websocket.WebSocket:
+def _connect(
+    configuration: client.Configuration,
+    path: str,
+    subprotocols: Sequence[str] = (c.CONSOLE_SUBPROTOCOL,),
+) -> websocket.WebSocket:
     sslopt: dict[str, Any] = {"cert_reqs": ssl.CERT_REQUIRED}
     if not configuration.verify_ssl:
         sslopt = {"cert_reqs": ssl.CERT_NONE, "check_hostname": False}
@@ -154,7 +163,7 @@ def _connect(configuration: client.Configuration, path: str) -> websocket.WebSoc
     ws.connect(  # type: ignore[no-untyped-call]
         websocket_url(str(configuration.host), path),
         header=headers,
-        subprotocols=[c.CONSOLE_SUBPROTOCOL],
+        subprotocols=list(subprotocols),
     )
     ws.settimeout(None)
     return ws
@@ -349,6 +358,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _console(args)
     if args.command == "top":
         return _top(args)
+    if args.command in ("vnc", "screenshot"):
+        configuration, default_namespace = _configuration(args)
+        namespace = args.namespace or default_namespace
+        if args.command == "screenshot":
+            return vnc.run_screenshot(args, configuration, namespace)
+        return vnc.run_vnc(args, configuration, namespace, _connect, _refusal)
     parser.print_help()
     return 2
 
