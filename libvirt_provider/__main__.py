@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="PEM private key of --console-cert-file",
     )
     parser.add_argument(
+        "--guest-netns",
+        default=None,
+        metavar="NAME|PATH",
+        help="network namespace in which port-forward connects to guests (a name in /run/netns "
+        "or a path such as /proc/PID/ns/net), for a libvirtd whose networks live in one; "
+        "default: the daemon's own, which on a KVM host routes to its libvirt networks",
+    )
+    parser.add_argument(
         "--console-log-dir",
         default=None,
         metavar="DIR",
@@ -251,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console_address=args.console_address,
             console_cert_file=args.console_cert_file or "",
             console_key_file=args.console_key_file or "",
+            guest_netns=args.guest_netns,
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
             image_handout_grace=args.image_handout_grace,

@@ -116,6 +116,9 @@ __all__ = [
     "MODIFY_VOLUME_PENDING",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
+    "PORTFORWARD_DIAL_TIMEOUT",
+    "PORTFORWARD_READ_CHUNK",
+    "PORTFORWARD_SUBRESOURCE",
     "PREEMPTION_GRACE_SECONDS",
     "REASON_ADDRESS_OUTSIDE_POOL",
     "REASON_ADDRESS_POOL_CONFLICT",
@@ -176,6 +179,7 @@ __all__ = [
     "SNAPSHOT_REASON_UNKNOWN_DISK",
     "SNAPSHOT_SHORT_NAMES",
     "SNAPSHOT_VOLUME_PREFIX",
+    "SSH_PORT",
     "STATS_HOST_FIELD",
     "STATS_KIND",
     "STATS_LIST_KIND",
@@ -484,6 +488,17 @@ CONSOLE_SILENT_PINGS: Final = 3
 CONSOLE_CONNECT_TIMEOUT: Final = 30.0
 # The component that posts the console's audit Events (`source.component`).
 CONSOLE_EVENT_COMPONENT: Final = "libvirt-provider-console"
+
+# Port-forward (docs/console.md, "Port-forward and ssh"): `libvirtmachines/portforward/{port}`,
+# RBAC `get` on `libvirtmachines/portforward`; one TCP stream per WebSocket, in binary frames of the
+# console's subprotocol, to a port of the guest dialled by the daemon serving its host.
+PORTFORWARD_SUBRESOURCE: Final = "portforward"
+# Seconds the daemon waits for the guest's port to accept the connection (past it: 502).
+PORTFORWARD_DIAL_TIMEOUT: Final = 10.0
+# Bytes read from either side of a forwarded stream per read.
+PORTFORWARD_READ_CHUNK: Final = 64 * 1024
+# The port `kubectl vm ssh` reaches unless told otherwise.
+SSH_PORT: Final = 22
 
 # `kubectl vm top`'s resource in the same aggregated group (docs/console.md, "kubectl vm top"):
 # get and list, namespaced and across namespaces, as metrics.k8s.io serves `kubectl top`. The

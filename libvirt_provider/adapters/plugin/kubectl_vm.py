@@ -11,6 +11,9 @@ stdin ends the session.
 the daemons, through the same API server and aggregated endpoint (the `libvirtmachinestats`
 resource, docs/console.md): it reads the statistics twice, `--interval` apart, because CPU use
 is a rate (`console/top.py` says how it is computed).
+
+`kubectl vm port-forward NAME LOCAL:REMOTE` and `kubectl vm ssh [USER@]NAME` carry TCP to a port
+of the guest (`plugin/port_forward.py`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ from kubernetes import client, config
 
 from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.plugin.port_forward import (
+    add_commands,
+    run_port_forward,
+    run_ssh,
+    split_ssh_arguments,
+)
 from libvirt_provider.console.client import console_path, split_at_escape, websocket_url
 from libvirt_provider.console.top import format_table, machine_usage, stats_field_selector
 
@@ -79,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=c.TOP_INTERVAL_SECONDS,
         help="seconds between the two samples (default %(default)s)",
     )
+    add_commands(commands)
     return parser
 
 
@@ -275,11 +285,23 @@ def _top(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    own, ssh_args = split_ssh_arguments(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(own)
+    if ssh_args and args.command != "ssh":
+        parser.error("arguments after -- are only for ssh")
+    args.ssh_args = ssh_args
     if args.command == "console":
         return _console(args)
     if args.command == "top":
         return _top(args)
+    if args.command in ("port-forward", "ssh"):
+        configuration, default_namespace = _configuration(args)
+        namespace = args.namespace or default_namespace
+        if args.command == "ssh":
+            return run_ssh(args, namespace)
+        return run_port_forward(
+            args, namespace, lambda path: _connect(configuration, path), _refusal
+        )
     parser.print_help()
     return 2
 

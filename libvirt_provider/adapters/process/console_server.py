@@ -52,7 +52,9 @@ from generic.adapters.kubeclient import (
 )
 from generic.background import BackgroundLoop
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.process.guest_dial import GuestDialer
 from libvirt_provider.adapters.process.machine_metrics import HostSource, MachineStatsCollector
+from libvirt_provider.adapters.process.port_forward import PortBridge, switching_protocols
 from libvirt_provider.console.audit import attached, detached
 from libvirt_provider.console.auth import (
     FrontProxyTrust,
@@ -72,6 +74,11 @@ from libvirt_provider.console.framing import (
     accept_key,
     close_payload,
     encode_frame,
+)
+from libvirt_provider.console.portforward import (
+    PortForwardRoute,
+    match_portforward_route,
+    portforward_target,
 )
 from libvirt_provider.console.routes import (
     ConsoleRoute,
@@ -144,8 +151,10 @@ class ConsoleServer:
         *,
         stats_sources: Callable[[], list[HostSource]] = list,
         stats: MachineStatsCollector | None = None,
+        dialer: GuestDialer | None = None,
     ) -> None:
         self._settings = settings
+        self._dialer = dialer or GuestDialer()
         self._kube = KubeApi(api)
         self._events = EventRecorder(
             api, component=c.CONSOLE_EVENT_COMPONENT, instance=socket.gethostname()
@@ -164,7 +173,7 @@ class ConsoleServer:
         self._refresh = BackgroundLoop("console-trust", self._refresh_loop)
         # The sessions open now: stopping ends each (the client is told) before the daemon
         # closes its libvirt connections under their streams.
-        self._bridges: set[_Bridge] = set()
+        self._bridges: set[_Bridge | PortBridge] = set()
         self._bridges_done = threading.Condition(self._lock)
 
     # -- life ------------------------------------------------------------------------------
@@ -323,7 +332,17 @@ class ConsoleServer:
         common_name = _common_name(cert) if cert else None
         route = match_route(request.path)
         stats_route = match_stats_route(request.path) if route is None else None
+        forward = (
+            match_portforward_route(request.path) if route is None and stats_route is None else None
+        )
         try:
+            if isinstance(forward, Refusal):
+                raise _RefusedError(forward)
+            if forward is not None:
+                identity = self._caller(request, trust, common_name, need_user=True)
+                assert identity is not None
+                self._port_forward(conn, request, forward, identity)
+                return
             if isinstance(stats_route, Refusal):
                 raise _RefusedError(stats_route)
             if stats_route is not None:
@@ -340,7 +359,12 @@ class ConsoleServer:
         except _RefusedError as refused:
             # The aggregator asks every aggregated server for its OpenAPI documents, often: a
             # path this endpoint does not serve is not news.
-            quiet = refused.refusal.code == 404 and route is None and stats_route is None
+            quiet = (
+                refused.refusal.code == 404
+                and route is None
+                and stats_route is None
+                and forward is None
+            )
             level = logging.DEBUG if quiet else logging.INFO
             log.log(
                 level,
@@ -584,6 +608,64 @@ class ConsoleServer:
                 self._bridges_done.notify_all()
             self._sessions.release(seat)
 
+    # -- port-forward (console/portforward.py, port_forward.py) -----------------------------
+
+    def _port_forward(
+        self, conn: ssl.SSLSocket, request: _Request, route: PortForwardRoute, identity: Identity
+    ) -> None:
+        if request.method != "GET":
+            raise _RefusedError(Refusal(405, "MethodNotAllowed", "port-forward is a GET upgrade"))
+        self._authorize(identity, route.console_route)
+        machine = self._read_machine(route.namespace, route.name)
+        target = portforward_target(route, machine, frozenset(h for h, _ in self._hosts()))
+        if isinstance(target, Refusal):
+            raise _RefusedError(target)
+        key = request.header("Sec-WebSocket-Key")
+        if "websocket" not in request.tokens("Upgrade") or not key:
+            raise _RefusedError(Refusal(400, "BadRequest", "port-forward is a WebSocket"))
+        if c.CONSOLE_SUBPROTOCOL not in request.tokens("Sec-WebSocket-Protocol"):
+            raise _RefusedError(
+                Refusal(400, "BadRequest", f"port-forward speaks {c.CONSOLE_SUBPROTOCOL}")
+            )
+        where = f"{route.namespace}/{route.name} port {route.port}"
+        try:
+            guest = self._dialer.dial(target.address, target.port, c.PORTFORWARD_DIAL_TIMEOUT)
+        except OSError as err:
+            # The guest's own answer (refused, unreachable, silent): the daemon is the gateway.
+            raise _RefusedError(
+                Refusal(
+                    502,
+                    "BadGateway",
+                    f"cannot connect to LibvirtMachine {route.name}'s {target.address}:"
+                    f"{target.port}: {err.strerror or err}",
+                )
+            ) from err
+        bridge = PortBridge(conn, guest)
+        with self._lock:
+            self._bridges.add(bridge)
+        started = time.monotonic()
+        try:
+            log.info(
+                "console: %s forwards to %s (%s:%d)",
+                identity.user,
+                where,
+                target.address,
+                target.port,
+            )
+            conn.sendall(switching_protocols(key))
+            why = bridge.run()
+            log.info(
+                "console: %s's stream to %s ended: %s",
+                identity.user,
+                where,
+                bridge.tally.describe(time.monotonic() - started, why),
+            )
+        finally:
+            bridge.close()
+            with self._bridges_done:
+                self._bridges.discard(bridge)
+                self._bridges_done.notify_all()
+
 
 class _Bridge:
     """One console session's loop on its connection's thread: the socket and a wake-up pipe in
@@ -766,6 +848,7 @@ _PHRASES = {
     405: "Method Not Allowed",
     409: "Conflict",
     431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
     503: "Service Unavailable",
 }
 

@@ -16,6 +16,7 @@ from libvirt_provider.__main__ import build_parser
 from libvirt_provider.constants import (
     CONSOLE_RESOURCE,
     CONSOLE_SUBRESOURCE,
+    PORTFORWARD_SUBRESOURCE,
     SECRETS_CLUSTER_ROLE,
     STATS_RESOURCE,
     SUBRESOURCE_GROUP,
@@ -171,7 +172,22 @@ def test_the_daemon_may_review_access_and_read_the_front_proxys_trust() -> None:
         ("kube-system", "extension-apiserver-authentication-reader"),
     }
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
-    assert set(roles) == {"vm-api-libvirtmachine-console", "vm-api-libvirtmachine-stats"}
+    assert set(roles) == {
+        "vm-api-libvirtmachine-console",
+        "vm-api-libvirtmachine-portforward",
+        "vm-api-libvirtmachine-stats",
+    }
+    # Port-forward: its own role, so a user may have a shell on the console and no stream to
+    # the guest's ports, or the other way round; editors and admins have it, as pods/portforward.
+    forward = roles["vm-api-libvirtmachine-portforward"]
+    assert forward["rules"] == [
+        {
+            "apiGroups": [SUBRESOURCE_GROUP],
+            "resources": [f"{CONSOLE_RESOURCE}/{PORTFORWARD_SUBRESOURCE}"],
+            "verbs": ["get"],
+        }
+    ]
+    assert forward["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert roles["vm-api-libvirtmachine-console"]["rules"] == [
         {
             "apiGroups": [SUBRESOURCE_GROUP],
