@@ -116,6 +116,7 @@ __all__ = [
     "MODIFY_VOLUME_PENDING",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
+    "PORTFORWARD_BUFFER",
     "PORTFORWARD_DIAL_TIMEOUT",
     "PORTFORWARD_READ_CHUNK",
     "PORTFORWARD_SUBRESOURCE",
@@ -497,6 +498,9 @@ PORTFORWARD_SUBRESOURCE: Final = "portforward"
 PORTFORWARD_DIAL_TIMEOUT: Final = 10.0
 # Bytes read from either side of a forwarded stream per read.
 PORTFORWARD_READ_CHUNK: Final = 64 * 1024
+# Bytes for the guest a stream holds while the guest is slow to read; past them, reading from the
+# client pauses.
+PORTFORWARD_BUFFER: Final = 1 << 20
 # The port `kubectl vm ssh` reaches unless told otherwise.
 SSH_PORT: Final = 22
 

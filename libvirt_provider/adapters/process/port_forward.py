@@ -6,9 +6,13 @@ refuses or does not answer is an HTTP error (502) rather than a stream that clos
 this loop, on the connection's thread: the TLS socket, the guest's socket and a wake-up pipe in one
 `select`; the guest's bytes go out in binary frames, the client's binary (or text) frames go to the
 guest, pings as on the console. Either side's end ends both: WebSocket has no half-close, so the
-guest closing its side sends the close frame after the last bytes. Backpressure is TCP's own: a
-slow side blocks the write to it (bounded by `CONSOLE_IO_TIMEOUT`), and nothing else is read
-meanwhile, so memory stays one read's worth.
+guest closing its side sends the close frame after the last bytes.
+
+Backpressure: bytes for the guest wait in a buffer written as the guest's socket takes them, so a
+guest slow to read never stops its own output from being sent (an echo would otherwise stall on
+itself); past `PORTFORWARD_BUFFER` bytes nothing more is read from the client until it drains.
+Toward the client, a write blocks (bounded by `CONSOLE_IO_TIMEOUT`) and nothing is read from the
+guest meanwhile. Memory stays a buffer and a frame's worth per stream.
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ class PortBridge:
     def __init__(self, conn: ssl.SSLSocket, guest: socket.socket) -> None:
         self._conn = conn
         self._guest = guest
-        self._guest.settimeout(c.CONSOLE_IO_TIMEOUT)
+        self._guest.setblocking(False)
+        self._to_guest = bytearray()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_w.setblocking(False)
         self._why: str | None = None
@@ -74,6 +79,13 @@ class PortBridge:
         except OSError as err:
             return f"a connection failed: {err}"
 
+    def _flush_to_guest(self) -> None:
+        if self._to_guest:
+            self._guest.settimeout(c.CONSOLE_IO_TIMEOUT)
+            self._guest.sendall(self._to_guest)
+            self.tally.to_guest += len(self._to_guest)
+            self._to_guest.clear()
+
     def _send(self, opcode: Opcode, payload: bytes) -> None:
         self._conn.sendall(encode_frame(opcode, payload))
 
@@ -94,18 +106,32 @@ class PortBridge:
                 self._send(Opcode.PING, b"vmapi")
                 pinged = now
             wait = max(0.0, pinged + c.CONSOLE_PING_SECONDS - now)
-            if self._conn.pending():
+            room = len(self._to_guest) < c.PORTFORWARD_BUFFER
+            if room and self._conn.pending():
                 ready: list[Any] = [self._conn]
+                writable: list[Any] = []
             else:
-                ready, _, _ = select.select([self._conn, self._guest, self._wake_r], [], [], wait)
+                reading = [self._guest, self._wake_r] + ([self._conn] if room else [])
+                ready, writable, _ = select.select(
+                    reading, [self._guest] if self._to_guest else [], [], wait
+                )
             if self._wake_r in ready:
                 return self._close_with(CloseCode.GOING_AWAY, self._why or "closed")
+            if writable:
+                with contextlib.suppress(BlockingIOError):
+                    sent = self._guest.send(self._to_guest[: c.PORTFORWARD_READ_CHUNK])
+                    del self._to_guest[:sent]
+                    self.tally.to_guest += sent
             if self._guest in ready:
-                data = self._guest.recv(c.PORTFORWARD_READ_CHUNK)
-                if not data:
+                try:
+                    data = self._guest.recv(c.PORTFORWARD_READ_CHUNK)
+                except BlockingIOError:
+                    data = None
+                if data == b"":
                     return self._close_with(CloseCode.NORMAL, "the guest closed the connection")
-                self.tally.from_guest += len(data)
-                self._send(Opcode.BINARY, data)
+                if data:
+                    self.tally.from_guest += len(data)
+                    self._send(Opcode.BINARY, data)
             if self._conn in ready:
                 try:
                     data = self._conn.recv(c.PORTFORWARD_READ_CHUNK)
@@ -121,10 +147,11 @@ class PortBridge:
                     return f"protocol error: {err}"
                 for frame in frames:
                     if frame.opcode in (Opcode.BINARY, Opcode.TEXT, Opcode.CONTINUATION):
-                        self._guest.sendall(frame.payload)
-                        self.tally.to_guest += len(frame.payload)
+                        self._to_guest += frame.payload
                     elif frame.opcode == Opcode.PING:
                         self._send(Opcode.PONG, frame.payload)
                     elif frame.opcode == Opcode.CLOSE:
+                        # What the client sent before it left still reaches the guest.
+                        self._flush_to_guest()
                         self._close_with(CloseCode.NORMAL, "")
                         return "the client closed the stream"

@@ -40,7 +40,7 @@ from tests.support.waiting import GiveUp, eventually
 
 ECHO_PORT = 7000
 CLOSED_PORT = 7001
-THROUGHPUT_BYTES = 1 << 20
+THROUGHPUT_BYTES = 4 << 20
 
 
 @pytest.fixture(scope="module")
