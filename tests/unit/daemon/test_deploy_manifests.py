@@ -154,6 +154,16 @@ def test_the_console_patch_gives_the_daemonset_flags_its_parser_takes() -> None:
     assert volumes["console-tls"]["secret"]["secretName"]
 
 
+def test_the_portforward_patch_puts_the_daemon_on_the_hosts_network() -> None:
+    """Port-forward dials guests from the daemon: on the host's network, where libvirt's bridges
+    are (docs/console.md, "How the daemon reaches the guest"); the pod keeps cluster DNS."""
+    ops = json.loads((REPO / "deploy" / "console" / "daemonset-portforward.json").read_text())
+    assert {op["path"]: op["value"] for op in ops if op["op"] == "add"} == {
+        "/spec/template/spec/hostNetwork": True,
+        "/spec/template/spec/dnsPolicy": "ClusterFirstWithHostNet",
+    }
+
+
 def test_the_daemon_may_review_access_and_read_the_front_proxys_trust() -> None:
     docs = _docs("console-rbac.yaml")
     daemonset = yaml.safe_load((REPO / "deploy" / "daemonset.yaml").read_text())
