@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -139,7 +140,8 @@ def test_a_bound_user_reaches_the_guests_port_from_where_it_is_otherwise_unreach
         print(
             f"\nport-forward echo of {mib:.0f} MiB: through kubectl vm port-forward "
             f"{mib / forwarded:.2f} MiB/s ({forwarded:.2f} s), direct in the lab's namespace "
-            f"{mib / direct:.2f} MiB/s ({direct:.2f} s), ratio {direct / forwarded:.2f}"
+            f"{mib / direct:.2f} MiB/s ({direct:.2f} s), ratio {direct / forwarded:.2f} "
+            f"(load average {os.getloadavg()[0]:.1f})"
         )
     finally:
         forward.stop()

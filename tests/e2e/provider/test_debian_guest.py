@@ -8,7 +8,8 @@ guest's OS, a Filesystem-consistent snapshot freezes the guest through the agent
 thawed (and a clone of it holds what was written before it and not after, and is a new
 cloud-init instance), a live resize is seen inside, a graceful power-off goes through the agent or
 (without one) systemd's handling of the ACPI power button, and a changed Secret takes effect after
-a power cycle.
+a power cycle. `kubectl vm ssh` logs in from the machine's own network namespace, through the API
+server and the daemon (the module's daemon also serves the console subresources).
 
 A Debian boot takes about a minute under software emulation, so the module shares one machine, and
 the tests run in file order, each leaving it running for the next (the power-cycle test last). The
