@@ -119,6 +119,10 @@ __all__ = [
     "MODIFY_VOLUME_PENDING",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
+    "PORTFORWARD_BUFFER",
+    "PORTFORWARD_DIAL_TIMEOUT",
+    "PORTFORWARD_READ_CHUNK",
+    "PORTFORWARD_SUBRESOURCE",
     "PREEMPTION_GRACE_SECONDS",
     "REASON_ADDRESS_OUTSIDE_POOL",
     "REASON_ADDRESS_POOL_CONFLICT",
@@ -179,6 +183,7 @@ __all__ = [
     "SNAPSHOT_REASON_UNKNOWN_DISK",
     "SNAPSHOT_SHORT_NAMES",
     "SNAPSHOT_VOLUME_PREFIX",
+    "SSH_PORT",
     "STATS_HOST_FIELD",
     "STATS_KIND",
     "STATS_LIST_KIND",
@@ -508,6 +513,20 @@ CONSOLE_VIEWER_BACKLOG_BYTES: Final = 4 * 1024 * 1024
 CONSOLE_LOGS_MAX_BYTES: Final = 1024 * 1024
 # Machines whose last output the daemon keeps in memory after their last session left.
 CONSOLE_KEPT_REPLAYS: Final = 256
+
+# Port-forward (docs/console.md, "Port-forward and ssh"): `libvirtmachines/portforward/{port}`,
+# RBAC `get` on `libvirtmachines/portforward`; one TCP stream per WebSocket, in binary frames of the
+# console's subprotocol, to a port of the guest dialled by the daemon serving its host.
+PORTFORWARD_SUBRESOURCE: Final = "portforward"
+# Seconds the daemon waits for the guest's port to accept the connection (past it: 502).
+PORTFORWARD_DIAL_TIMEOUT: Final = 10.0
+# Bytes read from either side of a forwarded stream per read.
+PORTFORWARD_READ_CHUNK: Final = 64 * 1024
+# Bytes for the guest a stream holds while the guest is slow to read; past them, reading from the
+# client pauses.
+PORTFORWARD_BUFFER: Final = 1 << 20
+# The port `kubectl vm ssh` reaches unless told otherwise.
+SSH_PORT: Final = 22
 
 # `kubectl vm top`'s resource in the same aggregated group (docs/console.md, "kubectl vm top"):
 # get and list, namespaced and across namespaces, as metrics.k8s.io serves `kubectl top`. The
