@@ -163,6 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the same for read-only viewers (default %(default)s: never)",
     )
     parser.add_argument(
+        "--guest-netns",
+        default=None,
+        metavar="NAME|PATH",
+        help="network namespace in which port-forward connects to guests (a name in /run/netns "
+        "or a path such as /proc/PID/ns/net), for a libvirtd whose networks live in one; "
+        "default: the daemon's own, which on a KVM host routes to its libvirt networks",
+    )
+    parser.add_argument(
         "--console-log-dir",
         default=None,
         metavar="DIR",
@@ -305,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console_replay_bytes=args.console_replay_bytes,
             console_idle_timeout=args.console_idle_timeout,
             console_viewer_idle_timeout=args.console_viewer_idle_timeout,
+            guest_netns=args.guest_netns,
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
             image_handout_grace=args.image_handout_grace,

@@ -83,6 +83,8 @@ __all__ = [
     "EVENT_SUSPENDED",
     "EVENT_UNDEFINED",
     "EVENT_UPDATED_LIVE",
+    "EVENT_VNC_ATTACHED",
+    "EVENT_VNC_DETACHED",
     "EVENT_VOLUME_CREATED",
     "EVENT_VOLUME_DELETED",
     "EVENT_WOKEN",
@@ -157,6 +159,10 @@ __all__ = [
     "MODIFY_VOLUME_PENDING",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
+    "PORTFORWARD_BUFFER",
+    "PORTFORWARD_DIAL_TIMEOUT",
+    "PORTFORWARD_READ_CHUNK",
+    "PORTFORWARD_SUBRESOURCE",
     "PREEMPTION_GRACE_SECONDS",
     "REASON_ADDRESS_OUTSIDE_POOL",
     "REASON_ADDRESS_POOL_CONFLICT",
@@ -217,6 +223,7 @@ __all__ = [
     "SNAPSHOT_REASON_UNKNOWN_DISK",
     "SNAPSHOT_SHORT_NAMES",
     "SNAPSHOT_VOLUME_PREFIX",
+    "SSH_PORT",
     "STATS_HOST_FIELD",
     "STATS_KIND",
     "STATS_LIST_KIND",
@@ -228,6 +235,11 @@ __all__ = [
     "VERSION",
     "VM_API_CRD_LABEL",
     "VM_API_CRD_LABEL_VALUE",
+    "VNC_READ_CHUNK",
+    "VNC_SCREENSHOT_PATH",
+    "VNC_SCREENSHOT_TIMEOUT",
+    "VNC_SUBPROTOCOLS",
+    "VNC_SUBRESOURCE",
     "VOLUME_ATTRIBUTES_CLASS_KIND",
     "VOLUME_ATTRIBUTES_CLASS_PLURAL",
     "VOLUME_ATTRIBUTES_DRIVER",
@@ -542,6 +554,20 @@ CONSOLE_LOGS_MAX_BYTES: Final = 1024 * 1024
 # Machines whose last output the daemon keeps in memory after their last session left.
 CONSOLE_KEPT_REPLAYS: Final = 256
 
+# Port-forward (docs/console.md, "Port-forward and ssh"): `libvirtmachines/portforward/{port}`,
+# RBAC `get` on `libvirtmachines/portforward`; one TCP stream per WebSocket, in binary frames of the
+# console's subprotocol, to a port of the guest dialled by the daemon serving its host.
+PORTFORWARD_SUBRESOURCE: Final = "portforward"
+# Seconds the daemon waits for the guest's port to accept the connection (past it: 502).
+PORTFORWARD_DIAL_TIMEOUT: Final = 10.0
+# Bytes read from either side of a forwarded stream per read.
+PORTFORWARD_READ_CHUNK: Final = 64 * 1024
+# Bytes for the guest a stream holds while the guest is slow to read; past them, reading from the
+# client pauses.
+PORTFORWARD_BUFFER: Final = 1 << 20
+# The port `kubectl vm ssh` reaches unless told otherwise.
+SSH_PORT: Final = 22
+
 # `kubectl vm top`'s resource in the same aggregated group (docs/console.md, "kubectl vm top"):
 # get and list, namespaced and across namespaces, as metrics.k8s.io serves `kubectl top`. The
 # daemon authorises each namespace it answers for as a read of the LibvirtMachines themselves.
@@ -644,3 +670,21 @@ EVENT_MIGRATION_TARGET_CLEANED: Final = "TargetVolumesDeleted"
 EVENT_MACHINE_MIGRATED: Final = "Migrated"
 # Seconds between two progress writes of a running migration (jobStats on the source).
 MIGRATION_PROGRESS_SECONDS: Final = 1.0
+
+# -- VNC through the aggregated API (docs/console.md, "VNC and screenshots") -----------------------
+# `libvirtmachines/vnc`: the guest's RFB stream over a WebSocket (RBAC: `get` on
+# libvirtmachines/vnc), opened through libvirt (virDomainOpenGraphicsFD), never a host port.
+VNC_SUBRESOURCE: Final = "vnc"
+# The screenshot's path under the vnc subresource (`.../vnc/screenshot`, as KubeVirt's): the API
+# server authorises it as `get libvirtmachines/vnc`, the first segment after the name.
+VNC_SCREENSHOT_PATH: Final = "screenshot"
+# Subprotocols the vnc WebSocket speaks, in the order the daemon prefers them: raw bytes in binary
+# frames both ways (virtctl's, and websockify's `binary` as noVNC asks for it).
+VNC_SUBPROTOCOLS: Final = ("plain.kubevirt.io", "binary")
+# Bytes read from the display's socket per read.
+VNC_READ_CHUNK: Final = 64 * 1024
+# Seconds a screenshot may take (libvirt's stream of the PPM, then its PNG), end to end.
+VNC_SCREENSHOT_TIMEOUT: Final = 30.0
+# The audit trail of VNC sessions on the LibvirtMachine (as the console's).
+EVENT_VNC_ATTACHED: Final = "VncAttached"
+EVENT_VNC_DETACHED: Final = "VncDetached"

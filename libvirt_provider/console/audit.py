@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from libvirt_provider import constants as c
 
-__all__ = ["attached", "detached", "taken_over"]
+__all__ = ["attached", "detached", "taken_over", "vnc_attached", "vnc_detached"]
 
 
 def attached(user: str, role: str) -> tuple[str, str]:
@@ -24,6 +24,16 @@ def detached(user: str, role: str, seconds: float, why: str) -> tuple[str, str]:
         c.EVENT_CONSOLE_DETACHED,
         f"{user} left the serial console ({role}) after {_duration(seconds)}: {why}",
     )
+
+
+def vnc_attached(user: str) -> tuple[str, str]:
+    """The Event (reason, message) of a VNC session that just opened the guest's display."""
+    return c.EVENT_VNC_ATTACHED, f"{user} opened the VNC display"
+
+
+def vnc_detached(user: str, seconds: float, why: str) -> tuple[str, str]:
+    """The Event (reason, message) of a VNC session that ended after `seconds`, and why."""
+    return c.EVENT_VNC_DETACHED, f"{user} left the VNC display after {_duration(seconds)}: {why}"
 
 
 def _duration(seconds: float) -> str:

@@ -13,6 +13,11 @@ who took over), `--logs [--follow]` prints the console output the host kept (and
 the daemons, through the same API server and aggregated endpoint (the `libvirtmachinestats`
 resource, docs/console.md): it reads the statistics twice, `--interval` apart, because CPU use
 is a rate (`console/top.py` says how it is computed).
+
+`kubectl vm vnc NAME` and `kubectl vm screenshot NAME -o FILE.png` reach the machine's VNC display
+(`plugin/vnc.py`).
+`kubectl vm port-forward NAME LOCAL:REMOTE` and `kubectl vm ssh [USER@]NAME` carry TCP to a port
+of the guest (`plugin/port_forward.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,13 @@ from kubernetes import client, config
 
 from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.plugin import vnc
+from libvirt_provider.adapters.plugin.port_forward import (
+    add_commands,
+    run_port_forward,
+    run_ssh,
+    split_ssh_arguments,
+)
 from libvirt_provider.console.client import (
     console_path,
     session_query,
@@ -88,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=c.TOP_INTERVAL_SECONDS,
         help="seconds between the two samples (default %(default)s)",
     )
+    vnc.add_commands(commands)
+    add_commands(commands)
     return parser
 
 
@@ -131,7 +145,11 @@ def _configuration(args: argparse.Namespace) -> tuple[client.Configuration, str]
     return configuration, namespace
 
 
-def _connect(configuration: client.Configuration, path: str) -> websocket.WebSocket:
+def _connect(
+    configuration: client.Configuration,
+    path: str,
+    subprotocols: Sequence[str] = (c.CONSOLE_SUBPROTOCOL,),
+) -> websocket.WebSocket:
     sslopt: dict[str, Any] = {"cert_reqs": ssl.CERT_REQUIRED}
     if not configuration.verify_ssl:
         sslopt = {"cert_reqs": ssl.CERT_NONE, "check_hostname": False}
@@ -154,7 +172,7 @@ def _connect(configuration: client.Configuration, path: str) -> websocket.WebSoc
     ws.connect(  # type: ignore[no-untyped-call]
         websocket_url(str(configuration.host), path),
         header=headers,
-        subprotocols=[c.CONSOLE_SUBPROTOCOL],
+        subprotocols=list(subprotocols),
     )
     ws.settimeout(None)
     return ws
@@ -344,11 +362,29 @@ def _top(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    own, ssh_args = split_ssh_arguments(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(own)
+    if ssh_args and args.command != "ssh":
+        parser.error("arguments after -- are only for ssh")
+    args.ssh_args = ssh_args
     if args.command == "console":
         return _console(args)
     if args.command == "top":
         return _top(args)
+    if args.command in ("vnc", "screenshot"):
+        configuration, default_namespace = _configuration(args)
+        namespace = args.namespace or default_namespace
+        if args.command == "screenshot":
+            return vnc.run_screenshot(args, configuration, namespace)
+        return vnc.run_vnc(args, configuration, namespace, _connect, _refusal)
+    if args.command in ("port-forward", "ssh"):
+        configuration, default_namespace = _configuration(args)
+        namespace = args.namespace or default_namespace
+        if args.command == "ssh":
+            return run_ssh(args, namespace)
+        return run_port_forward(
+            args, namespace, lambda path: _connect(configuration, path), _refusal
+        )
     parser.print_help()
     return 2
 

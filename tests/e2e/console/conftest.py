@@ -73,3 +73,21 @@ def guest_ns(api_client: client.ApiClient, console_port: int) -> Iterator[str]:
 @pytest.fixture
 def tmp_kubeconfig(tmp_path: Path) -> Path:
     return tmp_path / "user.kubeconfig"
+
+
+@pytest.fixture(scope="module")
+def vnc_guest_ns(api_client: client.ApiClient, console_port: int) -> Iterator[str]:
+    """The namespace of a busybox guest (named `desktop`) with a VNC display
+    (`spec.console.graphics: VNC`), booted and running, for the module."""
+    with namespace(api_client) as ns:
+        vm, lm = pair(ns, "desktop")
+        lm["spec"]["console"] = {"graphics": "VNC"}
+        create(api_client, [vm, lm])
+
+        def running() -> dict[str, Any] | None:
+            found = get(api_client, ns, "desktop", vm=False)
+            status = (found or {}).get("status") or {}
+            return found if status.get("powerState") == "PoweredOn" else None
+
+        eventually(running, timeout=180, what=f"LibvirtMachine {ns}/desktop PoweredOn")
+        yield ns

@@ -33,7 +33,7 @@ def test_the_console_path_is_matched_and_the_plugin_builds_it() -> None:
 @pytest.mark.parametrize(
     "path",
     [
-        f"{PREFIX}/namespaces/team-a/libvirtmachines/vm1/vnc",  # not served yet
+        f"{PREFIX}/namespaces/team-a/libvirtmachines/vm1/vnc/screenshot",  # console/vnc.py's
         f"{PREFIX}/namespaces/team-a/libvirtmachines/vm1",
         f"{PREFIX}/namespaces/Team/libvirtmachines/vm1/console",
         f"{PREFIX}/namespaces/../libvirtmachines/vm1/console",
@@ -51,6 +51,8 @@ def test_discovery_lists_the_console_subresource_and_the_stats() -> None:
     assert doc["kind"] == "APIResourceList"
     assert [(r["name"], r["verbs"], r["namespaced"]) for r in doc["resources"]] == [
         ("libvirtmachines/console", ["get"], True),
+        ("libvirtmachines/vnc", ["get"], True),
+        ("libvirtmachines/portforward", ["get"], True),
         ("libvirtmachinestats", ["get", "list"], True),
     ]
     group = discovery_document("/apis/subresources.infrastructure.vm-api.io")
