@@ -26,6 +26,20 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _seconds_or_off(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be a number of seconds (0: off)")
+    return value
+
+
+def _byte_count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be a number of bytes (0: none)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="libvirt-provider",
@@ -126,6 +140,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="PEM private key of --console-cert-file",
     )
     parser.add_argument(
+        "--console-replay-bytes",
+        type=_byte_count,
+        default=c.CONSOLE_REPLAY_BYTES,
+        metavar="BYTES",
+        help="bytes of a console's last output replayed to each session on attach "
+        "(default %(default)s; 0: no replay)",
+    )
+    parser.add_argument(
+        "--console-idle-timeout",
+        type=_seconds_or_off,
+        default=c.CONSOLE_WRITER_IDLE_SECONDS,
+        metavar="SECONDS",
+        help="a console writer that sends no keystroke for this long is disconnected "
+        "(default %(default)s; 0: never)",
+    )
+    parser.add_argument(
+        "--console-viewer-idle-timeout",
+        type=_seconds_or_off,
+        default=c.CONSOLE_VIEWER_IDLE_SECONDS,
+        metavar="SECONDS",
+        help="the same for read-only viewers (default %(default)s: never)",
+    )
+    parser.add_argument(
+        "--guest-netns",
+        default=None,
+        metavar="NAME|PATH",
+        help="network namespace in which port-forward connects to guests (a name in /run/netns "
+        "or a path such as /proc/PID/ns/net), for a libvirtd whose networks live in one; "
+        "default: the daemon's own, which on a KVM host routes to its libvirt networks",
+    )
+    parser.add_argument(
         "--console-log-dir",
         default=None,
         metavar="DIR",
@@ -156,6 +201,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="seconds a preempted spot machine's guest has to shut down before it is powered "
         f"off (default {c.PREEMPTION_GRACE_SECONDS})",
+    )
+    parser.add_argument(
+        "--migration-uri",
+        default=None,
+        metavar="URI",
+        help="this host's libvirtd as other hosts' libvirtds reach it to migrate machines here "
+        "(qemu+tls://ADDRESS/system; docs/migration.md). Without it the host takes no migrations",
+    )
+    parser.add_argument(
+        "--migration-pkipath",
+        default=None,
+        metavar="DIR",
+        help="the folder of TLS client credentials (cacert.pem, clientcert.pem, clientkey.pem) "
+        "this host's libvirtd uses to open a target's libvirtd when it migrates a machine away",
     )
     parser.add_argument(
         "--no-image-gc",
@@ -251,10 +310,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             console_address=args.console_address,
             console_cert_file=args.console_cert_file or "",
             console_key_file=args.console_key_file or "",
+            console_replay_bytes=args.console_replay_bytes,
+            console_idle_timeout=args.console_idle_timeout,
+            console_viewer_idle_timeout=args.console_viewer_idle_timeout,
+            guest_netns=args.guest_netns,
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
             image_handout_grace=args.image_handout_grace,
             preemption_grace=max(1, args.preemption_grace),
+            migration_uri=args.migration_uri,
+            migration_pkipath=args.migration_pkipath,
             remote=args.remote,
             identity=args.identity or "",
             credentials_dir=args.credentials_dir,

@@ -55,9 +55,16 @@ __all__ = [
     "EVENT_CLEANUP_FAILED",
     "EVENT_CONSOLE_ATTACHED",
     "EVENT_CONSOLE_DETACHED",
+    "EVENT_CONSOLE_TAKEN_OVER",
     "EVENT_DEFINED",
     "EVENT_DISK_GROWN",
     "EVENT_LIVE_UPDATE_FAILED",
+    "EVENT_MACHINE_MIGRATED",
+    "EVENT_MIGRATION_SCHEDULED",
+    "EVENT_MIGRATION_SOURCE_CLEANED",
+    "EVENT_MIGRATION_STARTED",
+    "EVENT_MIGRATION_TARGET_CLEANED",
+    "EVENT_MIGRATION_TARGET_PREPARED",
     "EVENT_NOTHING_REMOVED",
     "EVENT_PLACED",
     "EVENT_POOL_SKIPPED",
@@ -78,6 +85,8 @@ __all__ = [
     "EVENT_SUSPENDED",
     "EVENT_UNDEFINED",
     "EVENT_UPDATED_LIVE",
+    "EVENT_VNC_ATTACHED",
+    "EVENT_VNC_DETACHED",
     "EVENT_VOLUME_CREATED",
     "EVENT_VOLUME_DELETED",
     "EVENT_WOKEN",
@@ -113,11 +122,49 @@ __all__ = [
     "METADATA_NAMESPACE",
     "METADATA_PREFIX",
     "METRICS_PREFIX",
+    "MIGRATION_CONDITION_SUCCEEDED",
+    "MIGRATION_FINALIZER",
+    "MIGRATION_KIND",
+    "MIGRATION_PHASE_CANCELLED",
+    "MIGRATION_PHASE_FAILED",
+    "MIGRATION_PHASE_MIGRATING",
+    "MIGRATION_PHASE_PENDING",
+    "MIGRATION_PHASE_PREPARING",
+    "MIGRATION_PHASE_SCHEDULING",
+    "MIGRATION_PHASE_SUCCEEDED",
+    "MIGRATION_PLURAL",
+    "MIGRATION_PROGRESS_SECONDS",
+    "MIGRATION_REASON_ALREADY_MIGRATING",
+    "MIGRATION_REASON_CANCELLED",
+    "MIGRATION_REASON_HANDING_OVER",
+    "MIGRATION_REASON_MACHINE_NOT_BOUND",
+    "MIGRATION_REASON_MACHINE_NOT_FOUND",
+    "MIGRATION_REASON_MACHINE_NOT_RUNNING",
+    "MIGRATION_REASON_MIGRATING",
+    "MIGRATION_REASON_MIGRATION_FAILED",
+    "MIGRATION_REASON_NO_TARGET",
+    "MIGRATION_REASON_PENDING",
+    "MIGRATION_REASON_PINNED",
+    "MIGRATION_REASON_PREPARING",
+    "MIGRATION_REASON_SAME_HOST",
+    "MIGRATION_REASON_SUCCEEDED",
+    "MIGRATION_REASON_TARGET_CORDONED",
+    "MIGRATION_REASON_TARGET_NOT_FOUND",
+    "MIGRATION_REASON_TARGET_NOT_MIGRATABLE",
+    "MIGRATION_REASON_TARGET_NOT_READY",
+    "MIGRATION_REASON_TARGET_REQUIRED",
+    "MIGRATION_REASON_TARGET_UNSUITABLE",
+    "MIGRATION_REASON_WAITING_FOR_IMAGE",
+    "MIGRATION_SHORT_NAMES",
     "MODIFY_VOLUME_INFEASIBLE",
     "MODIFY_VOLUME_IN_PROGRESS",
     "MODIFY_VOLUME_PENDING",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
+    "PORTFORWARD_BUFFER",
+    "PORTFORWARD_DIAL_TIMEOUT",
+    "PORTFORWARD_READ_CHUNK",
+    "PORTFORWARD_SUBRESOURCE",
     "PREEMPTION_GRACE_SECONDS",
     "REASON_ADDRESS_OUTSIDE_POOL",
     "REASON_ADDRESS_POOL_CONFLICT",
@@ -204,6 +251,7 @@ __all__ = [
     "SNAPSHOT_REASON_UNKNOWN_DISK",
     "SNAPSHOT_SHORT_NAMES",
     "SNAPSHOT_VOLUME_PREFIX",
+    "SSH_PORT",
     "STATS_HOST_FIELD",
     "STATS_KIND",
     "STATS_LIST_KIND",
@@ -215,6 +263,11 @@ __all__ = [
     "VERSION",
     "VM_API_CRD_LABEL",
     "VM_API_CRD_LABEL_VALUE",
+    "VNC_READ_CHUNK",
+    "VNC_SCREENSHOT_PATH",
+    "VNC_SCREENSHOT_TIMEOUT",
+    "VNC_SUBPROTOCOLS",
+    "VNC_SUBRESOURCE",
     "VOLUME_ATTRIBUTES_CLASS_KIND",
     "VOLUME_ATTRIBUTES_CLASS_PLURAL",
     "VOLUME_ATTRIBUTES_DRIVER",
@@ -439,6 +492,8 @@ EVENT_PLACED: Final = "Placed"
 # The console's audit trail on the LibvirtMachine: who attached, and when they left after how long.
 EVENT_CONSOLE_ATTACHED: Final = "ConsoleAttached"
 EVENT_CONSOLE_DETACHED: Final = "ConsoleDetached"
+# A writer took the console over from another (`kubectl vm console --force`): who from whom.
+EVENT_CONSOLE_TAKEN_OVER: Final = "ConsoleTakenOver"
 EVENT_SPREAD_NOT_HONOURED: Final = "SpreadNotHonoured"
 # On the machine placed by preempting spot machines (Normal): which ones, on which host. The
 # preempted machines get the API's `Preempted` (generic.constants.REASON_PREEMPTED).
@@ -512,6 +567,34 @@ CONSOLE_SILENT_PINGS: Final = 3
 CONSOLE_CONNECT_TIMEOUT: Final = 30.0
 # The component that posts the console's audit Events (`source.component`).
 CONSOLE_EVENT_COMPONENT: Final = "libvirt-provider-console"
+# -- sharing a console (docs/console.md, "Sharing") --
+# Bytes of the guest's last output replayed to a session on attach (--console-replay-bytes).
+CONSOLE_REPLAY_BYTES: Final = 16 * 1024
+# Seconds without a keystroke after which a writer's session ends (--console-idle-timeout; 0:
+# never); viewers have no limit unless --console-viewer-idle-timeout gives one.
+CONSOLE_WRITER_IDLE_SECONDS: Final = 1800.0
+CONSOLE_VIEWER_IDLE_SECONDS: Final = 0.0
+# Bytes of output a viewer may have queued before it is cut off (a slow viewer never slows the
+# writer nor pauses the guest's console).
+CONSOLE_VIEWER_BACKLOG_BYTES: Final = 4 * 1024 * 1024
+# The most `kubectl vm console --logs` sends: the last bytes of the host's console log.
+CONSOLE_LOGS_MAX_BYTES: Final = 1024 * 1024
+# Machines whose last output the daemon keeps in memory after their last session left.
+CONSOLE_KEPT_REPLAYS: Final = 256
+
+# Port-forward (docs/console.md, "Port-forward and ssh"): `libvirtmachines/portforward/{port}`,
+# RBAC `get` on `libvirtmachines/portforward`; one TCP stream per WebSocket, in binary frames of the
+# console's subprotocol, to a port of the guest dialled by the daemon serving its host.
+PORTFORWARD_SUBRESOURCE: Final = "portforward"
+# Seconds the daemon waits for the guest's port to accept the connection (past it: 502).
+PORTFORWARD_DIAL_TIMEOUT: Final = 10.0
+# Bytes read from either side of a forwarded stream per read.
+PORTFORWARD_READ_CHUNK: Final = 64 * 1024
+# Bytes for the guest a stream holds while the guest is slow to read; past them, reading from the
+# client pauses.
+PORTFORWARD_BUFFER: Final = 1 << 20
+# The port `kubectl vm ssh` reaches unless told otherwise.
+SSH_PORT: Final = 22
 
 # `kubectl vm top`'s resource in the same aggregated group (docs/console.md, "kubectl vm top"):
 # get and list, namespaced and across namespaces, as metrics.k8s.io serves `kubectl top`. The
@@ -603,3 +686,69 @@ EVENT_RESTORE_HOLD: Final = "HeldForRestore"
 EVENT_RESTORED: Final = "Restored"
 # The machine's controller reports a machine held off for a restore with this reason.
 REASON_HELD_FOR_RESTORE: Final = "HeldForRestore"
+
+# -- LibvirtMigration (docs/migration.md) ---------------------------------------------------------
+MIGRATION_KIND: Final = "LibvirtMigration"
+MIGRATION_PLURAL: Final = "libvirtmigrations"
+MIGRATION_SHORT_NAMES: Final = ("lvmig", "lvmigs")
+# The migration's phases (status.phase), in the order a successful one passes them.
+MIGRATION_PHASE_PENDING: Final = "Pending"
+MIGRATION_PHASE_SCHEDULING: Final = "Scheduling"
+MIGRATION_PHASE_PREPARING: Final = "Preparing"
+MIGRATION_PHASE_MIGRATING: Final = "Migrating"
+MIGRATION_PHASE_SUCCEEDED: Final = "Succeeded"
+MIGRATION_PHASE_FAILED: Final = "Failed"
+MIGRATION_PHASE_CANCELLED: Final = "Cancelled"
+# Kept on a migration while a host may still hold something of it (the target's pre-created
+# volumes, a running job on the source): deleting the migration cancels it first.
+MIGRATION_FINALIZER: Final = f"{GROUP}/libvirt-migration"
+# The migration's one condition, and its reasons (every state has one).
+MIGRATION_CONDITION_SUCCEEDED: Final = "Succeeded"
+MIGRATION_REASON_PENDING: Final = "Pending"
+MIGRATION_REASON_PREPARING: Final = "PreparingTarget"
+MIGRATION_REASON_WAITING_FOR_IMAGE: Final = "WaitingForImage"
+MIGRATION_REASON_MIGRATING: Final = "Migrating"
+MIGRATION_REASON_HANDING_OVER: Final = "HandingOver"
+MIGRATION_REASON_SUCCEEDED: Final = "Migrated"
+MIGRATION_REASON_MACHINE_NOT_FOUND: Final = "MachineNotFound"
+MIGRATION_REASON_MACHINE_NOT_RUNNING: Final = "MachineNotRunning"
+MIGRATION_REASON_MACHINE_NOT_BOUND: Final = "MachineNotBound"
+MIGRATION_REASON_PINNED: Final = "PinnedByFailureDomain"
+MIGRATION_REASON_SAME_HOST: Final = "TargetIsSource"
+MIGRATION_REASON_TARGET_REQUIRED: Final = "TargetRequired"
+MIGRATION_REASON_NO_TARGET: Final = "NoTargetHost"
+MIGRATION_REASON_TARGET_NOT_FOUND: Final = "TargetNotFound"
+MIGRATION_REASON_TARGET_CORDONED: Final = "TargetCordoned"
+MIGRATION_REASON_TARGET_NOT_READY: Final = "TargetNotReady"
+MIGRATION_REASON_TARGET_UNSUITABLE: Final = "TargetUnsuitable"
+MIGRATION_REASON_TARGET_NOT_MIGRATABLE: Final = "TargetNotSetUpForMigration"
+MIGRATION_REASON_ALREADY_MIGRATING: Final = "AlreadyMigrating"
+MIGRATION_REASON_MIGRATION_FAILED: Final = "MigrationFailed"
+MIGRATION_REASON_CANCELLED: Final = "Cancelled"
+# Event reasons of a migration besides its condition's (posted when first set).
+EVENT_MIGRATION_STARTED: Final = "MigrationStarted"
+EVENT_MIGRATION_SCHEDULED: Final = "TargetChosen"
+EVENT_MIGRATION_TARGET_PREPARED: Final = "TargetPrepared"
+EVENT_MIGRATION_SOURCE_CLEANED: Final = "SourceVolumesDeleted"
+EVENT_MIGRATION_TARGET_CLEANED: Final = "TargetVolumesDeleted"
+EVENT_MACHINE_MIGRATED: Final = "Migrated"
+# Seconds between two progress writes of a running migration (jobStats on the source).
+MIGRATION_PROGRESS_SECONDS: Final = 1.0
+
+# -- VNC through the aggregated API (docs/console.md, "VNC and screenshots") -----------------------
+# `libvirtmachines/vnc`: the guest's RFB stream over a WebSocket (RBAC: `get` on
+# libvirtmachines/vnc), opened through libvirt (virDomainOpenGraphicsFD), never a host port.
+VNC_SUBRESOURCE: Final = "vnc"
+# The screenshot's path under the vnc subresource (`.../vnc/screenshot`, as KubeVirt's): the API
+# server authorises it as `get libvirtmachines/vnc`, the first segment after the name.
+VNC_SCREENSHOT_PATH: Final = "screenshot"
+# Subprotocols the vnc WebSocket speaks, in the order the daemon prefers them: raw bytes in binary
+# frames both ways (virtctl's, and websockify's `binary` as noVNC asks for it).
+VNC_SUBPROTOCOLS: Final = ("plain.kubevirt.io", "binary")
+# Bytes read from the display's socket per read.
+VNC_READ_CHUNK: Final = 64 * 1024
+# Seconds a screenshot may take (libvirt's stream of the PPM, then its PNG), end to end.
+VNC_SCREENSHOT_TIMEOUT: Final = 30.0
+# The audit trail of VNC sessions on the LibvirtMachine (as the console's).
+EVENT_VNC_ATTACHED: Final = "VncAttached"
+EVENT_VNC_DETACHED: Final = "VncDetached"

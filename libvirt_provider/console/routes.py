@@ -29,8 +29,8 @@ _ROUTE = re.compile(
     rf"^{re.escape(_PREFIX)}/namespaces/(?P<ns>{_NAME})/{c.CONSOLE_RESOURCE}/(?P<name>{_NAME})"
     rf"/(?P<sub>[a-z]+)$"
 )
-# Subresources this slice serves; `vnc` and `portforward` come later (docs/console.md).
-SERVED_SUBRESOURCES: tuple[str, ...] = (c.CONSOLE_SUBRESOURCE,)
+# Subresources served as WebSockets (`vnc/screenshot` is matched by `console/vnc.py`).
+SERVED_SUBRESOURCES: tuple[str, ...] = (c.CONSOLE_SUBRESOURCE, c.VNC_SUBRESOURCE)
 # Power states in which the guest's serial console can be opened.
 _CONSOLE_STATES = frozenset({"PoweredOn", "Paused"})
 
@@ -76,6 +76,16 @@ def discovery_document(path: str) -> bytes | None:
                     "verbs": ["get"],
                 }
                 for sub in SERVED_SUBRESOURCES
+            ]
+            + [
+                # Port-forward's path has one more segment (the port): console/portforward.py.
+                {
+                    "name": f"{c.CONSOLE_RESOURCE}/{c.PORTFORWARD_SUBRESOURCE}",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "LibvirtMachine",
+                    "verbs": ["get"],
+                }
             ]
             + [
                 {

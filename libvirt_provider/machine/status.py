@@ -323,6 +323,9 @@ def compute_status(
     hold = current.get("restore")
     if isinstance(hold, Mapping):
         status["restore"] = {**hold, "held": True} if restore_held else dict(hold)
+    # A migration's (its daemons write and remove it): never changed here.
+    if current.get("migration") is not None:
+        status["migration"] = current["migration"]
     # None: this pass said nothing of the disks' classes (disk_status.py), so the last stands.
     reported = current.get("disks") if disks is None else [dict(d) for d in disks]
     if reported:
