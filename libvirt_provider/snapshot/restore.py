@@ -340,6 +340,14 @@ class RestoreReconciler:
         status = obj.get("status") or {}
         restored = list(status.get("restoredDisks") or [])
         done = {str(d.get("name")) for d in restored}
+        if status.get("phase") != c.RESTORE_PHASE_RESTORING:
+            obj = self._write(
+                obj,
+                {},
+                reason=c.RESTORE_REASON_IN_PROGRESS,
+                message="restoring: the machine is off; replacing its disks",
+                phase=c.RESTORE_PHASE_RESTORING,
+            )
         for swap in swaps:
             if swap.name in done:
                 continue
