@@ -88,7 +88,7 @@ def _hosts(status: Mapping[str, Any]) -> str:
 
 def _remaining(progress: Mapping[str, Any], what: str) -> str | None:
     total, left = progress.get(f"{what}Total"), progress.get(f"{what}Remaining")
-    if total is None or left is None:
+    if not total or left is None:  # libvirt reports 0 of 0 before that part of the copy starts
         return None
     return f"{what} {human_bytes(int(left))} of {human_bytes(int(total))} left"
 
@@ -102,7 +102,7 @@ def progress_line(obj: Mapping[str, Any] | None) -> str:
     progress = status.get("progress") or {}
     if phase == c.MIGRATION_PHASE_MIGRATING and progress:
         parts = [x for x in (_remaining(progress, "memory"), _remaining(progress, "disk")) if x]
-        if progress.get("iterations") is not None:
+        if progress.get("iterations"):
             parts.append(f"pass {progress['iterations']}")
         if progress.get("elapsedMilliseconds") is not None:
             parts.append(_seconds(progress["elapsedMilliseconds"]))

@@ -130,3 +130,21 @@ def test_stopping_the_wait_says_the_migration_goes_on_and_how_to_cancel_it() -> 
     hint = cancel_hint("team-a", "web-abcde")
     assert "goes on" in hint
     assert "kubectl delete lvmig web-abcde -n team-a" in hint
+
+
+def test_figures_libvirt_has_not_started_yet_are_left_out() -> None:
+    """Before the memory pass libvirt reports 0 of 0 bytes and pass 0: only the time shows."""
+    obj = _migration(
+        c.MIGRATION_PHASE_MIGRATING,
+        source="h1",
+        target="h0",
+        progress={
+            "memoryTotal": 0,
+            "memoryRemaining": 0,
+            "diskTotal": 0,
+            "diskRemaining": 0,
+            "iterations": 0,
+            "elapsedMilliseconds": 1000,
+        },
+    )
+    assert progress_line(obj) == "Migrating h1 -> h0: 1.0 s"
