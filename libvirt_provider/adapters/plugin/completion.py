@@ -73,17 +73,16 @@ def _names(request: Request) -> list[str]:
         namespace = where.namespace
         if namespace is None:
             namespace = "default"
-            _contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
                 config_file=where.kubeconfig
             )
-            chosen = next((x for x in _contexts if x["name"] == where.context), current)
+            chosen = next((x for x in contexts if x["name"] == where.context), current)
             namespace = chosen["context"].get("namespace") or namespace
         with client.ApiClient(configuration) as api:
             kube = KubeApi(api)
             if request.values is Values.NAMESPACES:
-                found = client.CoreV1Api(api).list_namespace(_request_timeout=LIST_TIMEOUT)
-                return sorted(str(x.metadata.name) for x in found.items if x.metadata)
-            if request.values is Values.HOSTS:
+                listed = kube.list_namespace(_request_timeout=LIST_TIMEOUT)
+            elif request.values is Values.HOSTS:
                 listed = kube.list_cluster_custom_object(
                     c.GROUP, c.VERSION, c.HOST_PLURAL, _request_timeout=LIST_TIMEOUT
                 )

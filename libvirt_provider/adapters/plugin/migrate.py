@@ -67,7 +67,7 @@ def _create(api: client.ApiClient, namespace: str, name: str, target: str | None
     KubeApi(api).get_namespaced_custom_object(
         c.GROUP, c.VERSION, namespace, c.MACHINE_PLURAL, name, _request_timeout=REQUEST_TIMEOUT
     )
-    created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+    created = KubeApi(api).create_namespaced_custom_object(
         c.GROUP,
         c.VERSION,
         namespace,
