@@ -255,8 +255,14 @@ def test_bad_input_is_refused_with_a_reason_and_changes_nothing(
     assert done["status"]["phase"] == "Failed"
     cond = condition(done, "Succeeded")
     assert cond["reason"] == c.RESTORE_REASON_SNAPSHOT_OF_ANOTHER_MACHINE, cond
-    assert (c.RESTORE_REASON_SNAPSHOT_OF_ANOTHER_MACHINE, cond["message"]) in _events(
-        api_client, ns, c.RESTORE_KIND, "mixup"
+    # The Event follows the status write just seen.
+    eventually(
+        lambda: (
+            (c.RESTORE_REASON_SNAPSHOT_OF_ANOTHER_MACHINE, cond["message"])
+            in _events(api_client, ns, c.RESTORE_KIND, "mixup")
+        ),
+        timeout=30,
+        what="the restore's Event",
     )
     # Nothing changed: the machine runs on the same files, and was never held.
     assert vm_status(api_client, ns, VM).get("powerState") == "PoweredOn"
