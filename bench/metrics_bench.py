@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import random
 import statistics
 import sys
 import tempfile
@@ -123,8 +124,9 @@ def report(what: str, scrapes: list[Scrape]) -> None:
 
 
 class Scraper:
-    """Scrapes /metrics on a thread of its own, `interval` seconds between the end of one scrape
-    and the start of the next (0: back to back), until stopped; counts its scrapes."""
+    """Scrapes /metrics on a thread of its own every `interval` seconds (start to start, as
+    Prometheus does; 0: back to back) until stopped, the first scrape at a random point of the
+    first interval (Prometheus' phase is arbitrary too); counts its scrapes."""
 
     def __init__(self, url: str, interval: float) -> None:
         self._url = url
@@ -134,13 +136,14 @@ class Scraper:
         self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        next_at = time.monotonic() + random.uniform(0, self._interval)
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            next_at = time.monotonic() + self._interval
             # The body is read, not parsed: parsing 200 KiB in this process would hold its GIL
             # and delay the watch that times the reconciles, measuring the bench, not the daemon.
             with urllib.request.urlopen(self._url, timeout=30) as resp:
                 resp.read()
             self.count += 1
-            self._stop.wait(self._interval)
 
     def __enter__(self) -> Scraper:
         self._thread.start()
@@ -202,6 +205,20 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def cycle(
+    custom: client.CustomObjectsApi, ns: str, names: list[str], seconds: float, deadline: float
+) -> dict[str, list[float]]:
+    """Power the machines off and on again, round after round, for at least `seconds` (one off
+    and one on at least); each state's times."""
+    times: dict[str, list[float]] = {"PoweredOff": [], "PoweredOn": []}
+    end = time.monotonic() + seconds
+    while True:
+        for state in ("PoweredOff", "PoweredOn"):
+            times[state].extend(power_round(custom, ns, names, state, deadline))
+        if time.monotonic() >= end:
+            return times
+
+
 def compare_reconciles(
     custom: client.CustomObjectsApi,
     ns: str,
@@ -209,31 +226,65 @@ def compare_reconciles(
     *,
     machines: int,
     cycled: int,
-    interval: float,
+    intervals: list[float],
+    repeats: int,
+    phase: float,
 ) -> None:
-    """Power rounds with and without scrapes running; prints each and the ratios."""
+    """Power cycles with and without scrapes, for each scrape interval, `repeats` times: a
+    quiet phase, then a scraped one as long (`phase` seconds, two intervals at least, so a
+    phase sees the interval's share of scrapes, not one at its start). Prints each phase, then
+    per interval the p95 of all its quiet and all its scraped phases side by side. Each repeat
+    runs every interval in turn, quiet and scraped alternating, so drift on a busy machine
+    falls on all of them alike."""
     names = [pair_docs(ns, i, 1, HOST_PREFIX)[0]["metadata"]["name"] for i in range(machines)]
     cycled = min(cycled, machines // 2)
     quiet, scraped = names[:cycled], names[cycled : 2 * cycled]
     deadline = 60 + cycled * 2.0
-    results: dict[tuple[str, str], list[float]] = {}
-    pace = f"every {interval:g} s" if interval > 0 else "back to back"
-    for state in ("PoweredOff", "PoweredOn"):
-        results[state, "quiet"] = power_round(custom, ns, quiet, state, deadline)
-        with Scraper(url, interval) as scraper:
-            results[state, "scraped"] = power_round(custom, ns, scraped, state, deadline)
-        calm, busy = results[state, "quiet"], results[state, "scraped"]
-        print(
-            f"  {state} of {cycled}: quiet p50 {statistics.median(calm):.2f} s "
-            f"p95 {_percentile(calm, 0.95):.2f} s; while scraping {pace} "
-            f"({scraper.count} scrapes) p50 {statistics.median(busy):.2f} s "
-            f"p95 {_percentile(busy, 0.95):.2f} s; ratio p95 scraped/quiet "
-            f"{_percentile(busy, 0.95) / _percentile(calm, 0.95):.2f}"
-        )
+    states = ("PoweredOff", "PoweredOn")
+    times: dict[tuple[float, str, str], list[float]] = {}
+    counts: dict[float, int] = {}
+    for repeat in range(repeats):
+        for interval in intervals:
+            pace = f"every {interval:g} s" if interval > 0 else "back to back"
+            seconds = max(phase, 2 * interval)
+            calm = cycle(custom, ns, quiet, seconds, deadline)
+            started = time.monotonic()
+            with Scraper(url, interval) as scraper:
+                busy = cycle(custom, ns, scraped, seconds, deadline)
+            took = time.monotonic() - started
+            counts[interval] = counts.get(interval, 0) + scraper.count
+            for state in states:
+                times.setdefault((interval, state, "quiet"), []).extend(calm[state])
+                times.setdefault((interval, state, "scraped"), []).extend(busy[state])
+            print(
+                f"  [{repeat + 1}/{repeats}] scraping {pace}: {scraper.count} scrapes in "
+                f"{took:.0f} s; "
+                + "; ".join(
+                    f"{state} p95 {_percentile(calm[state], 0.95):.2f} -> "
+                    f"{_percentile(busy[state], 0.95):.2f} s"
+                    for state in states
+                )
+            )
+    print(f"reconcile p95 over {repeats} repeats, {cycled} machines a round, quiet -> scraped:")
+    for interval in intervals:
+        pace = f"every {interval:g} s" if interval > 0 else "back to back"
+        cells = []
+        for state in states:
+            calm_p95 = _percentile(times[interval, state, "quiet"], 0.95)
+            busy_p95 = _percentile(times[interval, state, "scraped"], 0.95)
+            cells.append(f"{state} {calm_p95:.2f} -> {busy_p95:.2f} s ({busy_p95 / calm_p95:.2f}x)")
+        print(f"  scraping {pace:>13} ({counts[interval]:4d} scrapes): " + "; ".join(cells))
 
 
 def run(
-    machines: int, scrapes: int, workdir: Path, cycled: int = 100, interval: float = 1.0
+    machines: int,
+    scrapes: int,
+    workdir: Path,
+    *,
+    cycled: int = 100,
+    intervals: tuple[float, ...] = (1.0,),
+    repeats: int = 1,
+    phase: float = 10.0,
 ) -> int:
     lab = read_lab()
     cfg = client.Configuration()
@@ -277,7 +328,16 @@ def run(
             "after the first create"
         )
         report(f"{machines} machines", [Scrape(url) for _ in range(scrapes)])
-        compare_reconciles(custom, ns, url, machines=machines, cycled=cycled, interval=interval)
+        compare_reconciles(
+            custom,
+            ns,
+            url,
+            machines=machines,
+            cycled=cycled,
+            intervals=list(intervals),
+            repeats=repeats,
+            phase=phase,
+        )
 
         started = time.monotonic()
         custom.delete_collection_namespaced_custom_object(VM_GROUP, V, ns, VMS)
@@ -338,18 +398,42 @@ def main() -> int:
     )
     parser.add_argument(
         "--scrape-interval",
+        type=_intervals,
+        default=(1.0,),
+        help="seconds between scrapes during the scraped rounds, comma-separated for several "
+        "(0: back to back); default 1",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds of each interval, off and on (default 1)"
+    )
+    parser.add_argument(
+        "--phase",
         type=float,
-        default=1.0,
-        help="seconds between scrapes during the scraped rounds (0: back to back)",
+        default=10.0,
+        help="seconds of power cycles per quiet or scraped phase (two intervals at least)",
     )
     parser.add_argument(
         "--smoke", action="store_true", help="4 pairs, 2 scrapes, 2 cycled: a quick check"
     )
     args = parser.parse_args()
     if args.smoke:
-        args.machines, args.scrapes, args.cycled = 4, 2, 2
+        args.machines, args.scrapes, args.cycled, args.repeats = 4, 2, 2, 1
+        args.phase = 0.0
+        args.scrape_interval = (0.2,)
     with tempfile.TemporaryDirectory(prefix="metrics-bench-") as tmp:
-        return run(args.machines, args.scrapes, Path(tmp), args.cycled, args.scrape_interval)
+        return run(
+            args.machines,
+            args.scrapes,
+            Path(tmp),
+            cycled=args.cycled,
+            intervals=args.scrape_interval,
+            repeats=args.repeats,
+            phase=args.phase,
+        )
+
+
+def _intervals(text: str) -> tuple[float, ...]:
+    return tuple(float(part) for part in text.split(",") if part.strip())
 
 
 if __name__ == "__main__":
