@@ -35,6 +35,7 @@ from typing import Any
 import prometheus_client
 
 from generic.background import BackgroundLoop
+from libvirt_provider.adapters.process import exposition
 from libvirt_provider.adapters.process.endpoint_rules import (
     ConnectionBudget,
     EndpointLimits,
@@ -117,7 +118,7 @@ class HealthServer:
 
         def answer(path: str) -> tuple[int, bytes, str] | None:
             if metrics and path == "/metrics":
-                text = metrics_body.get(prometheus_client.generate_latest)
+                text = metrics_body.get(exposition.body)
                 return 200, text, prometheus_client.CONTENT_TYPE_LATEST
             if not checks or path not in ("/healthz", "/readyz"):
                 return None
