@@ -9,16 +9,21 @@ What it does, bounded in time and stopping by itself:
   does (`tests/support/testdriver.py`), starts one `libvirt-provider` on it (host
   `metrics-host-0`), creates N linked pairs in a fresh namespace with a few threads, and waits
   until the daemon's /metrics names all N machines (`vmapi_machine_stats_machines`);
-- scrapes /metrics --scrapes times and prints the wall time of each whole scrape (p50, max), the
+- scrapes /metrics --scrapes times (a second apart: a body is shared for a second,
+  `health.MetricsBody`) and prints the wall time of each whole scrape (p50, max), the
   daemon's own figure for the bulk call (`vmapi_machine_stats_scrape_seconds`), the body's size,
   and the series count: all, and the per-machine ones (`vmapi_machine_*` with a name label);
 - then measures whether scrapes slow reconciles: it powers a set of machines off and back on
-  (`--cycled` of them, default 100) with nobody scraping, and another set of the same size while a
-  thread scrapes /metrics every `--scrape-interval` seconds (default 1, fifteen times Prometheus'
-  default; 0 scrapes back to back, the worst case), and prints each
-  round's time from the VM's patch to its LibvirtMachine reporting the new power state (p50, p95,
-  from a watch) and the ratio scraped / quiet; the rounds alternate (quiet off, scraped off, quiet
-  on, scraped on) so drift on a busy machine falls on both;
+  (`--cycled` of them, default 100), round after round for a phase (`--phase` seconds, default
+  10, and two scrape intervals at least) with nobody scraping, then another set of the same size
+  for a phase as long while a thread scrapes /metrics every `--scrape-interval` seconds (several,
+  comma-separated: `1,15,30`; 1 is fifteen times Prometheus' default, 0 back to back, the worst
+  case; the first scrape at a random point of the first interval, as Prometheus' phase is). For
+  each phase it prints the time from a VM's patch to its LibvirtMachine reporting the new power
+  state (p95, from a watch) and the daemon's CPU seconds per second; at the end, per interval,
+  the p95 of all quiet and all scraped phases side by side and their ratio. `--repeats` runs
+  every interval that many times, the intervals in turn, so drift on a busy machine falls on
+  all of them alike;
 - deletes every VM (the generic controller deletes each LibvirtMachine, the daemon its domain),
   waits until none is left, and prints the same counts again.
 
@@ -31,7 +36,7 @@ Whatever happens, the daemon is stopped and everything the run made is deleted. 
 only to the lab's API server and the daemon on 127.0.0.1. Needs the lab: `make lab-up` first.
 
 usage: .venv/bin/python bench/metrics_bench.py [--machines 1000] [--scrapes 5] [--cycled 100]
-       [--smoke]
+       [--scrape-interval 1,15,30] [--repeats 3] [--phase 10] [--smoke]
 """
 
 from __future__ import annotations
@@ -58,11 +63,13 @@ sys.path.insert(0, str(REPO))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from libvirt_provider.adapters.process.health import METRICS_MAX_AGE  # noqa: E402
 from tests.support.daemons import health_base  # noqa: E402
 from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
 from tests.support.lab_access import read_lab  # noqa: E402
 from tests.support.testdriver import (  # noqa: E402
     Daemons,
+    cpu_seconds,
     disk_pools,
     forget_hosts,
     pair_docs,
@@ -106,6 +113,17 @@ class Scrape:
         return sum(
             1 for s in self.samples if s.name.startswith("vmapi_machine_") and "name" in s.labels
         )
+
+
+def fresh_scrapes(url: str, count: int) -> list[Scrape]:
+    """`count` scrapes, each of a body made for it: the daemon serves a body again to scrapes
+    within METRICS_MAX_AGE of it (`health.MetricsBody`), so these come that far apart."""
+    scrapes = []
+    for index in range(count):
+        if index:
+            time.sleep(METRICS_MAX_AGE + 0.1)
+        scrapes.append(Scrape(url))
+    return scrapes
 
 
 def report(what: str, scrapes: list[Scrape]) -> None:
@@ -224,6 +242,7 @@ def compare_reconciles(
     ns: str,
     url: str,
     *,
+    pid: int,
     machines: int,
     cycled: int,
     intervals: list[float],
@@ -243,22 +262,29 @@ def compare_reconciles(
     states = ("PoweredOff", "PoweredOn")
     times: dict[tuple[float, str, str], list[float]] = {}
     counts: dict[float, int] = {}
+    # The daemon's CPU seconds and the phases' wall seconds, quiet and scraped, per interval.
+    cpu: dict[tuple[float, str], list[float]] = {}
     for repeat in range(repeats):
         for interval in intervals:
             pace = f"every {interval:g} s" if interval > 0 else "back to back"
             seconds = max(phase, 2 * interval)
+            started, used = time.monotonic(), cpu_seconds(pid)
             calm = cycle(custom, ns, quiet, seconds, deadline)
-            started = time.monotonic()
+            calm_cpu = (cpu_seconds(pid) - used) / (time.monotonic() - started)
+            started, used = time.monotonic(), cpu_seconds(pid)
             with Scraper(url, interval) as scraper:
                 busy = cycle(custom, ns, scraped, seconds, deadline)
             took = time.monotonic() - started
+            busy_cpu = (cpu_seconds(pid) - used) / took
+            cpu.setdefault((interval, "quiet"), []).append(calm_cpu)
+            cpu.setdefault((interval, "scraped"), []).append(busy_cpu)
             counts[interval] = counts.get(interval, 0) + scraper.count
             for state in states:
                 times.setdefault((interval, state, "quiet"), []).extend(calm[state])
                 times.setdefault((interval, state, "scraped"), []).extend(busy[state])
             print(
                 f"  [{repeat + 1}/{repeats}] scraping {pace}: {scraper.count} scrapes in "
-                f"{took:.0f} s; "
+                f"{took:.0f} s; daemon CPU {calm_cpu:.2f} -> {busy_cpu:.2f} s/s; "
                 + "; ".join(
                     f"{state} p95 {_percentile(calm[state], 0.95):.2f} -> "
                     f"{_percentile(busy[state], 0.95):.2f} s"
@@ -273,6 +299,9 @@ def compare_reconciles(
             calm_p95 = _percentile(times[interval, state, "quiet"], 0.95)
             busy_p95 = _percentile(times[interval, state, "scraped"], 0.95)
             cells.append(f"{state} {calm_p95:.2f} -> {busy_p95:.2f} s ({busy_p95 / calm_p95:.2f}x)")
+        calm_cpu = statistics.mean(cpu[interval, "quiet"])
+        busy_cpu = statistics.mean(cpu[interval, "scraped"])
+        cells.append(f"daemon CPU {calm_cpu:.2f} -> {busy_cpu:.2f} s/s")
         print(f"  scraping {pace:>13} ({counts[interval]:4d} scrapes): " + "; ".join(cells))
 
 
@@ -306,7 +335,7 @@ def run(
         url = f"{health_base(daemon.proc, daemon.log)}/metrics"
         core.create_namespace({"metadata": {"name": ns}})
         print(f"metrics_bench: {machines} machines on {uri}, host {HOST}, namespace {ns}")
-        before = [Scrape(url) for _ in range(scrapes)]
+        before = fresh_scrapes(url, scrapes)
         report("no machines", before)
 
         def create(index: int) -> None:
@@ -327,11 +356,12 @@ def run(
             f"  all {machines} running and named on /metrics {time.monotonic() - started:.0f} s "
             "after the first create"
         )
-        report(f"{machines} machines", [Scrape(url) for _ in range(scrapes)])
+        report(f"{machines} machines", fresh_scrapes(url, scrapes))
         compare_reconciles(
             custom,
             ns,
             url,
+            pid=daemon.proc.pid,
             machines=machines,
             cycled=cycled,
             intervals=list(intervals),
@@ -348,7 +378,7 @@ def run(
             what="every LibvirtMachine gone",
         )
         print(f"  all deleted {time.monotonic() - started:.0f} s after the delete")
-        after = [Scrape(url) for _ in range(scrapes)]
+        after = fresh_scrapes(url, scrapes)
         report("after deleting them", after)
         grown = after[-1].series() - before[-1].series()
         print(

@@ -10,7 +10,8 @@ reconcile waiting on I/O) records how late it wakes while bodies are made on ano
 which is the time it waits for the interpreter's lock (the GIL). Last, cProfile's top entries
 of one body.
 
-usage: .venv/bin/python bench/metrics_profile.py [--machines 1000] [--bodies 10]
+usage: .venv/bin/python bench/metrics_profile.py [--machines 1000] [--bodies 10] [--seconds 3]
+       [--smoke]
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def lateness_while(make: Callable[[], object], seconds: float) -> tuple[float, f
     return late, worst * 1000, made[0]
 
 
-def measure(hypervisor: LibvirtHypervisor, source: HostSource, bodies: int) -> None:
+def measure(hypervisor: LibvirtHypervisor, source: HostSource, bodies: int, seconds: float) -> None:
     stats = MachineStatsCollector(lambda: [source], deadline=5.0)
     state = HostStateCollector(lambda: [source], lambda: True)
     registry = CollectorRegistry()
@@ -134,16 +135,16 @@ def measure(hypervisor: LibvirtHypervisor, source: HostSource, bodies: int) -> N
         f"{_same(through_client(), direct())}"
     )
 
-    idle_late, idle_worst, _ = lateness_while(lambda: time.sleep(0.01), 3.0)
+    idle_late, idle_worst, _ = lateness_while(lambda: time.sleep(0.01), seconds)
     print(
-        "a thread sleeping 1 ms at a time for 3 s wakes late by, in all (worst once):\n"
+        f"a thread sleeping 1 ms at a time for {seconds:g} s wakes late by, in all (worst once):\n"
         f"  {idle_late * 1000:5.0f} ms ({idle_worst:4.1f} ms) with no bodies made"
     )
     for what, make, each in (
         ("prometheus_client's", through_client, before),
         ("direct", direct, now),
     ):
-        late, worst, made = lateness_while(make, 3.0)
+        late, worst, made = lateness_while(make, seconds)
         print(
             f"  {late * 1000:5.0f} ms ({worst:4.1f} ms) while {made} bodies were made back to "
             f"back, {what} exposition (about {made * each / 1000:.1f} s of bodies)"
@@ -171,7 +172,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--machines", type=int, default=1000)
     parser.add_argument("--bodies", type=int, default=10, help="timings per part")
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="how long the waking thread is watched"
+    )
+    parser.add_argument("--smoke", action="store_true", help="20 domains, 2 bodies: a quick check")
     args = parser.parse_args()
+    if args.smoke:
+        args.machines, args.bodies, args.seconds = 20, 2, 0.3
     n = args.machines
     uuids = [str(uuid.uuid4()) for _ in range(n)]
     identities = [MachineIdentity("team", f"m{i}", u) for i, u in enumerate(uuids)]
@@ -190,7 +197,7 @@ def main() -> int:
                 lambda: None,
                 lambda: list(readiness),
             )
-            measure(hypervisor, source, args.bodies)
+            measure(hypervisor, source, args.bodies, args.seconds)
         finally:
             hypervisor.close()
     return 0
