@@ -26,6 +26,20 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _seconds_or_off(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be a number of seconds (0: off)")
+    return value
+
+
+def _byte_count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be a number of bytes (0: none)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="libvirt-provider",
@@ -124,6 +138,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="PEM private key of --console-cert-file",
+    )
+    parser.add_argument(
+        "--console-replay-bytes",
+        type=_byte_count,
+        default=c.CONSOLE_REPLAY_BYTES,
+        metavar="BYTES",
+        help="bytes of a console's last output replayed to each session on attach "
+        "(default %(default)s; 0: no replay)",
+    )
+    parser.add_argument(
+        "--console-idle-timeout",
+        type=_seconds_or_off,
+        default=c.CONSOLE_WRITER_IDLE_SECONDS,
+        metavar="SECONDS",
+        help="a console writer that sends no keystroke for this long is disconnected "
+        "(default %(default)s; 0: never)",
+    )
+    parser.add_argument(
+        "--console-viewer-idle-timeout",
+        type=_seconds_or_off,
+        default=c.CONSOLE_VIEWER_IDLE_SECONDS,
+        metavar="SECONDS",
+        help="the same for read-only viewers (default %(default)s: never)",
     )
     parser.add_argument(
         "--console-log-dir",
@@ -251,6 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             console_address=args.console_address,
             console_cert_file=args.console_cert_file or "",
             console_key_file=args.console_key_file or "",
+            console_replay_bytes=args.console_replay_bytes,
+            console_idle_timeout=args.console_idle_timeout,
+            console_viewer_idle_timeout=args.console_viewer_idle_timeout,
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
             image_handout_grace=args.image_handout_grace,

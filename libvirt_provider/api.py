@@ -64,7 +64,8 @@ class ConsoleSpec(KubeModel):
     serial: bool = Field(default=True, description="Attach a serial console (virsh console).")
     graphics: GraphicsType = Field(
         default=GraphicsType.NONE,
-        description="Graphical console: None, VNC or SPICE, listening on the host's loopback only.",
+        description="Graphical console: None, VNC (no port: reached through the API server, "
+        "kubectl vm vnc) or SPICE (listening on the host's loopback only).",
     )
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "EVENT_CLEANUP_FAILED",
     "EVENT_CONSOLE_ATTACHED",
     "EVENT_CONSOLE_DETACHED",
+    "EVENT_CONSOLE_TAKEN_OVER",
     "EVENT_DEFINED",
     "EVENT_DISK_GROWN",
     "EVENT_LIVE_UPDATE_FAILED",
@@ -76,6 +77,8 @@ __all__ = [
     "EVENT_SUSPENDED",
     "EVENT_UNDEFINED",
     "EVENT_UPDATED_LIVE",
+    "EVENT_VNC_ATTACHED",
+    "EVENT_VNC_DETACHED",
     "EVENT_VOLUME_CREATED",
     "EVENT_VOLUME_DELETED",
     "EVENT_WOKEN",
@@ -187,6 +190,11 @@ __all__ = [
     "VERSION",
     "VM_API_CRD_LABEL",
     "VM_API_CRD_LABEL_VALUE",
+    "VNC_READ_CHUNK",
+    "VNC_SCREENSHOT_PATH",
+    "VNC_SCREENSHOT_TIMEOUT",
+    "VNC_SUBPROTOCOLS",
+    "VNC_SUBRESOURCE",
     "VOLUME_ATTRIBUTES_CLASS_KIND",
     "VOLUME_ATTRIBUTES_CLASS_PLURAL",
     "VOLUME_ATTRIBUTES_DRIVER",
@@ -411,6 +419,8 @@ EVENT_PLACED: Final = "Placed"
 # The console's audit trail on the LibvirtMachine: who attached, and when they left after how long.
 EVENT_CONSOLE_ATTACHED: Final = "ConsoleAttached"
 EVENT_CONSOLE_DETACHED: Final = "ConsoleDetached"
+# A writer took the console over from another (`kubectl vm console --force`): who from whom.
+EVENT_CONSOLE_TAKEN_OVER: Final = "ConsoleTakenOver"
 EVENT_SPREAD_NOT_HONOURED: Final = "SpreadNotHonoured"
 # On the machine placed by preempting spot machines (Normal): which ones, on which host. The
 # preempted machines get the API's `Preempted` (generic.constants.REASON_PREEMPTED).
@@ -484,6 +494,20 @@ CONSOLE_SILENT_PINGS: Final = 3
 CONSOLE_CONNECT_TIMEOUT: Final = 30.0
 # The component that posts the console's audit Events (`source.component`).
 CONSOLE_EVENT_COMPONENT: Final = "libvirt-provider-console"
+# -- sharing a console (docs/console.md, "Sharing") --
+# Bytes of the guest's last output replayed to a session on attach (--console-replay-bytes).
+CONSOLE_REPLAY_BYTES: Final = 16 * 1024
+# Seconds without a keystroke after which a writer's session ends (--console-idle-timeout; 0:
+# never); viewers have no limit unless --console-viewer-idle-timeout gives one.
+CONSOLE_WRITER_IDLE_SECONDS: Final = 1800.0
+CONSOLE_VIEWER_IDLE_SECONDS: Final = 0.0
+# Bytes of output a viewer may have queued before it is cut off (a slow viewer never slows the
+# writer nor pauses the guest's console).
+CONSOLE_VIEWER_BACKLOG_BYTES: Final = 4 * 1024 * 1024
+# The most `kubectl vm console --logs` sends: the last bytes of the host's console log.
+CONSOLE_LOGS_MAX_BYTES: Final = 1024 * 1024
+# Machines whose last output the daemon keeps in memory after their last session left.
+CONSOLE_KEPT_REPLAYS: Final = 256
 
 # `kubectl vm top`'s resource in the same aggregated group (docs/console.md, "kubectl vm top"):
 # get and list, namespaced and across namespaces, as metrics.k8s.io serves `kubectl top`. The
@@ -539,3 +563,21 @@ SNAPSHOT_COMMIT_TIMEOUT_SECONDS: Final = 120.0
 # Seconds a preempted spot machine's guest is given to shut down before it is powered off
 # (`--preemption-grace`; docs/placement.md).
 PREEMPTION_GRACE_SECONDS: Final = 30
+
+# -- VNC through the aggregated API (docs/console.md, "VNC and screenshots") -----------------------
+# `libvirtmachines/vnc`: the guest's RFB stream over a WebSocket (RBAC: `get` on
+# libvirtmachines/vnc), opened through libvirt (virDomainOpenGraphicsFD), never a host port.
+VNC_SUBRESOURCE: Final = "vnc"
+# The screenshot's path under the vnc subresource (`.../vnc/screenshot`, as KubeVirt's): the API
+# server authorises it as `get libvirtmachines/vnc`, the first segment after the name.
+VNC_SCREENSHOT_PATH: Final = "screenshot"
+# Subprotocols the vnc WebSocket speaks, in the order the daemon prefers them: raw bytes in binary
+# frames both ways (virtctl's, and websockify's `binary` as noVNC asks for it).
+VNC_SUBPROTOCOLS: Final = ("plain.kubevirt.io", "binary")
+# Bytes read from the display's socket per read.
+VNC_READ_CHUNK: Final = 64 * 1024
+# Seconds a screenshot may take (libvirt's stream of the PPM, then its PNG), end to end.
+VNC_SCREENSHOT_TIMEOUT: Final = 30.0
+# The audit trail of VNC sessions on the LibvirtMachine (as the console's).
+EVENT_VNC_ATTACHED: Final = "VncAttached"
+EVENT_VNC_DETACHED: Final = "VncDetached"

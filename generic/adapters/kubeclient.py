@@ -309,6 +309,14 @@ class KubeApi:
             response_data=response, response_types_map=_ANSWER_TYPES
         ).data
 
+    def get_bytes(self, path: str, *, _request_timeout: Timeout = None) -> bytes:
+        """A GET of `path` whose answer is not JSON (an aggregated API's image, say): its body.
+        An error answer raises `ApiException`, as every other call."""
+        response = self._call(
+            "GET", path, {}, request_timeout=_request_timeout, preload_content=False
+        )
+        return bytes(response.data)
+
     # -- custom objects (CustomObjectsApi) ---------------------------------------------------
 
     def get_namespaced_custom_object(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from libvirt_provider import constants as c
 
-__all__ = ["attached", "detached"]
+__all__ = ["attached", "detached", "taken_over", "vnc_attached", "vnc_detached"]
 
 
 def attached(user: str, role: str) -> tuple[str, str]:
@@ -26,6 +26,16 @@ def detached(user: str, role: str, seconds: float, why: str) -> tuple[str, str]:
     )
 
 
+def vnc_attached(user: str) -> tuple[str, str]:
+    """The Event (reason, message) of a VNC session that just opened the guest's display."""
+    return c.EVENT_VNC_ATTACHED, f"{user} opened the VNC display"
+
+
+def vnc_detached(user: str, seconds: float, why: str) -> tuple[str, str]:
+    """The Event (reason, message) of a VNC session that ended after `seconds`, and why."""
+    return c.EVENT_VNC_DETACHED, f"{user} left the VNC display after {_duration(seconds)}: {why}"
+
+
 def _duration(seconds: float) -> str:
     whole = max(0, round(seconds))
     hours, rest = divmod(whole, 3600)
@@ -35,3 +45,12 @@ def _duration(seconds: float) -> str:
     if minutes:
         return f"{minutes} min {secs} s"
     return f"{secs} s"
+
+
+def taken_over(user: str, displaced: str) -> tuple[str, str]:
+    """The Event (reason, message) of a writer who took the console over from another."""
+    return (
+        c.EVENT_CONSOLE_TAKEN_OVER,
+        f"{user} took over the serial console from {displaced} (the displaced writer was "
+        "disconnected)",
+    )

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from libvirt_provider import constants as c
 
-__all__ = ["ESCAPE_BYTE", "console_path", "split_at_escape", "websocket_url"]
+__all__ = ["ESCAPE_BYTE", "console_path", "session_query", "split_at_escape", "websocket_url"]
 
 # Ctrl-] (0x1d) leaves an interactive console, as telnet and virsh do.
 ESCAPE_BYTE = b"\x1d"
@@ -40,3 +40,12 @@ def split_at_escape(data: bytes) -> tuple[bytes, bool]:
     if index < 0:
         return data, False
     return data[:index], True
+
+
+def session_query(*, viewer: bool = False, force: bool = False, logs: bool = False,
+                  follow: bool = False) -> str:  # fmt: skip
+    """The console path's query for a viewer, a take-over or the console's log ("" for a
+    writer), as `console/sharing.py` reads it."""
+    asked = [name for name, on in (("viewer", viewer), ("force", force), ("logs", logs),
+                                   ("follow", follow)) if on]  # fmt: skip
+    return "?" + "&".join(f"{name}=true" for name in asked) if asked else ""

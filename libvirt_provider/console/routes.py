@@ -29,8 +29,8 @@ _ROUTE = re.compile(
     rf"^{re.escape(_PREFIX)}/namespaces/(?P<ns>{_NAME})/{c.CONSOLE_RESOURCE}/(?P<name>{_NAME})"
     rf"/(?P<sub>[a-z]+)$"
 )
-# Subresources this slice serves; `vnc` and `portforward` come later (docs/console.md).
-SERVED_SUBRESOURCES: tuple[str, ...] = (c.CONSOLE_SUBRESOURCE,)
+# Subresources served as WebSockets (`vnc/screenshot` is matched by `console/vnc.py`).
+SERVED_SUBRESOURCES: tuple[str, ...] = (c.CONSOLE_SUBRESOURCE, c.VNC_SUBRESOURCE)
 # Power states in which the guest's serial console can be opened.
 _CONSOLE_STATES = frozenset({"PoweredOn", "Paused"})
 

@@ -1,8 +1,11 @@
 """Serial console, graphics, and the guest-agent channel.
 
-Graphics listen on loopback only: exposing a VNC or SPICE server on the host's addresses would hand
-the guest's console to anyone who can reach the host. Reaching it is an SSH tunnel away. None of
-these devices is attached or detached on a running domain.
+No graphics port is ever on the host's addresses: that would hand the guest's screen to anyone who
+can reach the host. VNC listens nowhere at all (`<listen type="none"/>`): the daemon hands each
+client to qemu through libvirt (virDomainOpenGraphicsFD, `kubectl vm vnc`, docs/console.md), so not
+even a local user of the host can connect without libvirt's permission. SPICE, which nothing here
+proxies, listens on loopback, an SSH tunnel away. None of these devices is attached or detached on
+a running domain.
 """
 
 from __future__ import annotations
@@ -35,10 +38,14 @@ def render_console(devices: etree._Element, console: Console) -> None:
         element = etree.SubElement(devices, "console", type="pty")
         etree.SubElement(element, "target", type="serial", port="0")
     if console.graphics is not Graphics.NONE:
-        graphics = etree.SubElement(
-            devices, "graphics", type=console.graphics.value, autoport="yes"
-        )
-        etree.SubElement(graphics, "listen", type="address", address="127.0.0.1")
+        if console.graphics is Graphics.VNC:
+            graphics = etree.SubElement(devices, "graphics", type=console.graphics.value)
+            etree.SubElement(graphics, "listen", type="none")
+        else:
+            graphics = etree.SubElement(
+                devices, "graphics", type=console.graphics.value, autoport="yes"
+            )
+            etree.SubElement(graphics, "listen", type="address", address="127.0.0.1")
         video = etree.SubElement(devices, "video")
         etree.SubElement(video, "model", type="virtio")
 

@@ -17,6 +17,7 @@ from lxml import etree
 from libvirt_provider.driver.base import Hypervisor, SnapshotHypervisor
 from libvirt_provider.driver.libvirt_connection import stop_event_loop
 from libvirt_provider.driver.libvirt_console import LibvirtConsoles
+from libvirt_provider.driver.libvirt_graphics import LibvirtGraphics
 from libvirt_provider.driver.libvirt_networks import LibvirtNetworks
 from libvirt_provider.driver.libvirt_snapshots import LibvirtSnapshots
 from libvirt_provider.driver.types import HostFacts, HostInventory, PoolInfo
@@ -24,7 +25,7 @@ from libvirt_provider.driver.types import HostFacts, HostInventory, PoolInfo
 __all__ = ["LibvirtHypervisor", "stop_event_loop"]
 
 
-class LibvirtHypervisor(LibvirtSnapshots, LibvirtNetworks, LibvirtConsoles):
+class LibvirtHypervisor(LibvirtSnapshots, LibvirtNetworks, LibvirtConsoles, LibvirtGraphics):
     """`Hypervisor` over one libvirt connection URI."""
 
     def host_facts(self) -> HostFacts:

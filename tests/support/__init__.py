@@ -22,6 +22,8 @@ Helpers live here instead, each module saying what it holds and why:
 - `console`: the console subresources in the lab (the APIService on an ExternalName Service to
   localhost, users with a kubeconfig of their own and their RoleBindings, `kubectl vm` console
   and top through pipes, direct requests);
+- `vnc`: VNC through the lab's API server (the vnc ClusterRole's binding, `kubectl vm vnc` and
+  `kubectl vm screenshot` as processes, an RFB client as far as ServerInit, libvirt's screen size);
 - `black_hole`: a remote host on 127.0.0.1 that accepts TCP and never answers, a TLS client
   PKI to try it with, and the process's thread and descriptor counts.
 - `dashboard`: deploy/monitoring/grafana-dashboard.json's panels, variables and queries, and a

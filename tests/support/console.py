@@ -139,7 +139,12 @@ class Plugin:
     thread as it comes."""
 
     def __init__(
-        self, kubeconfig: Path, namespace: str, name: str, *, terminal: bool = False
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        name: str,
+        *options: str,
+        terminal: bool = False,
     ) -> None:
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self._terminal: int | None = None
@@ -156,6 +161,7 @@ class Plugin:
                 name,
                 "-n",
                 namespace,
+                *options,
             ],
             stdin=tty_in if tty_in is not None else subprocess.PIPE,
             stdout=tty_in if tty_in is not None else subprocess.PIPE,
@@ -222,9 +228,9 @@ class Plugin:
         return code
 
 
-def run_plugin(kubeconfig: Path, namespace: str, name: str) -> tuple[int, str]:
+def run_plugin(kubeconfig: Path, namespace: str, name: str, *options: str) -> tuple[int, str]:
     """A console attempt that is expected to be refused: its exit code and stderr."""
-    plugin = Plugin(kubeconfig, namespace, name)
+    plugin = Plugin(kubeconfig, namespace, name, *options)
     code = plugin.process.wait(timeout=60)
     plugin.leave()
     return code, plugin.errors
@@ -324,7 +330,12 @@ def direct_request(
 
 
 def start_console_daemon(
-    lab: LabInfo, api_client: client.ApiClient, workdir: Path, *, log_name: str
+    lab: LabInfo,
+    api_client: client.ApiClient,
+    workdir: Path,
+    *,
+    log_name: str,
+    extra_args: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen[bytes], Path, int]:
     """A daemon serving consoles on a free port with deploy/'s ServiceAccount (so deploy/'s RBAC,
     console-rbac.yaml included, is what is proven enough), healthy and holding the front proxy's
@@ -342,7 +353,7 @@ def start_console_daemon(
         kubeconfig=str(kubeconfig),
         lease_namespace="vm-api-system",
         generic_namespaces=(f"{NS_PREFIX}*",),
-        extra_args=console_flags(lab, port),
+        extra_args=(*console_flags(lab, port), *extra_args),
     )
     try:
         base = health_base(proc, log)

@@ -38,9 +38,9 @@ from catalog.constants import GROUP, VERSION
 from generic import constants as vmapi
 from generic.adapters.controller import vm_fingerprint
 from generic.adapters.operator import configure_settings as configure_generic_settings
-from generic.background import BackgroundLoop
+from generic.keyed import KeyedWorkers
 from generic.lean import user_edit_mark
-from generic.workqueue import WorkerPool, WorkQueue
+from generic.workqueue import WorkQueue
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.images.cache import ImageCache
@@ -89,28 +89,27 @@ class MachineController:
         resync_seconds: float = 300.0,
         host: str | None = None,
     ) -> None:
-        self._reconciler = reconciler
         self._host = host
-        # Failures back off from 1 s, doubling, to 5 minutes: a machine whose step fails the same
-        # way each time costs about 20 attempts an hour.
-        self.queue: WorkQueue[MachineKey] = WorkQueue(base_delay=1.0, max_delay=300.0)
-        self._pool = WorkerPool(self.queue, self._process, workers=workers, name="machine")
-        self._resync_seconds = resync_seconds
         self._known: dict[MachineKey, str] = {}
         self._by_uid: dict[str, MachineKey] = {}
         self._lock = threading.Lock()
-        self._resync = BackgroundLoop("resync", self._resync_loop)
+        # Looked up per pass, not bound here: unit tests build controllers on stand-ins.
+        self._workers = KeyedWorkers(
+            lambda key: reconciler.reconcile(key),  # noqa: PLW0108
+            self._known_keys,
+            name="machine",
+            workers=workers,
+            resync_seconds=resync_seconds,
+        )
+        self.queue: WorkQueue[MachineKey] = self._workers.queue
 
     def start(self) -> None:
         if self._host is not None:
             QUEUE_DEPTH.labels(host=self._host).set_function(lambda: len(self.queue))
-        self._pool.start()
-        self._resync.start()
+        self._workers.start()
 
     def stop(self) -> None:
-        self._resync.stop(timeout=0)
-        self.queue.shutdown()
-        self._pool.stop()
+        self._workers.stop()
         if self._host is not None:
             # A host this daemon no longer serves (a remote host's Lease lost) leaves no series.
             with contextlib.suppress(KeyError):
@@ -158,21 +157,14 @@ class MachineController:
 
     def wake(self, keys: list[MachineKey]) -> None:
         """Wake these machines now (those the host refused, when it may admit them now)."""
-        for key in keys:
-            self.queue.add(key)
+        self._workers.wake(keys)
 
     def wake_all(self) -> None:
+        self._workers.wake_all()
+
+    def _known_keys(self) -> list[MachineKey]:
         with self._lock:
-            keys = list(self._known)
-        for key in keys:
-            self.queue.add(key)
-
-    def _resync_loop(self, loop: BackgroundLoop) -> None:
-        while not loop.pause(self._resync_seconds):
-            self.wake_all()
-
-    def _process(self, key: MachineKey) -> None:
-        self.queue.settle(key, self._reconciler.reconcile(key))
+            return list(self._known)
 
 
 class SpecChanges:

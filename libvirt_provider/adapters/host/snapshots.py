@@ -16,8 +16,8 @@ from typing import Any
 import kopf
 
 from generic import constants as vmapi
-from generic.background import BackgroundLoop
-from generic.workqueue import WorkerPool, WorkQueue
+from generic.keyed import KeyedWorkers
+from generic.workqueue import WorkQueue
 from libvirt_provider import constants as c
 from libvirt_provider.snapshot.reconciler import SnapshotReconciler
 from libvirt_provider.snapshot.store import SnapshotKey
@@ -33,24 +33,25 @@ class SnapshotController:
     def __init__(
         self, reconciler: SnapshotReconciler, *, workers: int = 2, resync_seconds: float = 300.0
     ) -> None:
-        self._reconciler = reconciler
-        # Failures back off from 1 s to 5 minutes, as machines do.
-        self.queue: WorkQueue[SnapshotKey] = WorkQueue(base_delay=1.0, max_delay=300.0)
-        self._pool = WorkerPool(self.queue, self._process, workers=workers, name="snapshot")
-        self._resync_seconds = resync_seconds
         self._by_vm: dict[tuple[str, str], set[SnapshotKey]] = {}
         self._known: dict[SnapshotKey, tuple[str, str]] = {}
         self._lock = threading.Lock()
-        self._resync = BackgroundLoop("snapshot-resync", self._resync_loop)
+        # Failures back off from 1 s to 5 minutes, as machines do.
+        # Looked up per pass, not bound here: unit tests build controllers on stand-ins.
+        self._workers = KeyedWorkers(
+            lambda key: reconciler.reconcile(key),  # noqa: PLW0108
+            self._known_keys,
+            name="snapshot",
+            workers=workers,
+            resync_seconds=resync_seconds,
+        )
+        self.queue: WorkQueue[SnapshotKey] = self._workers.queue
 
     def start(self) -> None:
-        self._pool.start()
-        self._resync.start()
+        self._workers.start()
 
     def stop(self) -> None:
-        self._resync.stop(timeout=0)
-        self.queue.shutdown()
-        self._pool.stop()
+        self._workers.stop()
 
     def on_snapshot(self, key: SnapshotKey, vm_name: str | None, *, deleted: bool) -> None:
         with self._lock:
@@ -73,17 +74,11 @@ class SnapshotController:
             self.queue.add(key)
 
     def wake_all(self) -> None:
+        self._workers.wake_all()
+
+    def _known_keys(self) -> list[SnapshotKey]:
         with self._lock:
-            keys = list(self._known)
-        for key in keys:
-            self.queue.add(key)
-
-    def _resync_loop(self, loop: BackgroundLoop) -> None:
-        while not loop.pause(self._resync_seconds):
-            self.wake_all()
-
-    def _process(self, key: SnapshotKey) -> None:
-        self.queue.settle(key, self._reconciler.reconcile(key))
+            return list(self._known)
 
 
 def register_snapshots(registry: kopf.OperatorRegistry, *, controller: SnapshotController) -> None:

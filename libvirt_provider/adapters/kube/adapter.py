@@ -54,7 +54,7 @@ from libvirt_provider.metrics.fleet import (
 )
 from libvirt_provider.metrics.machine_stats import MachineIdentity
 
-__all__ = ["COMPONENT", "KEPT", "LEAN_KINDS", "KubeAdapter", "translated"]
+__all__ = ["COMPONENT", "KEPT", "LEAN_KINDS", "KubeAdapter", "patch_finalizers", "translated"]
 
 KEPT = GENERIC_KEPT | Kept.of(labels=c.KEPT_LABELS)
 """The labels and annotations anything in the daemon reads of VMs and LibvirtMachines; the rest,
@@ -87,6 +87,43 @@ def _translated() -> AbstractContextManager[None]:
 def translated() -> AbstractContextManager[None]:
     """Kubernetes API failures as the provider's error classes (for this room's other stores)."""
     return _translated()
+
+
+def patch_finalizers(
+    api: KubeApi,
+    obj: Obj,
+    finalizers: list[str],
+    *,
+    plural: str,
+    kind: str,
+    also: list[dict[str, Any]] | None = None,
+) -> object:
+    """Set the finalizers of one of this API group's namespaced objects; returns what the API
+    server answered.
+
+    A JSON patch guarded by a test of the finalizers alone, not by the resourceVersion: other
+    parties write other fields of these objects at the very moment a daemon adds its finalizer
+    (the generic controller adopts a machine, a user labels a snapshot), and a resourceVersion
+    would make one of two writes that touch different fields fail and be sent again. A finalizer
+    another party changed meanwhile still fails the test (422), raised as `StateConflictError`.
+    `also`: further operations of the same patch, failing it the same way when their own tests
+    fail.
+    """
+    meta = obj.get("metadata") or {}
+    ops = [*tested_replace("/metadata/finalizers", meta.get("finalizers"), finalizers)]
+    ops.extend(also or ())
+    changed = f"{kind} {meta.get('namespace')}/{meta.get('name')}: its finalizers changed meanwhile"
+    with _translated(), failed_test_raises(lambda: StateConflictError(changed)):
+        return api.patch_namespaced_custom_object(
+            c.GROUP,
+            c.VERSION,
+            str(meta.get("namespace")),
+            plural,
+            str(meta.get("name")),
+            ops,
+            _content_type=JSON_PATCH,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
 
 
 class KubeAdapter:
@@ -410,35 +447,17 @@ class KubeAdapter:
         )
 
     def set_finalizers(self, obj: Obj, finalizers: list[str], *, host: str | None = None) -> None:
-        # A JSON patch guarded by a test of the finalizers alone, not by the resourceVersion:
-        # the generic controller adopts a machine (its owner reference) at the very moment its
-        # daemon adds the finalizer, and a resourceVersion would make one of the two writes fail
-        # and be sent again although they touch different fields. A finalizer another party
-        # changed meanwhile still fails the test (422), reported as a conflict.
         meta = obj.get("metadata") or {}
-        current = meta.get("finalizers")
-        ops: list[dict[str, Any]] = [*tested_replace("/metadata/finalizers", current, finalizers)]
+        also: list[dict[str, Any]] = []
         if host is not None:
             # spec.host cannot change once set (CEL): a host set meanwhile fails the patch too.
             if isinstance(obj.get("spec"), dict):
-                ops.append({"op": "add", "path": "/spec/host", "value": host})
+                also.append({"op": "add", "path": "/spec/host", "value": host})
             else:
-                ops.append({"op": "add", "path": "/spec", "value": {"host": host}})
-        changed = (
-            f"LibvirtMachine {meta.get('namespace')}/{meta.get('name')}: its finalizers (or host) "
-            "changed meanwhile"
+                also.append({"op": "add", "path": "/spec", "value": {"host": host}})
+        written = patch_finalizers(
+            self._tenants, obj, finalizers, plural=c.MACHINE_PLURAL, kind=c.MACHINE_KIND, also=also
         )
-        with _translated(), failed_test_raises(lambda: StateConflictError(changed)):
-            written = self._tenants.patch_namespaced_custom_object(
-                c.GROUP,
-                c.VERSION,
-                str(meta.get("namespace")),
-                c.MACHINE_PLURAL,
-                str(meta.get("name")),
-                ops,
-                _content_type=JSON_PATCH,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
         if not finalizers and meta.get("deletionTimestamp"):
             # The last finalizer of a deleted object: the API server removes it now.
             self.machines.drop(str(meta.get("namespace")), str(meta.get("name")))

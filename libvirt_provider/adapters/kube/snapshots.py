@@ -14,15 +14,12 @@ from kubernetes import client
 from generic import constants as vmapi
 from generic.adapters.events import EventRecorder
 from generic.adapters.kubeclient import (
-    JSON_PATCH,
     REQUEST_TIMEOUT,
     KubeApi,
-    failed_test_raises,
-    tested_replace,
 )
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.kube.adapter import COMPONENT, translated
-from libvirt_provider.errors import NotFoundError, StateConflictError
+from libvirt_provider.adapters.kube.adapter import COMPONENT, patch_finalizers, translated
+from libvirt_provider.errors import NotFoundError
 
 __all__ = ["SnapshotApi"]
 
@@ -80,23 +77,9 @@ class SnapshotApi:
         return cast(Obj, written) if isinstance(written, dict) else obj
 
     def set_snapshot_finalizers(self, obj: Obj, finalizers: list[str]) -> Obj:
-        meta = obj.get("metadata") or {}
-        ops = tested_replace("/metadata/finalizers", meta.get("finalizers"), finalizers)
-        changed = (
-            f"{c.SNAPSHOT_KIND} {meta.get('namespace')}/{meta.get('name')}: its finalizers "
-            "changed meanwhile"
+        written = patch_finalizers(
+            self._api, obj, finalizers, plural=c.SNAPSHOT_PLURAL, kind=c.SNAPSHOT_KIND
         )
-        with translated(), failed_test_raises(lambda: StateConflictError(changed)):
-            written = self._api.patch_namespaced_custom_object(
-                c.GROUP,
-                c.VERSION,
-                str(meta.get("namespace")),
-                c.SNAPSHOT_PLURAL,
-                str(meta.get("name")),
-                ops,
-                _content_type=JSON_PATCH,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
         return cast(Obj, written) if isinstance(written, dict) else obj
 
     def event(self, obj: Any, *, reason: str, message: str, warning: bool = False) -> None:

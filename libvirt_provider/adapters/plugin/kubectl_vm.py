@@ -5,12 +5,17 @@ server (the aggregated `libvirtmachines/console` subresource, docs/console.md) w
 kubeconfig, read by the kubernetes client, so client certificates, tokens and exec plugins all
 work. On a terminal it is interactive (raw mode; `Ctrl-]` leaves); otherwise stdin is sent as it
 comes and the guest's output is written to stdout, so scripts and tests can drive it; the end of
-stdin ends the session.
+stdin ends the session. `--viewer` watches without typing (any number of viewers beside the one
+writer), `--force` takes the writer's seat from whoever holds it (they are disconnected and told
+who took over), `--logs [--follow]` prints the console output the host kept (and follows it).
 
 `kubectl vm top [NAME] [-n NAMESPACE | -A] [--host HOST]` prints CPU and memory per machine from
 the daemons, through the same API server and aggregated endpoint (the `libvirtmachinestats`
 resource, docs/console.md): it reads the statistics twice, `--interval` apart, because CPU use
 is a rate (`console/top.py` says how it is computed).
+
+`kubectl vm vnc NAME` and `kubectl vm screenshot NAME -o FILE.png` reach the machine's VNC display
+(`plugin/vnc.py`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,14 @@ from kubernetes import client, config
 
 from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
-from libvirt_provider.console.client import console_path, split_at_escape, websocket_url
+from libvirt_provider.adapters.plugin import vnc
+from libvirt_provider.console.client import (
+    console_path,
+    session_query,
+    split_at_escape,
+    websocket_url,
+)
+from libvirt_provider.console.sharing import LOGS_END_REASON
 from libvirt_provider.console.top import format_table, machine_usage, stats_field_selector
 
 __all__ = ["build_parser", "main"]
@@ -57,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     console.add_argument("name", help="the LibvirtMachine's name")
     console.add_argument("-n", "--namespace", default=None, help="its namespace")
+    _sharing_arguments(console)
     top = commands.add_parser(
         "top",
         help="show CPU and memory per machine",
@@ -79,7 +92,31 @@ def build_parser() -> argparse.ArgumentParser:
         default=c.TOP_INTERVAL_SECONDS,
         help="seconds between the two samples (default %(default)s)",
     )
+    vnc.add_commands(commands)
     return parser
+
+
+def _sharing_arguments(console: argparse.ArgumentParser) -> None:
+    """The options of shared sessions (docs/console.md, "Sharing")."""
+    how = console.add_mutually_exclusive_group()
+    how.add_argument(
+        "--viewer",
+        action="store_true",
+        help="watch read-only: the guest's output, none of your keystrokes",
+    )
+    how.add_argument(
+        "--force",
+        action="store_true",
+        help="take the console over from the writer attached now (they are disconnected)",
+    )
+    how.add_argument(
+        "--logs",
+        action="store_true",
+        help="print the console output the host kept (its last MiB) instead of attaching",
+    )
+    console.add_argument(
+        "-f", "--follow", action="store_true", help="with --logs: keep printing new output"
+    )
 
 
 def _configuration(args: argparse.Namespace) -> tuple[client.Configuration, str]:
@@ -99,7 +136,11 @@ def _configuration(args: argparse.Namespace) -> tuple[client.Configuration, str]
     return configuration, namespace
 
 
-def _connect(configuration: client.Configuration, path: str) -> websocket.WebSocket:
+def _connect(
+    configuration: client.Configuration,
+    path: str,
+    subprotocols: Sequence[str] = (c.CONSOLE_SUBPROTOCOL,),
+) -> websocket.WebSocket:
     sslopt: dict[str, Any] = {"cert_reqs": ssl.CERT_REQUIRED}
     if not configuration.verify_ssl:
         sslopt = {"cert_reqs": ssl.CERT_NONE, "check_hostname": False}
@@ -122,7 +163,7 @@ def _connect(configuration: client.Configuration, path: str) -> websocket.WebSoc
     ws.connect(  # type: ignore[no-untyped-call]
         websocket_url(str(configuration.host), path),
         header=headers,
-        subprotocols=[c.CONSOLE_SUBPROTOCOL],
+        subprotocols=list(subprotocols),
     )
     ws.settimeout(None)
     return ws
@@ -140,12 +181,19 @@ def _refusal(err: websocket.WebSocketBadStatusException) -> str:
 
 
 class _Session:
-    """Guest output to stdout on a thread of its own; input from stdin on the caller's."""
+    """Guest output to stdout on a thread of its own; input from stdin on the caller's (a
+    viewer's input is read and dropped, and it is told once)."""
 
-    def __init__(self, ws: websocket.WebSocket) -> None:
+    def __init__(self, ws: websocket.WebSocket, *, viewer: bool = False) -> None:
         self._ws = ws
+        self._viewer = viewer
+        self._told = False
         self._ended = threading.Event()
         self.reason = ""
+
+    def pump(self) -> None:
+        """Only the guest's output, on the caller's thread (--logs)."""
+        self._pump_output()
 
     def _pump_output(self) -> None:
         out = sys.stdout.buffer
@@ -164,6 +212,14 @@ class _Session:
         finally:
             self._ended.set()
 
+    def _tell_viewer(self, *, interactive: bool) -> None:
+        if self._told:
+            return
+        self._told = True
+        end = "\r\n" if interactive else "\n"
+        sys.stderr.write(f"[viewer: keystrokes are not sent to the guest]{end}")
+        sys.stderr.flush()
+
     def run(self, *, interactive: bool) -> None:
         reader = threading.Thread(target=self._pump_output, name="console-output", daemon=True)
         reader.start()
@@ -179,7 +235,9 @@ class _Session:
                 if not data:
                     break
                 send, leave = split_at_escape(data) if interactive else (data, False)
-                if send:
+                if send and self._viewer:
+                    self._tell_viewer(interactive=interactive)
+                elif send:
                     self._ws.send_bytes(send)
                 if leave:
                     break
@@ -192,23 +250,30 @@ class _Session:
 
 
 def _console(args: argparse.Namespace) -> int:
+    if args.follow and not args.logs:
+        print("error: --follow goes with --logs", file=sys.stderr)
+        return 2
     configuration, default_namespace = _configuration(args)
     namespace = args.namespace or default_namespace
+    query = session_query(viewer=args.viewer, force=args.force, logs=args.logs, follow=args.follow)
     try:
-        ws = _connect(configuration, console_path(namespace, args.name))
+        ws = _connect(configuration, console_path(namespace, args.name) + query)
     except websocket.WebSocketBadStatusException as err:
         print(_refusal(err), file=sys.stderr)
         return 1
     except (websocket.WebSocketException, OSError) as err:
         print(f"error: cannot reach the API server: {err}", file=sys.stderr)
         return 1
-    session = _Session(ws)
+    if args.logs:
+        return _logs(ws)
+    session = _Session(ws, viewer=args.viewer)
     interactive = sys.stdin.isatty()
     if not interactive:
         session.run(interactive=False)
     else:
+        role = " as a viewer (read-only: keystrokes are not sent)" if args.viewer else ""
         print(
-            f"Connected to {namespace}/{args.name}'s serial console; Ctrl-] leaves.",
+            f"Connected to {namespace}/{args.name}'s serial console{role}; Ctrl-] leaves.",
             file=sys.stderr,
         )
         fd = sys.stdin.fileno()
@@ -220,6 +285,19 @@ def _console(args: argparse.Namespace) -> int:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         print("", file=sys.stderr)
     if session.reason:
+        print(f"console closed: {session.reason}", file=sys.stderr)
+    return 0
+
+
+def _logs(ws: websocket.WebSocket) -> int:
+    """Print the console's log as it comes, until the daemon closes (all sent, or with
+    --follow the session ended) or Ctrl-C."""
+    session = _Session(ws, viewer=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        session.pump()
+    with contextlib.suppress(websocket.WebSocketException, OSError):
+        ws.close()
+    if session.reason and session.reason != LOGS_END_REASON:
         print(f"console closed: {session.reason}", file=sys.stderr)
     return 0
 
@@ -280,6 +358,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _console(args)
     if args.command == "top":
         return _top(args)
+    if args.command in ("vnc", "screenshot"):
+        configuration, default_namespace = _configuration(args)
+        namespace = args.namespace or default_namespace
+        if args.command == "screenshot":
+            return vnc.run_screenshot(args, configuration, namespace)
+        return vnc.run_vnc(args, configuration, namespace, _connect, _refusal)
     parser.print_help()
     return 2
 

@@ -12,10 +12,17 @@ Per connection, one thread; per request, in this order (the decisions are `conso
 3. discovery documents are served to the front proxy; a console request also needs a user, and a
    SubjectAccessReview allowing `get` on `libvirtmachines/console` in the machine's namespace;
 4. the machine must exist (404), have a domain on a host this daemon serves (409, 503) and run
-   (409); one writer per machine (409 for a second);
-5. the WebSocket upgrade (`plain.kubevirt.io`), then the bridge: the guest's serial console
-   (`driver/libvirt_console.py`) to the socket and back, pings every `CONSOLE_PING_SECONDS`, the
-   session released the moment either side leaves.
+   (409); one writer per machine (409 for a second, unless it takes over with `force`), any
+   number of viewers (`console/sessions.py`, `console/sharing.py`);
+5. the WebSocket upgrade (`plain.kubevirt.io`), then the bridge: the machine's shared console
+   stream (`console_share.py` over `driver/libvirt_console.py`) to the socket and back, the last
+   output replayed first, pings every `CONSOLE_PING_SECONDS`, idle timeouts, the session released
+   the moment either side leaves. `?logs=true` sends the host's console log instead.
+
+VNC (`libvirtmachines/vnc`, and `.../vnc/screenshot`, which the API server authorises as the
+same subresource) goes through the same steps 1 to 4 for `get libvirtmachines/vnc`, then needs a
+machine with `spec.console.graphics: VNC`; the session's bridge and the PNG answer are
+`vnc_server.py`'s, the display's socket `driver/libvirt_graphics.py`'s.
 
 `kubectl vm top`'s `libvirtmachinestats` (`console/stats.py`) goes through the same steps 1 and
 2, then a SubjectAccessReview per namespace it answers for (may the user read its
@@ -52,8 +59,21 @@ from generic.adapters.kubeclient import (
 )
 from generic.background import BackgroundLoop
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.process.console_share import (
+    ConsoleHub,
+    SharedConsole,
+    SharingSettings,
+    read_tail,
+)
 from libvirt_provider.adapters.process.machine_metrics import HostSource, MachineStatsCollector
-from libvirt_provider.console.audit import attached, detached
+from libvirt_provider.adapters.process.vnc_server import VncBridge, answer_png, choose_subprotocol
+from libvirt_provider.console.audit import (
+    attached,
+    detached,
+    taken_over,
+    vnc_attached,
+    vnc_detached,
+)
 from libvirt_provider.console.auth import (
     FrontProxyTrust,
     Identity,
@@ -80,7 +100,16 @@ from libvirt_provider.console.routes import (
     discovery_document,
     match_route,
 )
-from libvirt_provider.console.sessions import Seat, SessionRegistry, WriterBusyError
+from libvirt_provider.console.sessions import VIEWER, WRITER, Seat, SessionRegistry, WriterBusyError
+from libvirt_provider.console.sharing import (
+    LOGS_END_REASON,
+    ConsoleOptions,
+    OutputDecision,
+    console_options,
+    idle_expired,
+    logs_target,
+    on_output,
+)
 from libvirt_provider.console.stats import (
     HostSample,
     StatsRoute,
@@ -91,17 +120,20 @@ from libvirt_provider.console.stats import (
     readable_namespaces,
     stats_document,
 )
-from libvirt_provider.driver.libvirt_console import LibvirtConsoleStream
+from libvirt_provider.console.vnc import (
+    ImageError,
+    match_screenshot_route,
+    screenshot_png,
+    vnc_refusal,
+)
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.types import DomainStats
 from libvirt_provider.errors import ProviderError
+from libvirt_provider.naming import console_log_file, machine_domain_name
 
 __all__ = ["ConsoleServer", "ConsoleSettings"]
 
 log = logging.getLogger(__name__)
-
-# The role of a session in its audit Events (viewers, read-only, are not served yet).
-_WRITER = "writer"
 
 # Reading the front proxy's trust fails with the API's errors, or on a malformed ConfigMap.
 _TRUST_ERRORS: tuple[type[Exception], ...] = (*API_ERRORS, ValueError)
@@ -144,8 +176,13 @@ class ConsoleServer:
         *,
         stats_sources: Callable[[], list[HostSource]] = list,
         stats: MachineStatsCollector | None = None,
+        sharing: SharingSettings | None = None,
     ) -> None:
         self._settings = settings
+        self._sharing = sharing or SharingSettings()
+        self._hub = ConsoleHub(self._sharing)
+        # Each writer's session, so one that is taken over can be told and ended.
+        self._writer_bridges: dict[Seat, _Bridge] = {}
         self._kube = KubeApi(api)
         self._events = EventRecorder(
             api, component=c.CONSOLE_EVENT_COMPONENT, instance=socket.gethostname()
@@ -164,7 +201,7 @@ class ConsoleServer:
         self._refresh = BackgroundLoop("console-trust", self._refresh_loop)
         # The sessions open now: stopping ends each (the client is told) before the daemon
         # closes its libvirt connections under their streams.
-        self._bridges: set[_Bridge] = set()
+        self._bridges: set[_Bridge | VncBridge] = set()
         self._bridges_done = threading.Condition(self._lock)
 
     # -- life ------------------------------------------------------------------------------
@@ -322,8 +359,14 @@ class ConsoleServer:
         cert = conn.getpeercert()
         common_name = _common_name(cert) if cert else None
         route = match_route(request.path)
-        stats_route = match_stats_route(request.path) if route is None else None
+        shot = match_screenshot_route(request.path) if route is None else None
+        stats_route = match_stats_route(request.path) if route is None and shot is None else None
         try:
+            if shot is not None:
+                identity = self._caller(request, trust, common_name, need_user=True)
+                assert identity is not None
+                self._screenshot(conn, request, shot, identity)
+                return
             if isinstance(stats_route, Refusal):
                 raise _RefusedError(stats_route)
             if stats_route is not None:
@@ -336,11 +379,19 @@ class ConsoleServer:
                 return
             identity = self._caller(request, trust, common_name, need_user=True)
             assert identity is not None
+            if route.subresource == c.VNC_SUBRESOURCE:
+                self._vnc(conn, request, route, identity)
+                return
             self._console(conn, request, route, identity)
         except _RefusedError as refused:
             # The aggregator asks every aggregated server for its OpenAPI documents, often: a
             # path this endpoint does not serve is not news.
-            quiet = refused.refusal.code == 404 and route is None and stats_route is None
+            quiet = (
+                refused.refusal.code == 404
+                and route is None
+                and stats_route is None
+                and shot is None
+            )
             level = logging.DEBUG if quiet else logging.INFO
             log.log(
                 level,
@@ -473,7 +524,7 @@ class ConsoleServer:
             )
 
     def _target(
-        self, route: ConsoleRoute
+        self, route: ConsoleRoute, *, any_power: bool = False
     ) -> tuple[ConsoleTarget, LibvirtHypervisor, dict[str, Any]]:
         machine: dict[str, Any] | None
         try:
@@ -496,7 +547,7 @@ class ConsoleServer:
                 ) from err
             machine = None
         hosts = dict(self._hosts())
-        found = console_target(route, machine, frozenset(hosts))
+        found = (logs_target if any_power else console_target)(route, machine, frozenset(hosts))
         if isinstance(found, Refusal):
             raise _RefusedError(found)
         assert machine is not None  # console_target refuses a machine that does not exist
@@ -518,8 +569,14 @@ class ConsoleServer:
     ) -> None:
         if request.method != "GET":
             raise _RefusedError(Refusal(405, "MethodNotAllowed", "the console is a GET upgrade"))
+        options = console_options(request.path)
+        if isinstance(options, Refusal):
+            raise _RefusedError(options)
         self._authorize(identity, route)
-        target, hypervisor, machine = self._target(route)
+        # A log is read whatever the machine's power state; a session needs it running.
+        target, hypervisor, machine = self._target(
+            route, any_power=options.logs and not options.follow
+        )
         key = request.header("Sec-WebSocket-Key")
         if "websocket" not in request.tokens("Upgrade") or not key:
             raise _RefusedError(Refusal(400, "BadRequest", "the console is a WebSocket"))
@@ -529,85 +586,327 @@ class ConsoleServer:
                     400, "BadRequest", f"the console speaks subprotocol {c.CONSOLE_SUBPROTOCOL}"
                 )
             )
+        if options.logs and not options.follow:
+            self._send_logs(conn, key, route, target, machine)
+            return
+        seat, displaced = self._take_seat(route, identity, options)
         try:
-            seat = self._sessions.take_writer(route.namespace, route.name, identity.user)
-        except WriterBusyError as busy:
-            raise _RefusedError(Refusal(409, "Conflict", str(busy))) from busy
-        try:
-            bridge = _Bridge(conn)
+            bridge = _Bridge(conn, seat.role, self._sharing)
         except OSError:
             self._sessions.release(seat)
             raise
         with self._lock:
             self._bridges.add(bridge)
+            if seat.role == WRITER:
+                self._writer_bridges[seat] = bridge
+        if not self._sessions.holds(seat):
+            # Taken over between the seat and the line above: the one who took it did not find
+            # this session to end, so it ends itself.
+            bridge.closed("another writer took over the console (kubectl vm console --force)")
+        shared: SharedConsole | None = None
         try:
+            if displaced is not None:
+                self._displace(displaced, identity.user, machine)
+            if options.logs:
+                # --logs --follow: what the host kept first, then the output as it comes.
+                logged = self._logged_output(route, target, machine)
+                if logged:
+                    bridge.replay(logged)
             try:
-                stream = hypervisor.open_console(target.domain_uuid, bridge.output, bridge.closed)
+                shared = self._hub.join(
+                    (route.namespace, route.name),
+                    target.domain_uuid,
+                    hypervisor,
+                    bridge,
+                    log_file=self._log_file(route, target, machine),
+                    replay=not options.logs,
+                )
             except ProviderError as err:
                 raise _RefusedError(
                     Refusal(503, "ServiceUnavailable", f"cannot open the console: {err}")
                 ) from err
-            started = time.monotonic()
-            log.info(
-                "console: %s attached to %s/%s as writer",
-                identity.user,
-                route.namespace,
-                route.name,
+            self._bridge_session(
+                conn,
+                key,
+                route=route,
+                identity=identity,
+                seat=seat,
+                bridge=bridge,
+                shared=shared,
+                machine=machine,
             )
-            try:
+        finally:
+            if shared is not None:
+                self._hub.leave(shared, bridge)
+            bridge.close()
+            with self._bridges_done:
+                self._bridges.discard(bridge)
+                if self._writer_bridges.get(seat) is bridge:
+                    del self._writer_bridges[seat]
+                self._bridges_done.notify_all()
+            self._sessions.release(seat)
+
+    def _take_seat(
+        self, route: ConsoleRoute, identity: Identity, options: ConsoleOptions
+    ) -> tuple[Seat, Seat | None]:
+        if options.role == VIEWER:
+            return self._sessions.add_viewer(route.namespace, route.name, identity.user), None
+        try:
+            return self._sessions.take_writer(
+                route.namespace, route.name, identity.user, force=options.force
+            )
+        except WriterBusyError as busy:
+            raise _RefusedError(Refusal(409, "Conflict", str(busy))) from busy
+
+    def _displace(self, displaced: Seat, user: str, machine: dict[str, Any]) -> None:
+        """End the session of the writer whose seat `user` took over; it is told who."""
+        with self._lock:
+            old = self._writer_bridges.pop(displaced, None)
+        if old is not None:
+            old.closed(f"{user} took over the console (kubectl vm console --force)")
+        log.info(
+            "console: %s took over %s/%s from %s",
+            user,
+            displaced.machine[0],
+            displaced.machine[1],
+            displaced.user,
+        )
+        self._audit(machine, *taken_over(user, displaced.user))
+
+    def _bridge_session(
+        self,
+        conn: ssl.SSLSocket,
+        key: str,
+        *,
+        route: ConsoleRoute,
+        identity: Identity,
+        seat: Seat,
+        bridge: _Bridge,
+        shared: SharedConsole,
+        machine: dict[str, Any],
+    ) -> None:
+        started = time.monotonic()
+        log.info(
+            "console: %s attached to %s/%s as %s",
+            identity.user,
+            route.namespace,
+            route.name,
+            seat.role,
+        )
+        conn.sendall(_switching(key))
+        self._audit(machine, *attached(identity.user, seat.role))
+        why = bridge.run(shared)
+        took = time.monotonic() - started
+        log.info(
+            "console: %s left %s/%s after %.0f s (%s)",
+            identity.user,
+            route.namespace,
+            route.name,
+            took,
+            why,
+        )
+        self._audit(machine, *detached(identity.user, seat.role, took, why))
+
+    # -- the console's log (kubectl vm console --logs) -------------------------------------
+
+    def _log_file(
+        self, route: ConsoleRoute, target: ConsoleTarget, machine: dict[str, Any]
+    ) -> str | None:
+        """The host's console log of the machine (local hosts with --console-log-dir only)."""
+        if self._sharing.log_dir is None:
+            return None
+        recorded = ((machine.get("status") or {}).get("providerMetadata") or {}).get("domainName")
+        domain = machine_domain_name(
+            route.namespace, route.name, target.domain_uuid, recorded=recorded
+        )
+        return console_log_file(self._sharing.log_dir, domain)
+
+    def _logged_output(
+        self, route: ConsoleRoute, target: ConsoleTarget, machine: dict[str, Any]
+    ) -> bytes:
+        """The last `CONSOLE_LOGS_MAX_BYTES` of the host's console log; without one (remote
+        hosts), what this daemon read of the console in sessions and keeps in memory."""
+        path = self._log_file(route, target, machine)
+        logged = read_tail(path, c.CONSOLE_LOGS_MAX_BYTES) if path else None
+        if logged is not None:
+            return logged
+        return self._hub.output_of((route.namespace, route.name), target.domain_uuid)
+
+    def _send_logs(
+        self,
+        conn: ssl.SSLSocket,
+        key: str,
+        route: ConsoleRoute,
+        target: ConsoleTarget,
+        machine: dict[str, Any],
+    ) -> None:
+        logged = self._logged_output(route, target, machine)
+        conn.sendall(_switching(key))
+        with contextlib.suppress(OSError):
+            for start in range(0, len(logged), c.CONSOLE_READ_CHUNK):
                 conn.sendall(
-                    (
-                        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                        "Connection: Upgrade\r\n"
-                        f"Sec-WebSocket-Accept: {accept_key(key)}\r\n"
-                        f"Sec-WebSocket-Protocol: {c.CONSOLE_SUBPROTOCOL}\r\n\r\n"
-                    ).encode("ascii")
+                    encode_frame(Opcode.BINARY, logged[start : start + c.CONSOLE_READ_CHUNK])
                 )
-                self._audit(machine, *attached(identity.user, _WRITER))
-                why = bridge.run(stream)
-            finally:
-                stream.close()
-            took = time.monotonic() - started
-            log.info(
-                "console: %s left %s/%s after %.0f s (%s)",
-                identity.user,
-                route.namespace,
-                route.name,
-                took,
-                why,
+            conn.sendall(
+                encode_frame(Opcode.CLOSE, close_payload(CloseCode.NORMAL, LOGS_END_REASON))
             )
-            self._audit(machine, *detached(identity.user, _WRITER, took, why))
+        log.info(
+            "console: the console log of %s/%s sent (%d bytes)",
+            route.namespace,
+            route.name,
+            len(logged),
+        )
+
+    # -- VNC (docs/console.md, "VNC and screenshots") ------------------------------------------
+
+    def _display_target(
+        self, request: _Request, route: ConsoleRoute, identity: Identity
+    ) -> tuple[ConsoleTarget, LibvirtHypervisor, dict[str, Any]]:
+        """The console's checks, in its order, for `get libvirtmachines/vnc`; then the machine
+        must have a VNC display."""
+        if request.method != "GET":
+            raise _RefusedError(Refusal(405, "MethodNotAllowed", "VNC is read with GET"))
+        self._authorize(identity, route)
+        target, hypervisor, machine = self._target(route)
+        no_display = vnc_refusal(route.name, machine)
+        if no_display is not None:
+            raise _RefusedError(no_display)
+        return target, hypervisor, machine
+
+    def _screenshot(
+        self, conn: ssl.SSLSocket, request: _Request, route: ConsoleRoute, identity: Identity
+    ) -> None:
+        target, hypervisor, _machine = self._display_target(request, route, identity)
+        try:
+            mime, image = hypervisor.screenshot(target.domain_uuid)
+            png = screenshot_png(image)
+        except (ProviderError, ImageError) as err:
+            raise _RefusedError(
+                Refusal(503, "ServiceUnavailable", f"cannot take a screenshot: {err}")
+            ) from err
+        log.info(
+            "console: %s took a screenshot of %s/%s (libvirt gave %s, %d bytes)",
+            identity.user,
+            route.namespace,
+            route.name,
+            mime or "no type",
+            len(image),
+        )
+        answer_png(conn, png)
+
+    def _vnc(
+        self, conn: ssl.SSLSocket, request: _Request, route: ConsoleRoute, identity: Identity
+    ) -> None:
+        target, hypervisor, machine = self._display_target(request, route, identity)
+        key = request.header("Sec-WebSocket-Key")
+        if "websocket" not in request.tokens("Upgrade") or not key:
+            raise _RefusedError(Refusal(400, "BadRequest", "VNC is a WebSocket"))
+        protocol = choose_subprotocol(request.tokens("Sec-WebSocket-Protocol"))
+        if protocol is None:
+            raise _RefusedError(
+                Refusal(
+                    400,
+                    "BadRequest",
+                    f"VNC speaks subprotocol {' or '.join(c.VNC_SUBPROTOCOLS)}",
+                )
+            )
+        try:
+            display = hypervisor.open_graphics(target.domain_uuid)
+        except ProviderError as err:
+            raise _RefusedError(
+                Refusal(503, "ServiceUnavailable", f"cannot open the VNC display: {err}")
+            ) from err
+        bridge = VncBridge(conn, display)
+        with self._lock:
+            self._bridges.add(bridge)
+        started = time.monotonic()
+        try:
+            conn.sendall(
+                (
+                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                    "Connection: Upgrade\r\n"
+                    f"Sec-WebSocket-Accept: {accept_key(key)}\r\n"
+                    f"Sec-WebSocket-Protocol: {protocol}\r\n\r\n"
+                ).encode("ascii")
+            )
+            log.info("console: %s opened the display of %s/%s", identity.user, route.namespace,
+                     route.name)  # fmt: skip
+            self._audit(machine, *vnc_attached(identity.user))
+            why = bridge.run()
+            took = time.monotonic() - started
+            log.info("console: %s left the display of %s/%s after %.0f s (%s)", identity.user,
+                     route.namespace, route.name, took, why)  # fmt: skip
+            self._audit(machine, *vnc_detached(identity.user, took, why))
         finally:
             bridge.close()
             with self._bridges_done:
                 self._bridges.discard(bridge)
                 self._bridges_done.notify_all()
-            self._sessions.release(seat)
+
+
+def _switching(key: str) -> bytes:
+    return (
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\n"
+        f"Sec-WebSocket-Accept: {accept_key(key)}\r\n"
+        f"Sec-WebSocket-Protocol: {c.CONSOLE_SUBPROTOCOL}\r\n\r\n"
+    ).encode("ascii")
 
 
 class _Bridge:
     """One console session's loop on its connection's thread: the socket and a wake-up pipe in
-    one `select`, output queued by libvirt's event thread, pings when idle."""
+    one `select`, output queued by libvirt's event thread (the machine's shared console fans it
+    out), pings when idle. A viewer's keystrokes are dropped; a viewer too far behind is cut off
+    (`console/sharing.py` decides)."""
 
-    def __init__(self, conn: ssl.SSLSocket) -> None:
+    def __init__(self, conn: ssl.SSLSocket, role: str, sharing: SharingSettings) -> None:
         self._conn = conn
+        self._role = role
+        self._sharing = sharing
         self._output: queue.SimpleQueue[bytes | str] = queue.SimpleQueue()
         self._queued = 0
+        self._queued_bytes = 0
+        self._cut = False
         self._count_lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_w.setblocking(False)
         self._paused = False
 
+    def replay(self, data: bytes) -> None:
+        with self._count_lock:
+            self._queued += 1
+            self._queued_bytes += len(data)
+        self._output.put(data)
+        self._wake()
+
     # Called on libvirt's event thread.
     def output(self, data: bytes) -> bool:
         with self._count_lock:
-            self._queued += 1
-            room = self._queued < c.CONSOLE_QUEUE_CHUNKS
-            if not room:
-                self._paused = True
+            if self._cut:
+                return True
+            decision = on_output(
+                self._role,
+                self._queued + 1,
+                self._queued_bytes + len(data),
+                max_chunks=c.CONSOLE_QUEUE_CHUNKS,
+                viewer_backlog=self._sharing.viewer_backlog_bytes,
+            )
+            if decision is OutputDecision.CUT:
+                self._cut = True
+            else:
+                self._queued += 1
+                self._queued_bytes += len(data)
+                if decision is OutputDecision.PAUSE:
+                    self._paused = True
+        if decision is OutputDecision.CUT:
+            self.closed(
+                f"this viewer fell more than {self._sharing.viewer_backlog_bytes} bytes behind "
+                "the guest's output"
+            )
+            return True
         self._output.put(data)
         self._wake()
-        return room
+        return decision is OutputDecision.QUEUE
 
     def closed(self, reason: str) -> None:
         self._output.put(reason)
@@ -617,7 +916,7 @@ class _Bridge:
         with contextlib.suppress(BlockingIOError, OSError):
             self._wake_w.send(b"\0")
 
-    def run(self, stream: LibvirtConsoleStream) -> str:
+    def run(self, stream: SharedConsole) -> str:
         """Bridge until the session ends; why it ended."""
         try:
             return self._loop(stream)
@@ -633,18 +932,24 @@ class _Bridge:
     def _send(self, opcode: Opcode, payload: bytes) -> None:
         self._conn.sendall(encode_frame(opcode, payload))
 
-    def _loop(self, stream: LibvirtConsoleStream) -> str:
+    def _loop(self, stream: SharedConsole) -> str:
         reader = FrameReader(max_payload=c.CONSOLE_MAX_FRAME)
         heard = time.monotonic()
         pinged = heard
+        typed = heard
         while True:
             now = time.monotonic()
             if now - heard > c.CONSOLE_PING_SECONDS * c.CONSOLE_SILENT_PINGS:
                 return "the client stopped answering"
+            idle = self._idle(now - typed)
+            if idle is not None:
+                return idle
             if now - pinged >= c.CONSOLE_PING_SECONDS:
                 self._send(Opcode.PING, b"vmapi")
                 pinged = now
-            wait = max(0.0, pinged + c.CONSOLE_PING_SECONDS - now)
+            wait = min(
+                max(0.0, pinged + c.CONSOLE_PING_SECONDS - now), self._idle_left(now - typed)
+            )
             if self._conn.pending():
                 ready: list[Any] = [self._conn]
             else:
@@ -675,15 +980,10 @@ class _Bridge:
                     return f"protocol error: {err}"
                 for frame in frames:
                     if frame.opcode in (Opcode.BINARY, Opcode.TEXT, Opcode.CONTINUATION):
-                        try:
-                            stream.send(frame.payload, timeout=c.CONSOLE_IO_TIMEOUT)
-                        except ProviderError as err:
-                            with contextlib.suppress(OSError):
-                                self._send(
-                                    Opcode.CLOSE,
-                                    close_payload(CloseCode.INTERNAL_ERROR, str(err)),
-                                )
-                            return str(err)
+                        typed = time.monotonic()
+                        failed = self._keystrokes(stream, frame.payload)
+                        if failed is not None:
+                            return failed
                     elif frame.opcode == Opcode.PING:
                         self._send(Opcode.PONG, frame.payload)
                     elif frame.opcode == Opcode.CLOSE:
@@ -691,7 +991,42 @@ class _Bridge:
                             self._send(Opcode.CLOSE, close_payload(CloseCode.NORMAL))
                         return "the client closed the session"
 
-    def _drain(self, stream: LibvirtConsoleStream) -> str | None:
+    def _keystrokes(self, stream: SharedConsole, payload: bytes) -> str | None:
+        """Send a client's input to the guest (a viewer's goes nowhere); why it failed."""
+        if self._role == VIEWER:
+            return None
+        try:
+            stream.send(payload, timeout=c.CONSOLE_IO_TIMEOUT)
+        except ProviderError as err:
+            with contextlib.suppress(OSError):
+                self._send(Opcode.CLOSE, close_payload(CloseCode.INTERNAL_ERROR, str(err)))
+            return str(err)
+        return None
+
+    def _idle_left(self, seconds: float) -> float:
+        """Seconds until the session's idle timeout (a large number without one)."""
+        limit = (
+            self._sharing.viewer_idle_seconds
+            if self._role == VIEWER
+            else self._sharing.writer_idle_seconds
+        )
+        return max(0.0, limit - seconds) if limit > 0 else c.CONSOLE_PING_SECONDS
+
+    def _idle(self, seconds: float) -> str | None:
+        """Past the idle timeout of the session's role: the client is told, and why."""
+        if not idle_expired(
+            self._role,
+            seconds,
+            writer_limit=self._sharing.writer_idle_seconds,
+            viewer_limit=self._sharing.viewer_idle_seconds,
+        ):
+            return None
+        why = f"idle for {seconds:.0f} s (the daemon's idle timeout)"
+        with contextlib.suppress(OSError):
+            self._send(Opcode.CLOSE, close_payload(CloseCode.GOING_AWAY, why))
+        return why
+
+    def _drain(self, stream: SharedConsole) -> str | None:
         """Send what the guest wrote; the reason when its console closed."""
         while True:
             try:
@@ -702,6 +1037,7 @@ class _Bridge:
                 return item
             with self._count_lock:
                 self._queued -= 1
+                self._queued_bytes -= len(item)
             self._send(Opcode.BINARY, item)
         with self._count_lock:
             resume = self._paused and self._queued < c.CONSOLE_QUEUE_CHUNKS // 2

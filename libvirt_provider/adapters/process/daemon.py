@@ -53,6 +53,7 @@ from libvirt_provider.adapters.host.unit import HostUnit, UnitSettings
 from libvirt_provider.adapters.kube.adapter import KEPT, LEAN_KINDS, KubeAdapter
 from libvirt_provider.adapters.process.call_metrics import register_call_metrics
 from libvirt_provider.adapters.process.console_server import ConsoleServer, settings_from_files
+from libvirt_provider.adapters.process.console_share import SharingSettings
 from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
 from libvirt_provider.adapters.process.heap import Heap
 from libvirt_provider.adapters.process.host_metrics import register_host_metrics
@@ -90,6 +91,10 @@ class DaemonConfig:
     console_address: str = "0.0.0.0"
     console_cert_file: str = ""
     console_key_file: str = ""
+    # Shared console sessions: bytes replayed on attach, idle timeouts (0: none).
+    console_replay_bytes: int = c.CONSOLE_REPLAY_BYTES
+    console_idle_timeout: float = c.CONSOLE_WRITER_IDLE_SECONDS
+    console_viewer_idle_timeout: float = c.CONSOLE_VIEWER_IDLE_SECONDS
     # Seconds between the image cache's periodic passes (status repair and collection).
     image_gc_interval: float = 300.0
     # False keeps every cached base image forever (status is still written).
@@ -269,6 +274,7 @@ def run(cfg: DaemonConfig) -> int:
             mode.hosts,
             stats_sources=mode.metrics_sources,
             stats=machine_stats,
+            sharing=_console_sharing(cfg),
         )
         if cfg.console_port is not None
         else None
@@ -405,3 +411,13 @@ def unit_settings(cfg: DaemonConfig) -> UnitSettings:
 
 def default_host() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def _console_sharing(cfg: DaemonConfig) -> SharingSettings:
+    return SharingSettings(
+        replay_bytes=cfg.console_replay_bytes,
+        writer_idle_seconds=cfg.console_idle_timeout,
+        viewer_idle_seconds=cfg.console_viewer_idle_timeout,
+        # Remote hosts' log files are on them, out of this daemon's reach.
+        log_dir=None if cfg.remote else cfg.console_log_dir,
+    )

@@ -31,13 +31,21 @@ from tests.support.waiting import eventually
 
 @pytest.fixture(scope="module")
 def console_port(
-    lab: LabInfo, api_client: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    lab: LabInfo,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[int]:
     """A daemon serving consoles on this port, registered as the APIService, Available. It runs
     with a token of deploy/'s ServiceAccount, so deploy/'s RBAC (console-rbac.yaml: reviews and
-    the front proxy's ConfigMap) is what the tests prove enough."""
+    the front proxy's ConfigMap) is what the tests prove enough. A module's
+    `CONSOLE_DAEMON_ARGS` adds flags to its daemon."""
     proc, log, port = start_console_daemon(
-        lab, api_client, tmp_path_factory.mktemp("console"), log_name="e2e-console-daemon.log"
+        lab,
+        api_client,
+        tmp_path_factory.mktemp("console"),
+        log_name="e2e-console-daemon.log",
+        extra_args=tuple(getattr(request.module, "CONSOLE_DAEMON_ARGS", ())),
     )
     try:
         register_apiservice(lab, api_client, port)
@@ -65,3 +73,21 @@ def guest_ns(api_client: client.ApiClient, console_port: int) -> Iterator[str]:
 @pytest.fixture
 def tmp_kubeconfig(tmp_path: Path) -> Path:
     return tmp_path / "user.kubeconfig"
+
+
+@pytest.fixture(scope="module")
+def vnc_guest_ns(api_client: client.ApiClient, console_port: int) -> Iterator[str]:
+    """The namespace of a busybox guest (named `desktop`) with a VNC display
+    (`spec.console.graphics: VNC`), booted and running, for the module."""
+    with namespace(api_client) as ns:
+        vm, lm = pair(ns, "desktop")
+        lm["spec"]["console"] = {"graphics": "VNC"}
+        create(api_client, [vm, lm])
+
+        def running() -> dict[str, Any] | None:
+            found = get(api_client, ns, "desktop", vm=False)
+            status = (found or {}).get("status") or {}
+            return found if status.get("powerState") == "PoweredOn" else None
+
+        eventually(running, timeout=180, what=f"LibvirtMachine {ns}/desktop PoweredOn")
+        yield ns

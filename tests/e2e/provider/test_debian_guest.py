@@ -53,6 +53,7 @@ from tests.support.kube import (
     wait_ready,
 )
 from tests.support.lab_access import LabInfo
+from tests.support.snapshots import SNAPSHOTS, create_snapshot, get_snapshot
 from tests.support.waiting import eventually
 
 IMAGE = "e2e-debian-guest"
@@ -385,18 +386,10 @@ def test_a_filesystem_consistent_snapshot_freezes_through_the_agent_and_thaws(
 ) -> None:
     address = lease_address(api_client, machine)
     assert ssh_ok(lab, keys.declared, address, "echo A > snapshot-a && sync") is not None
-    custom = client.CustomObjectsApi(api_client)
-    body = {
-        "apiVersion": f"{GROUP}/{V}",
-        "kind": "LibvirtSnapshot",
-        "metadata": {"name": "quiesced", "namespace": machine.ns},
-        "spec": {"virtualMachineName": machine.name, "consistency": "Filesystem"},
-    }
-    custom.create_namespaced_custom_object(GROUP, V, machine.ns, "libvirtsnapshots", body)
+    create_snapshot(api_client, machine.ns, "quiesced", machine.name, consistency="Filesystem")
 
     def snapshot() -> dict[str, Any] | None:
-        items = custom.list_namespaced_custom_object(GROUP, V, machine.ns, "libvirtsnapshots")
-        return next(iter(items["items"]), None)
+        return get_snapshot(api_client, machine.ns, "quiesced")
 
     try:
         taken = eventually(
@@ -417,7 +410,9 @@ def test_a_filesystem_consistent_snapshot_freezes_through_the_agent_and_thaws(
     finally:
         if get(api_client, machine.ns, CLONE, vm=True) is not None:
             delete_vm_and_wait(api_client, machine.ns, CLONE, what="the clone deleted")
-        custom.delete_namespaced_custom_object(GROUP, V, machine.ns, "libvirtsnapshots", "quiesced")
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            GROUP, V, machine.ns, SNAPSHOTS, "quiesced"
+        )
         eventually(lambda: snapshot() is None, timeout=60, what="the snapshot deleted")
 
 

@@ -22,6 +22,7 @@ from libvirt_provider import constants as c
 from tests.support.factories import pair
 from tests.support.kube import GROUP, V, apply, install_api, service_account_kubeconfig
 from tests.support.lab_access import REPO, LabInfo
+from tests.support.snapshots import SNAPSHOTS, create_snapshot
 from tests.support.waiting import eventually
 
 SYSTEM = "vm-api-system"
@@ -300,6 +301,47 @@ def test_a_node_daemons_token_changes_its_own_hosts_machines_only(
     assert pinned["metadata"]["labels"][c.HOST_LABEL] == other
     # The placer (any node's, leader or not) records spec.host from a label-only pin.
     assert patch("pinned", {"spec": {"host": other}})["spec"]["host"] == other
+
+
+def test_a_node_daemons_token_writes_only_snapshots_unclaimed_or_taken_on_its_host(
+    api_client: client.ApiClient, world: dict[str, Any]
+) -> None:
+    mine, other, ns = world["mine"], world["other"], world["ns"]
+    node = client.CustomObjectsApi(world["as_node"])
+    for name, host in (("theirs", other), ("own", mine), ("unclaimed", None)):
+        create_snapshot(api_client, ns, name, "vm")
+        if host:
+            client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+                GROUP, V, ns, SNAPSHOTS, name, {"status": {"host": host}}
+            )
+
+    def status(name: str, body: dict[str, Any]) -> Any:
+        return node.patch_namespaced_custom_object_status(GROUP, V, ns, SNAPSHOTS, name, body)
+
+    def finalizers(name: str, value: list[str] | None) -> Any:
+        body = {"metadata": {"finalizers": value}}
+        return node.patch_namespaced_custom_object(GROUP, V, ns, SNAPSHOTS, name, body)
+
+    def refused_on_theirs() -> bool:
+        return _dry_run_refused(
+            lambda: node.patch_namespaced_custom_object_status(
+                GROUP, V, ns, SNAPSHOTS, "theirs", {"status": {"readyToUse": True}}, dry_run="All"
+            )
+        )
+
+    eventually(refused_on_theirs, timeout=30, what="the snapshot restriction enforced")
+    body = _refused(lambda: status("theirs", {"status": {"readyToUse": True}}))
+    assert f"theirs is on {other}" in body
+    _refused(lambda: finalizers("theirs", [c.SNAPSHOT_FINALIZER]))
+    # Claiming another host's snapshot, or handing its own to another host: refused too.
+    _refused(lambda: status("theirs", {"status": {"host": mine}}))
+    _refused(lambda: status("own", {"status": {"host": other}}))
+    # Its own, and an unclaimed one (any daemon reports a missing VM, and claims by taking it).
+    status("own", {"status": {"readyToUse": True}})
+    finalizers("own", [c.SNAPSHOT_FINALIZER])
+    finalizers("own", None)
+    status("unclaimed", {"status": {"conditions": []}})
+    assert status("unclaimed", {"status": {"host": mine}})["status"]["host"] == mine
 
 
 def test_the_remote_service_account_cannot_delete_machines_nor_create_hosts(

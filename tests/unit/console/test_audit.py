@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from libvirt_provider import constants as c
-from libvirt_provider.console.audit import attached, detached
+from libvirt_provider.console.audit import attached, detached, vnc_attached, vnc_detached
 
 
 def test_an_attach_names_the_user_and_role() -> None:
@@ -25,4 +25,12 @@ def test_a_detach_says_how_long_and_why(seconds: float, said: str) -> None:
     assert (
         message
         == f"alice left the serial console (writer) after {said}: the client closed the stream"
+    )
+
+
+def test_a_vnc_session_names_its_user_and_length() -> None:
+    assert vnc_attached("alice") == ("VncAttached", "alice opened the VNC display")
+    assert vnc_detached("alice", 65, "the client disconnected") == (
+        "VncDetached",
+        "alice left the VNC display after 1 min 5 s: the client disconnected",
     )

@@ -33,7 +33,7 @@ def test_the_console_path_is_matched_and_the_plugin_builds_it() -> None:
 @pytest.mark.parametrize(
     "path",
     [
-        f"{PREFIX}/namespaces/team-a/libvirtmachines/vm1/vnc",  # not served yet
+        f"{PREFIX}/namespaces/team-a/libvirtmachines/vm1/vnc/screenshot",  # console/vnc.py's
         f"{PREFIX}/namespaces/team-a/libvirtmachines/vm1",
         f"{PREFIX}/namespaces/Team/libvirtmachines/vm1/console",
         f"{PREFIX}/namespaces/../libvirtmachines/vm1/console",
@@ -51,6 +51,7 @@ def test_discovery_lists_the_console_subresource_and_the_stats() -> None:
     assert doc["kind"] == "APIResourceList"
     assert [(r["name"], r["verbs"], r["namespaced"]) for r in doc["resources"]] == [
         ("libvirtmachines/console", ["get"], True),
+        ("libvirtmachines/vnc", ["get"], True),
         ("libvirtmachinestats", ["get", "list"], True),
     ]
     group = discovery_document("/apis/subresources.infrastructure.vm-api.io")
@@ -102,13 +103,14 @@ def test_a_machine_that_cannot_be_reached_says_why(machine: Any, code: int, word
 
 def test_one_writer_per_machine_until_it_leaves() -> None:
     registry = SessionRegistry()
-    seat = registry.take_writer("team-a", "vm1", "alice")
+    seat, _ = registry.take_writer("team-a", "vm1", "alice")
     with pytest.raises(WriterBusyError, match="alice"):
         registry.take_writer("team-a", "vm1", "bob")
-    other = registry.take_writer("team-a", "vm2", "bob")
+    other, _ = registry.take_writer("team-a", "vm2", "bob")
     assert registry.release(seat)
     assert not registry.release(seat)
-    again = registry.take_writer("team-a", "vm1", "bob")
+    again, displaced = registry.take_writer("team-a", "vm1", "bob")
+    assert displaced is None
     assert {s.user for s in registry.writers()} == {"bob"}
     assert again != seat
     assert registry.release(other)

@@ -20,6 +20,7 @@ from libvirt_provider.constants import (
     STATS_RESOURCE,
     SUBRESOURCE_GROUP,
     SUBRESOURCE_VERSION,
+    VNC_SUBRESOURCE,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -99,7 +100,7 @@ def test_the_node_restriction_names_the_daemonsets_account_and_is_installed() ->
     docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "node-restriction.yaml").read_text())]
     policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
     bindings = {d["spec"]["policyName"] for d in docs if d["kind"].endswith("PolicyBinding")}
-    assert len(policies) == 2
+    assert len(policies) == 3
     for policy in policies:
         assert policy["metadata"]["name"] in bindings
         (condition,) = policy["spec"]["matchConditions"]
@@ -171,7 +172,19 @@ def test_the_daemon_may_review_access_and_read_the_front_proxys_trust() -> None:
         ("kube-system", "extension-apiserver-authentication-reader"),
     }
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
-    assert set(roles) == {"vm-api-libvirtmachine-console", "vm-api-libvirtmachine-stats"}
+    assert set(roles) == {
+        "vm-api-libvirtmachine-console",
+        "vm-api-libvirtmachine-stats",
+        "vm-api-libvirtmachine-vnc",
+    }
+    # kubectl vm vnc and screenshot: get on libvirtmachines/vnc, for editors and admins.
+    assert roles["vm-api-libvirtmachine-vnc"]["rules"] == [
+        {
+            "apiGroups": [SUBRESOURCE_GROUP],
+            "resources": [f"{CONSOLE_RESOURCE}/{VNC_SUBRESOURCE}"],
+            "verbs": ["get"],
+        }
+    ]
     assert roles["vm-api-libvirtmachine-console"]["rules"] == [
         {
             "apiGroups": [SUBRESOURCE_GROUP],
