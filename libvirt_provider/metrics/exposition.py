@@ -15,7 +15,7 @@ Pure: families and samples in, text out.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from libvirt_provider.metrics.machine_stats import Family, Kind, Sample
 
@@ -43,11 +43,21 @@ def _escape(value: str) -> str:
     return value
 
 
-def render(families: Iterable[tuple[Family, Sequence[Sample]]]) -> str:
+PAUSE_EVERY = 100
+"""Sample lines written between two calls of `render`'s `pause`."""
+
+
+def render(
+    families: Iterable[tuple[Family, Sequence[Sample]]],
+    *,
+    pause: Callable[[], None] | None = None,
+) -> str:
     """The families in Prometheus' text format (0.0.4): for each, its HELP and TYPE lines (also
     when it has no samples), then one line per sample, labels in name order. A sample's labels
-    are its family's, in the family's order."""
+    are its family's, in the family's order. `pause`, when given, is called every
+    `PAUSE_EVERY` sample lines (the daemon hands the interpreter to its other threads there)."""
     out: list[str] = []
+    written = 0
     for family, samples in families:
         name = family.exposed
         help_text = family.help.replace("\\", r"\\").replace("\n", r"\n")
@@ -58,6 +68,9 @@ def render(families: Iterable[tuple[Family, Sequence[Sample]]]) -> str:
         order = sorted(range(len(family.labels)), key=lambda i: family.labels[i])
         keys = [f'{family.labels[i]}="' for i in order]
         for sample in samples:
+            written += 1
+            if pause is not None and written % PAUSE_EVERY == 0:
+                pause()
             labels = '",'.join(
                 k + _escape(sample.labels[i]) for k, i in zip(keys, order, strict=True)
             )

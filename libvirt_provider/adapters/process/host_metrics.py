@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.process.exposition import register_text
-from libvirt_provider.adapters.process.machine_metrics import Sources
+from libvirt_provider.adapters.process.machine_metrics import Sources, yield_interpreter
 from libvirt_provider.metrics.exposition import render
 from libvirt_provider.metrics.fleet import (
     HOST_FAMILIES,
@@ -57,7 +57,7 @@ class HostStateCollector(Collector):
 
     def text(self) -> str:
         """This scrape's families in Prometheus' text format."""
-        return render(self.gather())
+        return render(self.gather(), pause=yield_interpreter)
 
     def gather(self) -> list[tuple[Family, list[Sample]]]:
         """This scrape's samples, family by family (every family, those without samples too),
