@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from libvirt_provider.metrics.exposition import go_float, render
+from libvirt_provider.metrics.exposition import PAUSE_EVERY, go_float, render
 from libvirt_provider.metrics.machine_stats import Family, Kind, Sample
 
 COUNTER = Family(
@@ -70,3 +70,11 @@ def test_values_are_written_as_go_writes_them() -> None:
         (math.nan, "NaN"),
     ]:
         assert go_float(value) == text, value
+
+
+def test_a_long_body_pauses_every_so_many_lines_and_writes_the_same_text() -> None:
+    many = [Sample(GAUGE, ("team", f"m{i}", "h1"), 1.0) for i in range(2 * PAUSE_EVERY + 1)]
+    pauses: list[int] = []
+    text = render([(GAUGE, many)], pause=lambda: pauses.append(1))
+    assert len(pauses) == 2
+    assert text == render([(GAUGE, many)])
