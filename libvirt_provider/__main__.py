@@ -163,6 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the same for read-only viewers (default %(default)s: never)",
     )
     parser.add_argument(
+        "--guest-netns",
+        default=None,
+        metavar="NAME|PATH",
+        help="network namespace in which port-forward connects to guests (a name in /run/netns "
+        "or a path such as /proc/PID/ns/net), for a libvirtd whose networks live in one; "
+        "default: the daemon's own, which on a KVM host routes to its libvirt networks",
+    )
+    parser.add_argument(
         "--console-log-dir",
         default=None,
         metavar="DIR",
@@ -193,6 +201,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="seconds a preempted spot machine's guest has to shut down before it is powered "
         f"off (default {c.PREEMPTION_GRACE_SECONDS})",
+    )
+    parser.add_argument(
+        "--migration-uri",
+        default=None,
+        metavar="URI",
+        help="this host's libvirtd as other hosts' libvirtds reach it to migrate machines here "
+        "(qemu+tls://ADDRESS/system; docs/migration.md). Without it the host takes no migrations",
+    )
+    parser.add_argument(
+        "--migration-pkipath",
+        default=None,
+        metavar="DIR",
+        help="the folder of TLS client credentials (cacert.pem, clientcert.pem, clientkey.pem) "
+        "this host's libvirtd uses to open a target's libvirtd when it migrates a machine away",
     )
     parser.add_argument(
         "--no-image-gc",
@@ -291,10 +313,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             console_replay_bytes=args.console_replay_bytes,
             console_idle_timeout=args.console_idle_timeout,
             console_viewer_idle_timeout=args.console_viewer_idle_timeout,
+            guest_netns=args.guest_netns,
             image_gc_interval=args.image_gc_interval,
             image_gc=not args.no_image_gc,
             image_handout_grace=args.image_handout_grace,
             preemption_grace=max(1, args.preemption_grace),
+            migration_uri=args.migration_uri,
+            migration_pkipath=args.migration_pkipath,
             remote=args.remote,
             identity=args.identity or "",
             credentials_dir=args.credentials_dir,

@@ -173,12 +173,9 @@ class LibvirtMachineSpec(KubeModel):
     host: HostName | None = Field(
         default=None,
         description="The LibvirtHost whose daemon runs this machine: set by the user to pin the "
-        "machine, or by placement. Immutable once set; the host label follows it.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {"rule": "self == oldSelf", "message": "host is immutable once set"}
-            ]
-        },
+        "machine, or by placement. Immutable once set, except to the target a LibvirtMigration's "
+        "daemon recorded in status.migration (which only the daemons write); the host label "
+        "follows it.",
     )
     placement: Placement | None = Field(
         default=None, description="Constraints for placement when no host is given."
@@ -260,6 +257,15 @@ class Preemption(KubeModel):
     )
 
 
+class MachineMigration(KubeModel):
+    """The LibvirtMigration moving the machine, written by its source host's daemon when the
+    migration is accepted and removed when it ends. It is the machine's lock (one migration at a
+    time) and the only host spec.host may change to (CEL on the LibvirtMachine)."""
+
+    name: str = Field(max_length=253, description="The LibvirtMigration, in this namespace.")
+    target: str = Field(max_length=253, description="The host it moves the machine to.")
+
+
 class LibvirtMachineStatus(KubeModel):
     """Written by the controller only. The first six fields are the provider status contract."""
 
@@ -323,6 +329,10 @@ class LibvirtMachineStatus(KubeModel):
     preemption: Preemption | None = Field(
         default=None,
         description="Set while the machine (spot) is preempted: kept off until its host has room.",
+    )
+    migration: MachineMigration | None = Field(
+        default=None,
+        description="Set while a LibvirtMigration moves the machine: its name and target host.",
     )
 
 

@@ -59,6 +59,12 @@ __all__ = [
     "EVENT_DEFINED",
     "EVENT_DISK_GROWN",
     "EVENT_LIVE_UPDATE_FAILED",
+    "EVENT_MACHINE_MIGRATED",
+    "EVENT_MIGRATION_SCHEDULED",
+    "EVENT_MIGRATION_SOURCE_CLEANED",
+    "EVENT_MIGRATION_STARTED",
+    "EVENT_MIGRATION_TARGET_CLEANED",
+    "EVENT_MIGRATION_TARGET_PREPARED",
     "EVENT_NOTHING_REMOVED",
     "EVENT_PLACED",
     "EVENT_POOL_SKIPPED",
@@ -114,11 +120,49 @@ __all__ = [
     "METADATA_NAMESPACE",
     "METADATA_PREFIX",
     "METRICS_PREFIX",
+    "MIGRATION_CONDITION_SUCCEEDED",
+    "MIGRATION_FINALIZER",
+    "MIGRATION_KIND",
+    "MIGRATION_PHASE_CANCELLED",
+    "MIGRATION_PHASE_FAILED",
+    "MIGRATION_PHASE_MIGRATING",
+    "MIGRATION_PHASE_PENDING",
+    "MIGRATION_PHASE_PREPARING",
+    "MIGRATION_PHASE_SCHEDULING",
+    "MIGRATION_PHASE_SUCCEEDED",
+    "MIGRATION_PLURAL",
+    "MIGRATION_PROGRESS_SECONDS",
+    "MIGRATION_REASON_ALREADY_MIGRATING",
+    "MIGRATION_REASON_CANCELLED",
+    "MIGRATION_REASON_HANDING_OVER",
+    "MIGRATION_REASON_MACHINE_NOT_BOUND",
+    "MIGRATION_REASON_MACHINE_NOT_FOUND",
+    "MIGRATION_REASON_MACHINE_NOT_RUNNING",
+    "MIGRATION_REASON_MIGRATING",
+    "MIGRATION_REASON_MIGRATION_FAILED",
+    "MIGRATION_REASON_NO_TARGET",
+    "MIGRATION_REASON_PENDING",
+    "MIGRATION_REASON_PINNED",
+    "MIGRATION_REASON_PREPARING",
+    "MIGRATION_REASON_SAME_HOST",
+    "MIGRATION_REASON_SUCCEEDED",
+    "MIGRATION_REASON_TARGET_CORDONED",
+    "MIGRATION_REASON_TARGET_NOT_FOUND",
+    "MIGRATION_REASON_TARGET_NOT_MIGRATABLE",
+    "MIGRATION_REASON_TARGET_NOT_READY",
+    "MIGRATION_REASON_TARGET_REQUIRED",
+    "MIGRATION_REASON_TARGET_UNSUITABLE",
+    "MIGRATION_REASON_WAITING_FOR_IMAGE",
+    "MIGRATION_SHORT_NAMES",
     "MODIFY_VOLUME_INFEASIBLE",
     "MODIFY_VOLUME_IN_PROGRESS",
     "MODIFY_VOLUME_PENDING",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
+    "PORTFORWARD_BUFFER",
+    "PORTFORWARD_DIAL_TIMEOUT",
+    "PORTFORWARD_READ_CHUNK",
+    "PORTFORWARD_SUBRESOURCE",
     "PREEMPTION_GRACE_SECONDS",
     "REASON_ADDRESS_OUTSIDE_POOL",
     "REASON_ADDRESS_POOL_CONFLICT",
@@ -179,6 +223,7 @@ __all__ = [
     "SNAPSHOT_REASON_UNKNOWN_DISK",
     "SNAPSHOT_SHORT_NAMES",
     "SNAPSHOT_VOLUME_PREFIX",
+    "SSH_PORT",
     "STATS_HOST_FIELD",
     "STATS_KIND",
     "STATS_LIST_KIND",
@@ -509,6 +554,20 @@ CONSOLE_LOGS_MAX_BYTES: Final = 1024 * 1024
 # Machines whose last output the daemon keeps in memory after their last session left.
 CONSOLE_KEPT_REPLAYS: Final = 256
 
+# Port-forward (docs/console.md, "Port-forward and ssh"): `libvirtmachines/portforward/{port}`,
+# RBAC `get` on `libvirtmachines/portforward`; one TCP stream per WebSocket, in binary frames of the
+# console's subprotocol, to a port of the guest dialled by the daemon serving its host.
+PORTFORWARD_SUBRESOURCE: Final = "portforward"
+# Seconds the daemon waits for the guest's port to accept the connection (past it: 502).
+PORTFORWARD_DIAL_TIMEOUT: Final = 10.0
+# Bytes read from either side of a forwarded stream per read.
+PORTFORWARD_READ_CHUNK: Final = 64 * 1024
+# Bytes for the guest a stream holds while the guest is slow to read; past them, reading from the
+# client pauses.
+PORTFORWARD_BUFFER: Final = 1 << 20
+# The port `kubectl vm ssh` reaches unless told otherwise.
+SSH_PORT: Final = 22
+
 # `kubectl vm top`'s resource in the same aggregated group (docs/console.md, "kubectl vm top"):
 # get and list, namespaced and across namespaces, as metrics.k8s.io serves `kubectl top`. The
 # daemon authorises each namespace it answers for as a read of the LibvirtMachines themselves.
@@ -563,6 +622,54 @@ SNAPSHOT_COMMIT_TIMEOUT_SECONDS: Final = 120.0
 # Seconds a preempted spot machine's guest is given to shut down before it is powered off
 # (`--preemption-grace`; docs/placement.md).
 PREEMPTION_GRACE_SECONDS: Final = 30
+
+# -- LibvirtMigration (docs/migration.md) ---------------------------------------------------------
+MIGRATION_KIND: Final = "LibvirtMigration"
+MIGRATION_PLURAL: Final = "libvirtmigrations"
+MIGRATION_SHORT_NAMES: Final = ("lvmig", "lvmigs")
+# The migration's phases (status.phase), in the order a successful one passes them.
+MIGRATION_PHASE_PENDING: Final = "Pending"
+MIGRATION_PHASE_SCHEDULING: Final = "Scheduling"
+MIGRATION_PHASE_PREPARING: Final = "Preparing"
+MIGRATION_PHASE_MIGRATING: Final = "Migrating"
+MIGRATION_PHASE_SUCCEEDED: Final = "Succeeded"
+MIGRATION_PHASE_FAILED: Final = "Failed"
+MIGRATION_PHASE_CANCELLED: Final = "Cancelled"
+# Kept on a migration while a host may still hold something of it (the target's pre-created
+# volumes, a running job on the source): deleting the migration cancels it first.
+MIGRATION_FINALIZER: Final = f"{GROUP}/libvirt-migration"
+# The migration's one condition, and its reasons (every state has one).
+MIGRATION_CONDITION_SUCCEEDED: Final = "Succeeded"
+MIGRATION_REASON_PENDING: Final = "Pending"
+MIGRATION_REASON_PREPARING: Final = "PreparingTarget"
+MIGRATION_REASON_WAITING_FOR_IMAGE: Final = "WaitingForImage"
+MIGRATION_REASON_MIGRATING: Final = "Migrating"
+MIGRATION_REASON_HANDING_OVER: Final = "HandingOver"
+MIGRATION_REASON_SUCCEEDED: Final = "Migrated"
+MIGRATION_REASON_MACHINE_NOT_FOUND: Final = "MachineNotFound"
+MIGRATION_REASON_MACHINE_NOT_RUNNING: Final = "MachineNotRunning"
+MIGRATION_REASON_MACHINE_NOT_BOUND: Final = "MachineNotBound"
+MIGRATION_REASON_PINNED: Final = "PinnedByFailureDomain"
+MIGRATION_REASON_SAME_HOST: Final = "TargetIsSource"
+MIGRATION_REASON_TARGET_REQUIRED: Final = "TargetRequired"
+MIGRATION_REASON_NO_TARGET: Final = "NoTargetHost"
+MIGRATION_REASON_TARGET_NOT_FOUND: Final = "TargetNotFound"
+MIGRATION_REASON_TARGET_CORDONED: Final = "TargetCordoned"
+MIGRATION_REASON_TARGET_NOT_READY: Final = "TargetNotReady"
+MIGRATION_REASON_TARGET_UNSUITABLE: Final = "TargetUnsuitable"
+MIGRATION_REASON_TARGET_NOT_MIGRATABLE: Final = "TargetNotSetUpForMigration"
+MIGRATION_REASON_ALREADY_MIGRATING: Final = "AlreadyMigrating"
+MIGRATION_REASON_MIGRATION_FAILED: Final = "MigrationFailed"
+MIGRATION_REASON_CANCELLED: Final = "Cancelled"
+# Event reasons of a migration besides its condition's (posted when first set).
+EVENT_MIGRATION_STARTED: Final = "MigrationStarted"
+EVENT_MIGRATION_SCHEDULED: Final = "TargetChosen"
+EVENT_MIGRATION_TARGET_PREPARED: Final = "TargetPrepared"
+EVENT_MIGRATION_SOURCE_CLEANED: Final = "SourceVolumesDeleted"
+EVENT_MIGRATION_TARGET_CLEANED: Final = "TargetVolumesDeleted"
+EVENT_MACHINE_MIGRATED: Final = "Migrated"
+# Seconds between two progress writes of a running migration (jobStats on the source).
+MIGRATION_PROGRESS_SECONDS: Final = 1.0
 
 # -- VNC through the aggregated API (docs/console.md, "VNC and screenshots") -----------------------
 # `libvirtmachines/vnc`: the guest's RFB stream over a WebSocket (RBAC: `get` on

@@ -78,6 +78,16 @@ def discovery_document(path: str) -> bytes | None:
                 for sub in SERVED_SUBRESOURCES
             ]
             + [
+                # Port-forward's path has one more segment (the port): console/portforward.py.
+                {
+                    "name": f"{c.CONSOLE_RESOURCE}/{c.PORTFORWARD_SUBRESOURCE}",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "LibvirtMachine",
+                    "verbs": ["get"],
+                }
+            ]
+            + [
                 {
                     "name": c.STATS_RESOURCE,
                     "singularName": "",

@@ -17,6 +17,7 @@ from generic.crdgen import CrdSpec, PrinterColumn, build_crd, render_yaml
 from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachineSpec, LibvirtMachineStatus
 from libvirt_provider.host_api import LibvirtHostSpec, LibvirtHostStatus
+from libvirt_provider.migration_api import LibvirtMigrationSpec, LibvirtMigrationStatus
 from libvirt_provider.snapshot_api import LibvirtSnapshotSpec, LibvirtSnapshotStatus
 
 __all__ = ["CRDS", "CRD_DIR", "crd_path", "crd_yaml"]
@@ -58,6 +59,18 @@ LIBVIRT_MACHINE = CrdSpec(
         PrinterColumn("Provider-ID", ".status.providerID", priority=1),
     ),
     spec_required=False,
+    root_rules=(
+        {
+            # The binding's authority (docs/migration.md): spec.host changes only to the target
+            # a migration recorded in status.migration, which only the daemons can write (the
+            # status subresource; tenants are given no RBAC on it).
+            "rule": "!has(oldSelf.spec) || !has(oldSelf.spec.host) || "
+            "(has(self.spec) && has(self.spec.host) && (self.spec.host == oldSelf.spec.host || "
+            "(has(oldSelf.status) && has(oldSelf.status.migration) && "
+            "self.spec.host == oldSelf.status.migration.target)))",
+            "message": "host is immutable once set: only a LibvirtMigration moves a machine",
+        },
+    ),
 )
 
 LIBVIRT_IMAGE = CrdSpec(
@@ -214,6 +227,42 @@ LIBVIRT_SNAPSHOT = CrdSpec(
     ),
 )
 
+_MIGRATION_DONE = f'.status.conditions[?(@.type=="{c.MIGRATION_CONDITION_SUCCEEDED}")]'
+
+LIBVIRT_MIGRATION = CrdSpec(
+    group=c.GROUP,
+    version=c.VERSION,
+    kind=c.MIGRATION_KIND,
+    plural=c.MIGRATION_PLURAL,
+    singular="libvirtmigration",
+    description=(
+        "A live migration of one running LibvirtMachine to another host, with its local disks: "
+        "the target's daemon prepares the machine's volumes, the source's daemon runs libvirt's "
+        "peer-to-peer, TLS-encrypted migration, then the machine's host becomes the target. "
+        "The spec is immutable; deleting a running migration cancels it."
+    ),
+    spec_model=LibvirtMigrationSpec,
+    status_model=LibvirtMigrationStatus,
+    short_names=c.MIGRATION_SHORT_NAMES,
+    categories=(CATEGORY, "libvirt"),
+    printer_columns=(
+        PrinterColumn("Machine", ".spec.machineName", description="The LibvirtMachine"),
+        PrinterColumn("Phase", ".status.phase"),
+        PrinterColumn("Source", ".status.source"),
+        PrinterColumn("Target", ".status.target"),
+        PrinterColumn("Reason", f"{_MIGRATION_DONE}.reason"),
+        PrinterColumn(
+            "Downtime-ms", ".status.result.downtimeMilliseconds", type="integer", priority=1
+        ),
+        PrinterColumn(
+            "Disk-Remaining", ".status.progress.diskRemaining", type="integer", priority=1
+        ),
+        PrinterColumn(
+            "Memory-Remaining", ".status.progress.memoryRemaining", type="integer", priority=1
+        ),
+    ),
+)
+
 CRDS: tuple[CrdSpec, ...] = (
     LIBVIRT_MACHINE,
     LIBVIRT_IMAGE,
@@ -222,6 +271,7 @@ CRDS: tuple[CrdSpec, ...] = (
     LIBVIRT_STORAGE_CLASS,
     LIBVIRT_HOST,
     LIBVIRT_SNAPSHOT,
+    LIBVIRT_MIGRATION,
 )
 
 

@@ -35,6 +35,8 @@ __all__ = [
     "Hypervisor",
     "LifecycleEvents",
     "LiveOperations",
+    "MigrationCalls",
+    "MigrationHypervisor",
     "NetworkReservations",
     "PoolAccess",
     "SnapshotCopies",
@@ -232,6 +234,29 @@ class SnapshotHypervisor(HostInfo, DomainControl, VolumeStore, SnapshotCopies, P
     """Everything the snapshot loop uses (the host's pools: a deletion looks for clones in all)."""
 
 
+class MigrationCalls(Protocol):
+    """What a live migration needs beyond domains and volumes (docs/migration.md)."""
+
+    def migratable_xml(self, uuid: str, *, inactive: bool = False) -> str: ...
+    def migrate(self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str) -> None:
+        """Live-migrate the running domain to the libvirtd at `uri` with its local disks (the
+        target's volumes exist already, named in `dest_xml`, the definition the guest runs
+        with there; `persist_xml` is the one it keeps); blocks until the job ends."""
+        ...
+
+    def job_stats(self, uuid: str) -> dict[str, int] | None:
+        """libvirt's statistics of the domain's running job; None when none runs."""
+        ...
+
+    def completed_job_stats(self, uuid: str) -> dict[str, int] | None:
+        """libvirt's record of the domain's last finished job; None without the domain."""
+        ...
+
+    def abort_job(self, uuid: str) -> None:
+        """Abort the running job (no-op without one)."""
+        ...
+
+
 class PoolAccess(HostInfo, VolumeStore, Protocol):
     """What the image code needs: the host's pools and their volumes."""
 
@@ -246,3 +271,7 @@ class Hypervisor(
     Protocol,
 ):
     """Everything the machine loop uses."""
+
+
+class MigrationHypervisor(Hypervisor, MigrationCalls, Protocol):
+    """Everything a migration's pass uses: the machine loop's calls and the migration's."""

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 import libvirt
 from lxml import etree
 
-from libvirt_provider.driver.base import Hypervisor, SnapshotHypervisor
+from libvirt_provider.driver.base import Hypervisor, MigrationHypervisor, SnapshotHypervisor
 from libvirt_provider.driver.libvirt_connection import stop_event_loop
 from libvirt_provider.driver.libvirt_console import LibvirtConsoles
 from libvirt_provider.driver.libvirt_graphics import LibvirtGraphics
+from libvirt_provider.driver.libvirt_migrations import LibvirtMigrations
 from libvirt_provider.driver.libvirt_networks import LibvirtNetworks
 from libvirt_provider.driver.libvirt_snapshots import LibvirtSnapshots
 from libvirt_provider.driver.types import HostFacts, HostInventory, PoolInfo
@@ -25,7 +26,9 @@ from libvirt_provider.driver.types import HostFacts, HostInventory, PoolInfo
 __all__ = ["LibvirtHypervisor", "stop_event_loop"]
 
 
-class LibvirtHypervisor(LibvirtSnapshots, LibvirtNetworks, LibvirtConsoles, LibvirtGraphics):
+class LibvirtHypervisor(
+    LibvirtSnapshots, LibvirtNetworks, LibvirtConsoles, LibvirtGraphics, LibvirtMigrations
+):
     """`Hypervisor` over one libvirt connection URI."""
 
     def host_facts(self) -> HostFacts:
@@ -129,4 +132,7 @@ if TYPE_CHECKING:
         return adapter
 
     def _satisfies_snapshot_protocol(adapter: LibvirtHypervisor) -> SnapshotHypervisor:
+        return adapter
+
+    def _satisfies_migration_protocol(adapter: LibvirtHypervisor) -> MigrationHypervisor:
         return adapter

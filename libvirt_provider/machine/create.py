@@ -87,14 +87,7 @@ class Creation:
         made_volumes: list[tuple[str, str]] = []
         uuid: str | None = None
         try:
-            for volume in plan.volumes:
-                if ensure_volume(self._hv, volume):
-                    made_volumes.append((volume.pool, volume.volume))
-            if plan.cloud_init is not None:
-                ci = plan.cloud_init
-                if self._hv.find_volume(ci.pool, ci.volume) is None:
-                    self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
-                    made_volumes.append((ci.pool, ci.volume))
+            self.make_volumes(plan, made_volumes)
             crash_point("create:after-volumes")
             ref = self._hv.define(render_domain_xml(plan.domain))
             uuid = ref.uuid
@@ -111,6 +104,33 @@ class Creation:
             self._undo(plan, uuid=uuid, volumes=made_volumes)
             raise
         return ref.uuid
+
+    def make_volumes(self, plan: ResolvedMachine, made: list[tuple[str, str]]) -> None:
+        """The machine's volumes (overlays on the cached bases, blank data disks) and its
+        cloud-init medium, those missing; each one made is appended to `made`."""
+        for volume in plan.volumes:
+            if ensure_volume(self._hv, volume):
+                made.append((volume.pool, volume.volume))
+        if plan.cloud_init is not None:
+            ci = plan.cloud_init
+            if self._hv.find_volume(ci.pool, ci.volume) is None:
+                self._hv.upload_volume(pool=ci.pool, name=ci.volume, data=build_cidata_iso(ci))
+                made.append((ci.pool, ci.volume))
+
+    def prepare(self, plan: ResolvedMachine) -> list[tuple[str, str]]:
+        """The volumes of `plan` made (or found) without a domain, for a migration's target:
+        (pool, volume) of each; on failure, what this call made is removed and the error
+        raised."""
+        made: list[tuple[str, str]] = []
+        try:
+            self.make_volumes(plan, made)
+        except ProviderError:
+            self._undo(plan, uuid=None, volumes=made)
+            raise
+        wanted = [(v.pool, v.volume) for v in plan.volumes]
+        if plan.cloud_init is not None:
+            wanted.append((plan.cloud_init.pool, plan.cloud_init.volume))
+        return wanted
 
     def _undo(
         self, plan: ResolvedMachine, *, uuid: str | None, volumes: list[tuple[str, str]]

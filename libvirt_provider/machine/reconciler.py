@@ -72,7 +72,7 @@ from libvirt_provider.machine.teardown import Teardown
 from libvirt_provider.machine.update import DomainUpdater
 from libvirt_provider.resolved import ResolvedMachine
 
-__all__ = ["MachineKey", "MachineReconciler", "MachineStore"]
+__all__ = ["Incoming", "MachineKey", "MachineReconciler", "MachineStore", "migrating_away"]
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,23 @@ def definition_demand(xml: str) -> Demand:
     not in it)."""
     compute = owned_fields(xml).compute
     return Demand(cpus=compute.vcpus or 0, memory=(compute.memory_current_kib or 0) * 1024)
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """What preparing a migration's target came to: the volumes made (pool, volume, path), a
+    wait (an image is being imported), or a problem (reason, message)."""
+
+    volumes: list[tuple[str, str, str]] | None = None
+    waiting: str | None = None
+    problem: tuple[str, str] | None = None
+
+
+def migrating_away(obj: Obj, host: str) -> bool:
+    """Whether a migration is moving `obj` from `host` to another host."""
+    migration = (obj.get("status") or {}).get("migration") or {}
+    target = migration.get("target")
+    return bool(target) and target != host
 
 
 class _StaleCopyError(Exception):
@@ -249,7 +266,14 @@ class MachineReconciler:
         meta = obj.get("metadata") or {}
         if (obj.get("spec") or {}).get("host") != self._host:
             # Another host's machine, or one not bound yet (placement records spec.host, also
-            # for a pin by label): the label does not decide, since anyone may edit it.
+            # for a pin by label): the label does not decide, since anyone may edit it. One
+            # that a migration moved away is no longer counted here.
+            self._book.drop(f"{key.namespace}/{key.name}")
+            return DONE
+        if migrating_away(obj, self._host):
+            # A LibvirtMigration moves it (docs/migration.md): its passes here would see the
+            # domain leave and build it again, so the migration's steps alone act on it until
+            # the machine names its new host.
             return DONE
         elsewhere = created_on(obj.get("status"))
         if elsewhere is not None and elsewhere != self._host:
@@ -604,6 +628,60 @@ class MachineReconciler:
             host=host,
         )
         return DONE
+
+    def release(self, namespace: str, name: str) -> None:
+        """A migration moved the machine away: this host no longer counts it (its passes here
+        end before booking once its spec.host names the other host)."""
+        self._book.drop(f"{namespace}/{name}")
+
+    # -- a migration's target ---------------------------------------------------------------
+
+    def prepare_incoming(self, obj: Obj) -> Incoming:
+        """For a LibvirtMigration moving `obj` here: its volumes made on this host as its own
+        creation would make them (the base image by its usual import, overlays over it, blank
+        data disks, the cloud-init medium), without a domain; or why not yet, or why not."""
+        try:
+            machine = LibvirtMachine.model_validate(obj)
+        except ValidationError as err:
+            return Incoming(
+                problem=(c.REASON_INVALID_SPEC, validation_message("LibvirtMachine", err))
+            )
+        linked = self._inputs.linked_vm(obj, machine)
+        if linked.vm is None:
+            return Incoming(
+                problem=(linked.link.reason or c.REASON_NOT_LINKED, linked.link.message or "")
+            )
+        # Resolved as if bound here already: the resolver checks the machine's host.
+        here = {**obj, "spec": {**(obj.get("spec") or {}), "host": self._host}}
+        moved = machine.model_copy(
+            update={"spec": machine.spec.model_copy(update={"host": self._host})}
+        )
+        resolution = self._inputs.resolve(
+            here, moved, linked.vm, domain_name=self._inputs.domain_name(obj)
+        )
+        plan = resolution.machine
+        if plan is None:
+            return Incoming(problem=(resolution.problems[0].reason, resolution.message()))
+        if plan.public_addresses:
+            return Incoming(
+                problem=(
+                    c.MIGRATION_REASON_TARGET_UNSUITABLE,
+                    "a machine with a public address is not migrated yet",
+                )
+            )
+        wait = self._creation.image_wait(plan)
+        if wait is not None:
+            if wait.failed:
+                return Incoming(problem=(c.REASON_IMAGE_IMPORT_FAILED, wait.message))
+            return Incoming(waiting=wait.message)
+        made = self._creation.prepare(plan)
+        volumes = []
+        for pool, name in made:
+            info = self._hv.find_volume(pool, name)
+            if info is None:
+                raise RetryableError(f"volume {pool}/{name} is not listed yet")
+            volumes.append((pool, name, info.path))
+        return Incoming(volumes=volumes)
 
     # -- deletion ----------------------------------------------------------------------------
 

@@ -318,6 +318,9 @@ def compute_status(
     # Placement's (the placing daemon writes and removes it): never changed here.
     if current.get("preemption") is not None:
         status["preemption"] = current["preemption"]
+    # A migration's (its daemons write and remove it): never changed here.
+    if current.get("migration") is not None:
+        status["migration"] = current["migration"]
     # None: this pass said nothing of the disks' classes (disk_status.py), so the last stands.
     reported = current.get("disks") if disks is None else [dict(d) for d in disks]
     if reported:

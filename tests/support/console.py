@@ -30,7 +30,7 @@ from tests.support.daemons import answers, free_port, health_base, start_daemon,
 from tests.support.factories import HOST
 from tests.support.kube import NS_PREFIX, apply, install_api, service_account_kubeconfig
 from tests.support.lab_access import REPO, LabInfo
-from tests.support.waiting import eventually
+from tests.support.waiting import GiveUp, eventually
 
 APISERVICE = f"{c.SUBRESOURCE_VERSION}.{c.SUBRESOURCE_GROUP}"
 SERVICE = "libvirt-provider-console"
@@ -49,6 +49,8 @@ def console_flags(lab: LabInfo, port: int) -> tuple[str, ...]:
         "--console-address=127.0.0.1",
         f"--console-cert-file={pki / 'console-serving.crt'}",
         f"--console-key-file={pki / 'console-serving.key'}",
+        # libvirtd and its networks live in the lab's namespace: port-forward dials guests there.
+        f"--guest-netns={lab.netns}",
     )
 
 
@@ -367,3 +369,88 @@ def start_console_daemon(
         stop_daemon(proc, log)
         raise
     return proc, log, port
+
+
+PORTFORWARD_CLUSTER_ROLE = "vm-api-libvirtmachine-portforward"
+
+
+def bind_portforward(api_client: client.ApiClient, namespace: str, user: str) -> None:
+    """A RoleBinding in `namespace` to deploy/'s port-forward ClusterRole for `user`."""
+    _bind(api_client, namespace, user, PORTFORWARD_CLUSTER_ROLE, kind="ClusterRole")
+
+
+def plugin_command(kubeconfig: Path | str, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "libvirt_provider.adapters.plugin.kubectl_vm",
+        f"--kubeconfig={kubeconfig}",
+        *args,
+    ]
+
+
+def run_forward_stdio(
+    kubeconfig: Path | str, namespace: str, name: str, port: int | str, data: bytes = b""
+) -> tuple[int, bytes, str]:
+    """`kubectl vm port-forward --stdio NAME PORT` fed `data` (then the end of stdin): its exit
+    code, stdout and stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    done = subprocess.run(
+        plugin_command(kubeconfig, "port-forward", "--stdio", "-n", namespace, name, str(port)),
+        input=data,
+        capture_output=True,
+        timeout=120,
+        check=False,
+        env=env,
+        cwd=REPO,
+    )
+    return done.returncode, done.stdout, done.stderr.decode("utf-8", "replace")
+
+
+class PortForward:
+    """`kubectl vm port-forward NAME LOCAL:REMOTE` running, as a user leaves it running; `local`
+    is the port it printed once it listens."""
+
+    def __init__(self, kubeconfig: Path | str, namespace: str, name: str, spec: str) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        self.process = subprocess.Popen(
+            plugin_command(kubeconfig, "port-forward", "-n", namespace, name, spec),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=REPO,
+        )
+        self._out: list[str] = []
+        self._err: list[str] = []
+        self._threads = [
+            threading.Thread(target=self._collect, args=(self.process.stdout, self._out)),
+            threading.Thread(target=self._collect, args=(self.process.stderr, self._err)),
+        ]
+        for thread in self._threads:
+            thread.start()
+        self.local = eventually(
+            self._listening, timeout=60, what=f"kubectl vm port-forward listening ({self._err})"
+        )
+
+    @staticmethod
+    def _collect(pipe: Any, into: list[str]) -> None:
+        for line in pipe:
+            into.append(line.decode("utf-8", "replace"))
+
+    def _listening(self) -> int | None:
+        if self.process.poll() is not None:
+            raise GiveUp(f"kubectl vm port-forward exited: {''.join(self._err)}")
+        for line in list(self._out):
+            if line.startswith("Forwarding from 127.0.0.1:"):
+                return int(line.split(":", 1)[1].split()[0])
+        return None
+
+    @property
+    def errors(self) -> str:
+        return "".join(self._err)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        for thread in self._threads:
+            thread.join(10)

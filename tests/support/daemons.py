@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,8 @@ class Fleet:
     daemons: dict[str, Daemon] = field(default_factory=dict)
     # Flags every daemon of the fleet gets besides the usual ones.
     extra_args: tuple[str, ...] = ()
+    # Flags of one host's daemon (its migration address and credentials, say).
+    host_args: Callable[[LabHost], tuple[str, ...]] = field(default=lambda _host: ())
 
     @property
     def names(self) -> list[str]:
@@ -152,7 +155,7 @@ class Fleet:
             lease_namespace=SYSTEM_NAMESPACE,
             crash_point=crash_point,
             host_spec=None,  # placement's tests set their hosts' spec
-            extra_args=self.extra_args,
+            extra_args=self.extra_args + self.host_args(host),
         )
         health_base(proc, log)
         daemon = Daemon(host, proc, log)
@@ -172,7 +175,7 @@ class Fleet:
                     log_name=f"e2e-placement-{host.name}.log",
                     lease_namespace=SYSTEM_NAMESPACE,
                     host_spec=None,
-                    extra_args=self.extra_args,
+                    extra_args=self.extra_args + self.host_args(host),
                 ),
             )
             for host in hosts

@@ -64,7 +64,13 @@ def install_api(lab: LabInfo, api_client: client.ApiClient) -> None:
     """The CRDs (established) and the sample catalog."""
     apply(lab, REPO / "crds")
     ext = client.ApiextensionsV1Api(api_client)
-    for crd in ("libvirtmachines", "libvirtimages", "libvirtsnapshots", "virtualmachines"):
+    for crd in (
+        "libvirtmachines",
+        "libvirtimages",
+        "libvirtsnapshots",
+        "libvirtmigrations",
+        "virtualmachines",
+    ):
         group = VM_GROUP if crd == "virtualmachines" else GROUP
         eventually(
             lambda crd=crd, group=group: any(

@@ -28,8 +28,10 @@ from libvirt_provider.adapters.host.controller import (
 )
 from libvirt_provider.adapters.host.controller import register as register_provider
 from libvirt_provider.adapters.host.credentials import HostCredentials
+from libvirt_provider.adapters.host.migrations import MigrationController, register_migrations
 from libvirt_provider.adapters.host.snapshots import SnapshotController, register_snapshots
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.adapters.kube.migrations import MigrationApi
 from libvirt_provider.adapters.kube.snapshots import SnapshotApi
 from libvirt_provider.adapters.runtime.kopf_thread import OperatorThread
 from libvirt_provider.adapters.runtime.shutdown import Step
@@ -41,6 +43,7 @@ from libvirt_provider.hosts.inventory import Demand
 from libvirt_provider.images.cache import ImageCache
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.reconciler import MachineReconciler
+from libvirt_provider.migration.reconciler import MigrationReconciler
 from libvirt_provider.resolved import BaseImage
 from libvirt_provider.snapshot.reconciler import SnapshotReconciler
 
@@ -62,6 +65,8 @@ class UnitSettings:
     image_gc: bool = True
     image_handout_grace: float = 60.0
     preemption_grace: int = c.PREEMPTION_GRACE_SECONDS
+    migration_uri: str | None = None
+    migration_pkipath: str | None = None
 
 
 class HostUnit:
@@ -168,6 +173,22 @@ class HostUnit:
         )
         register_snapshots(registry, controller=self.snapshots)
         hypervisor.add_reconnect_listener(self.snapshots.wake_all)
+        # This host's steps of live migrations (docs/migration.md), on the same operator: a
+        # remote host's daemon runs elsewhere, so only a local host takes part.
+        self.migrations = MigrationController(
+            MigrationReconciler(
+                store=MigrationApi(api, host=host, lease_namespace=settings.lease_namespace),
+                hypervisor=hypervisor,
+                host=host,
+                prepare=reconciler.prepare_incoming,
+                released=reconciler.release,
+                migration_uri=None if remote else settings.migration_uri,
+                pkipath=None if remote else settings.migration_pkipath,
+                zone=self.agent.zone,
+                console_log_dir=None if remote else settings.console_log_dir,
+            )
+        )
+        register_migrations(registry, controller=self.migrations)
         kopf_settings = kopf.OperatorSettings()
         configure_provider_settings(kopf_settings, host=host)
         self._listeners = {

@@ -16,6 +16,8 @@ is a rate (`console/top.py` says how it is computed).
 
 `kubectl vm vnc NAME` and `kubectl vm screenshot NAME -o FILE.png` reach the machine's VNC display
 (`plugin/vnc.py`).
+`kubectl vm port-forward NAME LOCAL:REMOTE` and `kubectl vm ssh [USER@]NAME` carry TCP to a port
+of the guest (`plugin/port_forward.py`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ from kubernetes import client, config
 from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.plugin import vnc
+from libvirt_provider.adapters.plugin.port_forward import (
+    add_commands,
+    run_port_forward,
+    run_ssh,
+    split_ssh_arguments,
+)
 from libvirt_provider.console.client import (
     console_path,
     session_query,
@@ -93,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between the two samples (default %(default)s)",
     )
     vnc.add_commands(commands)
+    add_commands(commands)
     return parser
 
 
@@ -353,7 +362,11 @@ def _top(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    own, ssh_args = split_ssh_arguments(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(own)
+    if ssh_args and args.command != "ssh":
+        parser.error("arguments after -- are only for ssh")
+    args.ssh_args = ssh_args
     if args.command == "console":
         return _console(args)
     if args.command == "top":
@@ -364,6 +377,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "screenshot":
             return vnc.run_screenshot(args, configuration, namespace)
         return vnc.run_vnc(args, configuration, namespace, _connect, _refusal)
+    if args.command in ("port-forward", "ssh"):
+        configuration, default_namespace = _configuration(args)
+        namespace = args.namespace or default_namespace
+        if args.command == "ssh":
+            return run_ssh(args, namespace)
+        return run_port_forward(
+            args, namespace, lambda path: _connect(configuration, path), _refusal
+        )
     parser.print_help()
     return 2
 

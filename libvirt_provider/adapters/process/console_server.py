@@ -65,7 +65,9 @@ from libvirt_provider.adapters.process.console_share import (
     SharingSettings,
     read_tail,
 )
+from libvirt_provider.adapters.process.guest_dial import GuestDialer
 from libvirt_provider.adapters.process.machine_metrics import HostSource, MachineStatsCollector
+from libvirt_provider.adapters.process.port_forward import PortBridge, switching_protocols
 from libvirt_provider.adapters.process.vnc_server import VncBridge, answer_png, choose_subprotocol
 from libvirt_provider.console.audit import (
     attached,
@@ -89,9 +91,13 @@ from libvirt_provider.console.framing import (
     FrameReader,
     Opcode,
     ProtocolError,
-    accept_key,
     close_payload,
     encode_frame,
+)
+from libvirt_provider.console.portforward import (
+    PortForwardRoute,
+    match_portforward_route,
+    portforward_target,
 )
 from libvirt_provider.console.routes import (
     ConsoleRoute,
@@ -177,12 +183,14 @@ class ConsoleServer:
         stats_sources: Callable[[], list[HostSource]] = list,
         stats: MachineStatsCollector | None = None,
         sharing: SharingSettings | None = None,
+        dialer: GuestDialer | None = None,
     ) -> None:
         self._settings = settings
         self._sharing = sharing or SharingSettings()
         self._hub = ConsoleHub(self._sharing)
         # Each writer's session, so one that is taken over can be told and ended.
         self._writer_bridges: dict[Seat, _Bridge] = {}
+        self._dialer = dialer or GuestDialer()
         self._kube = KubeApi(api)
         self._events = EventRecorder(
             api, component=c.CONSOLE_EVENT_COMPONENT, instance=socket.gethostname()
@@ -201,7 +209,7 @@ class ConsoleServer:
         self._refresh = BackgroundLoop("console-trust", self._refresh_loop)
         # The sessions open now: stopping ends each (the client is told) before the daemon
         # closes its libvirt connections under their streams.
-        self._bridges: set[_Bridge | VncBridge] = set()
+        self._bridges: set[_Bridge | VncBridge | PortBridge] = set()
         self._bridges_done = threading.Condition(self._lock)
 
     # -- life ------------------------------------------------------------------------------
@@ -361,11 +369,23 @@ class ConsoleServer:
         route = match_route(request.path)
         shot = match_screenshot_route(request.path) if route is None else None
         stats_route = match_stats_route(request.path) if route is None and shot is None else None
+        forward = (
+            match_portforward_route(request.path)
+            if route is None and stats_route is None and shot is None
+            else None
+        )
         try:
             if shot is not None:
                 identity = self._caller(request, trust, common_name, need_user=True)
                 assert identity is not None
                 self._screenshot(conn, request, shot, identity)
+                return
+            if isinstance(forward, Refusal):
+                raise _RefusedError(forward)
+            if forward is not None:
+                identity = self._caller(request, trust, common_name, need_user=True)
+                assert identity is not None
+                self._port_forward(conn, request, forward, identity)
                 return
             if isinstance(stats_route, Refusal):
                 raise _RefusedError(stats_route)
@@ -391,6 +411,7 @@ class ConsoleServer:
                 and route is None
                 and stats_route is None
                 and shot is None
+                and forward is None
             )
             level = logging.DEBUG if quiet else logging.INFO
             log.log(
@@ -693,7 +714,7 @@ class ConsoleServer:
             route.name,
             seat.role,
         )
-        conn.sendall(_switching(key))
+        conn.sendall(switching_protocols(key))
         self._audit(machine, *attached(identity.user, seat.role))
         why = bridge.run(shared)
         took = time.monotonic() - started
@@ -741,7 +762,7 @@ class ConsoleServer:
         machine: dict[str, Any],
     ) -> None:
         logged = self._logged_output(route, target, machine)
-        conn.sendall(_switching(key))
+        conn.sendall(switching_protocols(key))
         with contextlib.suppress(OSError):
             for start in range(0, len(logged), c.CONSOLE_READ_CHUNK):
                 conn.sendall(
@@ -821,14 +842,7 @@ class ConsoleServer:
             self._bridges.add(bridge)
         started = time.monotonic()
         try:
-            conn.sendall(
-                (
-                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                    "Connection: Upgrade\r\n"
-                    f"Sec-WebSocket-Accept: {accept_key(key)}\r\n"
-                    f"Sec-WebSocket-Protocol: {protocol}\r\n\r\n"
-                ).encode("ascii")
-            )
+            conn.sendall(switching_protocols(key, protocol))
             log.info("console: %s opened the display of %s/%s", identity.user, route.namespace,
                      route.name)  # fmt: skip
             self._audit(machine, *vnc_attached(identity.user))
@@ -843,14 +857,63 @@ class ConsoleServer:
                 self._bridges.discard(bridge)
                 self._bridges_done.notify_all()
 
+    # -- port-forward (console/portforward.py, port_forward.py) -----------------------------
 
-def _switching(key: str) -> bytes:
-    return (
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-        "Connection: Upgrade\r\n"
-        f"Sec-WebSocket-Accept: {accept_key(key)}\r\n"
-        f"Sec-WebSocket-Protocol: {c.CONSOLE_SUBPROTOCOL}\r\n\r\n"
-    ).encode("ascii")
+    def _port_forward(
+        self, conn: ssl.SSLSocket, request: _Request, route: PortForwardRoute, identity: Identity
+    ) -> None:
+        if request.method != "GET":
+            raise _RefusedError(Refusal(405, "MethodNotAllowed", "port-forward is a GET upgrade"))
+        self._authorize(identity, route.console_route)
+        machine = self._read_machine(route.namespace, route.name)
+        target = portforward_target(route, machine, frozenset(h for h, _ in self._hosts()))
+        if isinstance(target, Refusal):
+            raise _RefusedError(target)
+        key = request.header("Sec-WebSocket-Key")
+        if "websocket" not in request.tokens("Upgrade") or not key:
+            raise _RefusedError(Refusal(400, "BadRequest", "port-forward is a WebSocket"))
+        if c.CONSOLE_SUBPROTOCOL not in request.tokens("Sec-WebSocket-Protocol"):
+            raise _RefusedError(
+                Refusal(400, "BadRequest", f"port-forward speaks {c.CONSOLE_SUBPROTOCOL}")
+            )
+        where = f"{route.namespace}/{route.name} port {route.port}"
+        try:
+            guest = self._dialer.dial(target.address, target.port, c.PORTFORWARD_DIAL_TIMEOUT)
+        except OSError as err:
+            # The guest's own answer (refused, unreachable, silent): the daemon is the gateway.
+            raise _RefusedError(
+                Refusal(
+                    502,
+                    "BadGateway",
+                    f"cannot connect to LibvirtMachine {route.name}'s {target.address}:"
+                    f"{target.port}: {err.strerror or err}",
+                )
+            ) from err
+        bridge = PortBridge(conn, guest)
+        with self._lock:
+            self._bridges.add(bridge)
+        started = time.monotonic()
+        try:
+            log.info(
+                "console: %s forwards to %s (%s:%d)",
+                identity.user,
+                where,
+                target.address,
+                target.port,
+            )
+            conn.sendall(switching_protocols(key))
+            why = bridge.run()
+            log.info(
+                "console: %s's stream to %s ended: %s",
+                identity.user,
+                where,
+                bridge.tally.describe(time.monotonic() - started, why),
+            )
+        finally:
+            bridge.close()
+            with self._bridges_done:
+                self._bridges.discard(bridge)
+                self._bridges_done.notify_all()
 
 
 class _Bridge:
@@ -1102,6 +1165,7 @@ _PHRASES = {
     405: "Method Not Allowed",
     409: "Conflict",
     431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
     503: "Service Unavailable",
 }
 

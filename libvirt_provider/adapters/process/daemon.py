@@ -54,6 +54,7 @@ from libvirt_provider.adapters.kube.adapter import KEPT, LEAN_KINDS, KubeAdapter
 from libvirt_provider.adapters.process.call_metrics import register_call_metrics
 from libvirt_provider.adapters.process.console_server import ConsoleServer, settings_from_files
 from libvirt_provider.adapters.process.console_share import SharingSettings
+from libvirt_provider.adapters.process.guest_dial import GuestDialer, netns_path
 from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
 from libvirt_provider.adapters.process.heap import Heap
 from libvirt_provider.adapters.process.host_metrics import register_host_metrics
@@ -95,6 +96,9 @@ class DaemonConfig:
     console_replay_bytes: int = c.CONSOLE_REPLAY_BYTES
     console_idle_timeout: float = c.CONSOLE_WRITER_IDLE_SECONDS
     console_viewer_idle_timeout: float = c.CONSOLE_VIEWER_IDLE_SECONDS
+    # The network namespace (name or path) in which port-forward dials guests (None: the daemon's
+    # own, right on a KVM host; docs/console.md "Port-forward and ssh").
+    guest_netns: str | None = None
     # Seconds between the image cache's periodic passes (status repair and collection).
     image_gc_interval: float = 300.0
     # False keeps every cached base image forever (status is still written).
@@ -103,6 +107,10 @@ class DaemonConfig:
     image_handout_grace: float = 60.0
     # Seconds a preempted spot machine's guest has to shut down before it is powered off.
     preemption_grace: int = c.PREEMPTION_GRACE_SECONDS
+    # This host's libvirtd as other hosts reach it to migrate here (None: takes no migrations),
+    # and the TLS client credentials its libvirtd opens a target's with (docs/migration.md).
+    migration_uri: str | None = None
+    migration_pkipath: str | None = None
     # Remote mode: serve the LibvirtHosts that have spec.connection (claimed one by one through
     # their heartbeat Leases) instead of this machine's own libvirtd.
     remote: bool = False
@@ -275,6 +283,7 @@ def run(cfg: DaemonConfig) -> int:
             stats_sources=mode.metrics_sources,
             stats=machine_stats,
             sharing=_console_sharing(cfg),
+            dialer=GuestDialer(netns_path(cfg.guest_netns) if cfg.guest_netns else None),
         )
         if cfg.console_port is not None
         else None
@@ -406,6 +415,8 @@ def unit_settings(cfg: DaemonConfig) -> UnitSettings:
         image_gc=cfg.image_gc,
         image_handout_grace=cfg.image_handout_grace,
         preemption_grace=cfg.preemption_grace,
+        migration_uri=cfg.migration_uri,
+        migration_pkipath=cfg.migration_pkipath,
     )
 
 

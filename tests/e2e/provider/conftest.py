@@ -18,6 +18,13 @@ from tests.support.lab_access import LabInfo
 from tests.support.waiting import eventually
 
 
+def _lab_args(request: pytest.FixtureRequest, lab: LabInfo) -> tuple[str, ...]:
+    """Flags a module derives from the lab (its `daemon_lab_args(lab)`), e.g. the console's
+    certificates in the lab's PKI."""
+    derive = getattr(request.module, "daemon_lab_args", None)
+    return tuple(derive(lab)) if derive is not None else ()
+
+
 @pytest.fixture(scope="module")
 def daemon(
     lab: LabInfo, api_client: client.ApiClient, request: pytest.FixtureRequest
@@ -32,7 +39,7 @@ def daemon(
         # are created right after start-up, which is when a namespace could once be missed.
         generic_namespaces=(f"{NS_PREFIX}*",),
         # A module may add flags of its own (DAEMON_ARGS), e.g. a shorter wait it exercises.
-        extra_args=tuple(getattr(request.module, "DAEMON_ARGS", ())),
+        extra_args=tuple(getattr(request.module, "DAEMON_ARGS", ())) + _lab_args(request, lab),
     )
     try:
         base = health_base(proc, log)

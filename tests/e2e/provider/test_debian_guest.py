@@ -8,7 +8,8 @@ guest's OS, a Filesystem-consistent snapshot freezes the guest through the agent
 thawed (and a clone of it holds what was written before it and not after, and is a new
 cloud-init instance), a live resize is seen inside, a graceful power-off goes through the agent or
 (without one) systemd's handling of the ACPI power button, and a changed Secret takes effect after
-a power cycle.
+a power cycle. `kubectl vm ssh` logs in from the machine's own network namespace, through the API
+server and the daemon (the module's daemon also serves the console subresources).
 
 A Debian boot takes about a minute under software emulation, so the module shares one machine, and
 the tests run in file order, each leaving it running for the next (the power-cycle test last). The
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import os
 import re
 import subprocess
 import uuid
@@ -37,7 +39,15 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import naming
-from tests.support.daemons import console_log_dir
+from tests.support.console import (
+    bind_portforward,
+    console_flags,
+    plugin_command,
+    register_apiservice,
+    unregister_apiservice,
+    user_kubeconfig,
+)
+from tests.support.daemons import console_log_dir, free_port
 from tests.support.factories import pair
 from tests.support.kube import (
     GROUP,
@@ -52,7 +62,7 @@ from tests.support.kube import (
     vm_status,
     wait_ready,
 )
-from tests.support.lab_access import LabInfo
+from tests.support.lab_access import REPO, LabInfo
 from tests.support.snapshots import SNAPSHOTS, create_snapshot, get_snapshot
 from tests.support.waiting import eventually
 
@@ -69,6 +79,12 @@ POWER_KEY = "Power key pressed"
 # cloud-init's warning (on the console) for user-data that is not valid YAML, and its last line.
 CLOUD_INIT_BAD_YAML = "Failed loading yaml blob"
 CLOUD_INIT_FINISHED = re.compile(r"Cloud-init v\. \S+ finished at")
+# The module's daemon also serves the console subresources here, for `kubectl vm ssh`.
+CONSOLE_PORT = free_port()
+
+
+def daemon_lab_args(lab: LabInfo) -> tuple[str, ...]:
+    return console_flags(lab, CONSOLE_PORT)
 
 
 @dataclass(frozen=True)
@@ -325,6 +341,54 @@ def test_the_declared_key_logs_in_as_the_declared_user_and_nothing_else_does(
     assert "Permission denied (publickey)." in stranger.stderr
     nobody = ssh(lab, keys.declared, address, "true", user="debian")
     assert nobody.returncode == 255, "the image's default user must not exist under its own name"
+
+
+@pytest.fixture(scope="module")
+def subresources(lab: LabInfo, api_client: client.ApiClient, daemon: str) -> Iterator[None]:
+    """The APIService naming the module's daemon's console port, Available."""
+    register_apiservice(lab, api_client, CONSOLE_PORT)
+    try:
+        yield
+    finally:
+        unregister_apiservice(api_client)
+
+
+@pytest.mark.usefixtures("subresources")
+def test_kubectl_vm_ssh_logs_in_through_the_api_server_from_where_the_guest_is_unreachable(
+    lab: LabInfo, api_client: client.ApiClient, machine: Machine, keys: Keys, tmp_path: Path
+) -> None:
+    """`kubectl vm ssh` from the machine's own network namespace (the guest's networks are only
+    in the lab's), as a ServiceAccount bound to the port-forward role: the local OpenSSH client
+    with the user's own key and known_hosts, the stream through the API server and the daemon
+    (docs/console.md, "Port-forward and ssh")."""
+    kubeconfig = tmp_path / "user.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=machine.ns, name="sshuser")
+    bind_portforward(api_client, machine.ns, user)
+    known = tmp_path / "known_hosts"
+    command = plugin_command(
+        kubeconfig, "ssh", f"{USER}@{machine.name}", "-n", machine.ns, "--",
+        "-F", "/dev/null", "-i", str(keys.declared), "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+        "-o", f"UserKnownHostsFile={known}", "-o", "LogLevel=ERROR",
+        "id -un; hostname",
+    )  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+
+    def login() -> str | None:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=120, check=False, env=env, cwd=REPO
+        )
+        return done.stdout if done.returncode == 0 else None
+
+    out = eventually(login, timeout=120, interval=2, what="kubectl vm ssh logged in")
+    assert out.split() == [USER, HOST_NAME]
+    # The host key is remembered under the machine's namespaced name, not its address.
+    assert known.read_text().startswith(f"{machine.name}.{machine.ns}.libvirtmachines "), (
+        known.read_text()
+    )
+    # Remembered, it is checked: the next login needs no new entry.
+    assert eventually(login, timeout=60, interval=2, what="a second login").split()[0] == USER
+    assert len(known.read_text().splitlines()) == 1
 
 
 def test_network_data_gives_a_static_address_that_the_real_agent_reports(

@@ -302,6 +302,24 @@ def test_a_node_daemons_token_changes_its_own_hosts_machines_only(
     # The placer (any node's, leader or not) records spec.host from a label-only pin.
     assert patch("pinned", {"spec": {"host": other}})["spec"]["host"] == other
 
+    # A migration's hand-over: its own machine moved to the target the machine's lock names
+    # (status.migration, which only the daemons write), and only there.
+    _machine(api_client, ns, "moving", host=mine, label=mine)
+    move = {"metadata": {"labels": {c.HOST_LABEL: other}}, "spec": {"host": other}}
+    with pytest.raises(ApiException) as unlocked:
+        patch("moving", move)
+    assert unlocked.value.status == 422, unlocked.value.body  # no lock: the CRD's rule
+    node.patch_namespaced_custom_object_status(
+        GROUP,
+        V,
+        ns,
+        c.MACHINE_PLURAL,
+        "moving",
+        {"status": {"migration": {"name": "m", "target": other}}},
+    )
+    _refused(lambda: patch("moving", {**move, "spec": {"host": other, "autostart": True}}))
+    assert patch("moving", move)["spec"]["host"] == other
+
 
 def test_a_node_daemons_token_writes_only_snapshots_unclaimed_or_taken_on_its_host(
     api_client: client.ApiClient, world: dict[str, Any]

@@ -52,6 +52,7 @@ def test_discovery_lists_the_console_subresource_and_the_stats() -> None:
     assert [(r["name"], r["verbs"], r["namespaced"]) for r in doc["resources"]] == [
         ("libvirtmachines/console", ["get"], True),
         ("libvirtmachines/vnc", ["get"], True),
+        ("libvirtmachines/portforward", ["get"], True),
         ("libvirtmachinestats", ["get", "list"], True),
     ]
     group = discovery_document("/apis/subresources.infrastructure.vm-api.io")

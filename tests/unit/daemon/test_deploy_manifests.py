@@ -16,6 +16,7 @@ from libvirt_provider.__main__ import build_parser
 from libvirt_provider.constants import (
     CONSOLE_RESOURCE,
     CONSOLE_SUBRESOURCE,
+    PORTFORWARD_SUBRESOURCE,
     SECRETS_CLUSTER_ROLE,
     STATS_RESOURCE,
     SUBRESOURCE_GROUP,
@@ -154,6 +155,16 @@ def test_the_console_patch_gives_the_daemonset_flags_its_parser_takes() -> None:
     assert volumes["console-tls"]["secret"]["secretName"]
 
 
+def test_the_portforward_patch_puts_the_daemon_on_the_hosts_network() -> None:
+    """Port-forward dials guests from the daemon: on the host's network, where libvirt's bridges
+    are (docs/console.md, "How the daemon reaches the guest"); the pod keeps cluster DNS."""
+    ops = json.loads((REPO / "deploy" / "console" / "daemonset-portforward.json").read_text())
+    assert {op["path"]: op["value"] for op in ops if op["op"] == "add"} == {
+        "/spec/template/spec/hostNetwork": True,
+        "/spec/template/spec/dnsPolicy": "ClusterFirstWithHostNet",
+    }
+
+
 def test_the_daemon_may_review_access_and_read_the_front_proxys_trust() -> None:
     docs = _docs("console-rbac.yaml")
     daemonset = yaml.safe_load((REPO / "deploy" / "daemonset.yaml").read_text())
@@ -174,6 +185,7 @@ def test_the_daemon_may_review_access_and_read_the_front_proxys_trust() -> None:
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
     assert set(roles) == {
         "vm-api-libvirtmachine-console",
+        "vm-api-libvirtmachine-portforward",
         "vm-api-libvirtmachine-stats",
         "vm-api-libvirtmachine-vnc",
     }
@@ -185,6 +197,17 @@ def test_the_daemon_may_review_access_and_read_the_front_proxys_trust() -> None:
             "verbs": ["get"],
         }
     ]
+    # Port-forward: its own role, so a user may have a shell on the console and no stream to
+    # the guest's ports, or the other way round; editors and admins have it, as pods/portforward.
+    forward = roles["vm-api-libvirtmachine-portforward"]
+    assert forward["rules"] == [
+        {
+            "apiGroups": [SUBRESOURCE_GROUP],
+            "resources": [f"{CONSOLE_RESOURCE}/{PORTFORWARD_SUBRESOURCE}"],
+            "verbs": ["get"],
+        }
+    ]
+    assert forward["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert roles["vm-api-libvirtmachine-console"]["rules"] == [
         {
             "apiGroups": [SUBRESOURCE_GROUP],

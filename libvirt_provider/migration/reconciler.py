@@ -1,0 +1,622 @@
+"""One pass over one LibvirtMigration on one host: decide this host's step, take it, report.
+
+Every daemon sees every migration; `phases` says which one acts (the source's daemon or the
+target's) and what it does next, from the status alone, so a pass converges from any point the
+previous one (or a restart) left. The decisions are pure (`phases`, `refusals`, `target_xml`,
+`progress`); this module reads, acts through the driver and the store, and writes the status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from generic import constants as vmapi
+from generic.api import VirtualMachineSpec
+from generic.formats import format_time
+from generic.workqueue import Outcome
+from libvirt_provider import constants as c
+from libvirt_provider import naming
+from libvirt_provider.api import LibvirtMachine
+from libvirt_provider.driver.base import MigrationHypervisor
+from libvirt_provider.driver.types import DomainState
+from libvirt_provider.errors import NotFoundError, ProviderError, StateConflictError
+from libvirt_provider.hosts import placement
+from libvirt_provider.hosts.inventory import parse_size
+from libvirt_provider.hosts.machines import request_of
+from libvirt_provider.hosts.placement import ZONE_LABEL, Usage
+from libvirt_provider.hosts.view import host_views
+from libvirt_provider.machine.reconciler import Incoming, definition_demand
+from libvirt_provider.machine.teardown import Teardown
+from libvirt_provider.migration.phases import (
+    Facts,
+    Role,
+    Step,
+    next_step,
+    role_of,
+    succeeded_condition,
+    terminal,
+)
+from libvirt_provider.migration.progress import progress_of, result_of
+from libvirt_provider.migration.refusals import Request, TargetFacts, refusal
+from libvirt_provider.migration.store import MigrationKey, MigrationStore, Obj
+from libvirt_provider.migration.target_choice import Choice, choose_target
+from libvirt_provider.migration.target_xml import UnmappedDiskError, domain_needs, target_xml
+from libvirt_provider.migration_api import MigrationPhase
+
+__all__ = ["MigrationReconciler"]
+
+log = logging.getLogger(__name__)
+
+DONE = Outcome()
+AGAIN = Outcome(immediately=True)
+RETRY = Outcome(retry=True)
+IMAGE_POLL = Outcome(requeue_after=3.0)
+
+
+def _status(obj: Obj) -> dict[str, Any]:
+    status = obj.get("status")
+    return status if isinstance(status, dict) else {}
+
+
+def _phase(obj: Obj) -> MigrationPhase | None:
+    raw = _status(obj).get("phase")
+    try:
+        return MigrationPhase(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _ready(host: Obj) -> bool:
+    for cond in _status(host).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == c.HOST_CONDITION_READY:
+            return bool(cond.get("status") == vmapi.STATUS_TRUE)
+    return False
+
+
+def _figures(result: dict[str, int]) -> str:
+    """What libvirt measured, for the Succeeded message and Event."""
+    parts = []
+    if "downtimeMilliseconds" in result:
+        parts.append(f"{result['downtimeMilliseconds']} ms of downtime")
+    if "elapsedMilliseconds" in result:
+        parts.append(f"{result['elapsedMilliseconds']} ms in all")
+    if "memoryProcessed" in result:
+        parts.append(f"{result['memoryProcessed']} bytes of memory")
+    if "diskProcessed" in result:
+        parts.append(f"{result['diskProcessed']} bytes of disk sent")
+    return f": {', '.join(parts)}" if parts else ""
+
+
+def _target_facts(host: Obj | None) -> TargetFacts | None:
+    if host is None:
+        return None
+    offers = _status(host).get("offers") or {}
+    return TargetFacts(
+        ready=_ready(host),
+        cordoned=bool((host.get("spec") or {}).get("unschedulable")),
+        networks=frozenset(str(n) for n in offers.get("networks") or []),
+        pools=frozenset(str(p) for p in offers.get("pools") or []),
+        zone=(_meta(host).get("labels") or {}).get(ZONE_LABEL),
+    )
+
+
+class MigrationReconciler:
+    """This host's steps of every migration (docs/migration.md)."""
+
+    def __init__(
+        self,
+        *,
+        store: MigrationStore,
+        hypervisor: MigrationHypervisor,
+        host: str,
+        prepare: Callable[[Obj], Incoming],
+        released: Callable[[str, str], None] = lambda _ns, _name: None,
+        migration_uri: str | None = None,
+        pkipath: str | None = None,
+        zone: Callable[[], str | None] = lambda: None,
+        console_log_dir: str | None = None,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        progress_seconds: float = c.MIGRATION_PROGRESS_SECONDS,
+    ) -> None:
+        self._store = store
+        self._hv = hypervisor
+        self._host = host
+        self._prepare = prepare
+        self._released = released
+        self._uri = migration_uri
+        self._pkipath = pkipath
+        self._zone = zone
+        self._clock = clock
+        self._progress_seconds = progress_seconds
+        self._teardown = Teardown(
+            hypervisor=hypervisor, events=store, console_log_dir=console_log_dir
+        )
+
+    def reconcile(self, key: MigrationKey) -> Outcome:
+        try:
+            return self._pass(key)
+        except StateConflictError:
+            return AGAIN
+        except ProviderError as err:
+            log.warning("migration %s/%s: %s; retrying", key.namespace, key.name, err)
+            return RETRY
+
+    def _pass(self, key: MigrationKey) -> Outcome:
+        obj = self._store.get_migration(key.namespace, key.name)
+        if obj is None:
+            return DONE
+        status = _status(obj)
+        spec = obj.get("spec") or {}
+        machine = self._store.get_machine(key.namespace, str(spec.get("machineName")))
+        machine_host = ((machine or {}).get("spec") or {}).get("host")
+        role = role_of(
+            self._host,
+            machine_host=str(machine_host) if machine_host else None,
+            source=status.get("source"),
+            target=status.get("target"),
+        )
+        if role is Role.NONE and not status.get("source") and not machine_host:
+            # No machine, or one no host serves yet: no source to ask, so the first daemon to
+            # look fails it (every daemon would write the same).
+            if _phase(obj) is None:
+                if machine is None:
+                    return self._fail(
+                        obj,
+                        c.MIGRATION_REASON_MACHINE_NOT_FOUND,
+                        "there is no LibvirtMachine "
+                        f"{spec.get('machineName')!r} in namespace {key.namespace!r}",
+                    )
+                return self._fail(
+                    obj,
+                    c.MIGRATION_REASON_MACHINE_NOT_BOUND,
+                    "the machine has no host yet: there is nothing to move",
+                )
+            return DONE
+        facts = Facts(
+            phase=_phase(obj),
+            prepared=bool(status.get("preparedVolumes")),
+            handed_over=bool(status.get("handedOver")),
+            target_cleaned=bool(status.get("targetCleaned")),
+            deleting=bool(_meta(obj).get("deletionTimestamp")),
+        )
+        step = next_step(role, facts)
+        if step is Step.WAIT and role is Role.SOURCE and machine is not None:
+            self._unlock(obj, machine, only_here=True)
+            return DONE
+        handler = {
+            Step.ACCEPT: self._accept,
+            Step.PREPARE: self._prepare_target,
+            Step.MIGRATE: self._migrate,
+            Step.FINISH: self._finish,
+            Step.CANCEL: self._cancel,
+            Step.CLEAN_TARGET: self._clean_target,
+            Step.RELEASE: self._release,
+        }.get(step)
+        if handler is None:
+            return DONE
+        return handler(obj, machine)
+
+    # -- status ------------------------------------------------------------------------------
+
+    def _write(
+        self,
+        obj: Obj,
+        fields: dict[str, Any],
+        *,
+        reason: str | None = None,
+        message: str = "",
+        succeeded: str = vmapi.STATUS_FALSE,
+    ) -> Obj:
+        patch = dict(fields)
+        if reason is not None:
+            patch["conditions"] = succeeded_condition(
+                _status(obj).get("conditions"),
+                status=succeeded,
+                reason=reason,
+                message=message,
+                generation=_meta(obj).get("generation"),
+                now=format_time(self._clock()),
+            )
+        return self._store.patch_migration_status(obj, patch)
+
+    def _fail(
+        self,
+        obj: Obj,
+        reason: str,
+        message: str,
+        *,
+        phase: MigrationPhase = MigrationPhase.FAILED,
+        extra: dict[str, Any] | None = None,
+    ) -> Outcome:
+        self._store.event(obj, reason=reason, message=message, warning=True)
+        fields: dict[str, Any] = {
+            "phase": phase.value,
+            "completionTime": format_time(self._clock()),
+            "progress": None,
+            **(extra or {}),
+        }
+        self._write(obj, fields, reason=reason, message=message)
+        return DONE
+
+    # -- source: accept or refuse ------------------------------------------------------------
+
+    def _accept(self, obj: Obj, machine: Obj | None) -> Outcome:
+        assert machine is not None
+        spec = obj.get("spec") or {}
+        name = str(_meta(obj).get("name"))
+        target = spec.get("targetHost")
+        uid = str(_meta(machine).get("uid"))
+        machine_status = _status(machine)
+        lock = machine_status.get("migration") or {}
+        ref = self._hv.lookup(uuid=uid, name=self._domain_name(machine))
+        running = False
+        networks: frozenset[str] = frozenset()
+        pools: frozenset[str] = frozenset()
+        if ref is not None:
+            running = self._hv.status(ref.uuid).state is DomainState.RUNNING
+            networks, pools = domain_needs(self._hv.domain_xml(ref.uuid, inactive=True))
+        vm_name = (_meta(machine).get("annotations") or {}).get(vmapi.LINK_ANNOTATION)
+        vm = (
+            self._store.get_virtual_machine(str(_meta(obj).get("namespace")), str(vm_name))
+            if vm_name
+            else None
+        )
+        if not target and ref is not None and running:
+            choice = self._choose(machine, vm, ref.uuid, networks, pools)
+            if choice.host is None:
+                return self._fail(
+                    obj,
+                    c.MIGRATION_REASON_NO_TARGET,
+                    choice.message,
+                    extra={"source": self._host, "machineUid": uid},
+                )
+            target = choice.host
+            self._store.event(
+                obj,
+                reason=c.EVENT_MIGRATION_SCHEDULED,
+                message=f"host {target} chosen by placement's filters (the least loaded that fits)",
+            )
+        host_obj = self._store.get_host(str(target)) if target else None
+        request = Request(
+            migration=name,
+            machine_host=self._host,
+            target=str(target) if target else None,
+            target_facts=_target_facts(host_obj),
+            running=running,
+            power_state=machine_status.get("powerState"),
+            failure_domain=((vm or {}).get("spec") or {}).get("failureDomain"),
+            source_zone=self._zone(),
+            locked_by=lock.get("name"),
+            networks=networks,
+            pools=pools,
+        )
+        refused = refusal(request)
+        recorded = {"source": self._host, "target": target, "machineUid": uid}
+        if refused is not None:
+            return self._fail(obj, refused.reason, refused.message, extra=recorded)
+        # The machine's lock first, conditioned on the machine as read: a second migration that
+        # read it unlocked at the same time fails this write and is refused on its next pass.
+        if lock.get("name") != name:
+            self._store.patch_machine_status(
+                machine, {"migration": {"name": name, "target": target}}, conditional=True
+            )
+        finalizers = list(_meta(obj).get("finalizers") or [])
+        if c.MIGRATION_FINALIZER not in finalizers:
+            obj = self._store.set_migration_finalizers(obj, [*finalizers, c.MIGRATION_FINALIZER])
+        message = f"moving the machine from host {self._host} to {target}: preparing the target"
+        self._store.event(obj, reason=c.EVENT_MIGRATION_STARTED, message=message)
+        self._write(
+            obj,
+            {
+                **recorded,
+                "phase": MigrationPhase.PREPARING.value,
+                "startTime": format_time(self._clock()),
+            },
+            reason=c.MIGRATION_REASON_PREPARING,
+            message=message,
+        )
+        return DONE
+
+    def _choose(
+        self,
+        machine: Obj,
+        vm: Obj | None,
+        uuid: str,
+        networks: frozenset[str],
+        pools: frozenset[str],
+    ) -> Choice:
+        """The target for a migration that names none: placement's filters for a new machine
+        (`migration/target_choice.py`), never this host."""
+        now = self._clock()
+        views = host_views(self._store.list_hosts(), self._store.heartbeats(), now)
+        allocated = {}
+        for obj in self._store.list_hosts():
+            figures = _status(obj).get("allocated") or {}
+            allocated[str(_meta(obj).get("name"))] = Usage(
+                cpus=int(figures.get("cpus") or 0), memory=parse_size(figures.get("memory"))
+            )
+        try:
+            request = request_of(
+                LibvirtMachine.model_validate(machine),
+                VirtualMachineSpec.model_validate((vm or {}).get("spec") or {}),
+            )
+        except ValidationError:
+            request = placement.Request(namespace=str(_meta(machine).get("namespace")))
+        return choose_target(
+            request,
+            source=self._host,
+            hosts=views,
+            allocated=allocated,
+            demand=definition_demand(self._hv.domain_xml(uuid, inactive=True)),
+            networks=networks,
+            pools=pools,
+        )
+
+    # -- target: prepare ---------------------------------------------------------------------
+
+    def _prepare_target(self, obj: Obj, machine: Obj | None) -> Outcome:
+        if self._uri is None:
+            return self._fail(
+                obj,
+                c.MIGRATION_REASON_TARGET_NOT_MIGRATABLE,
+                f"host {self._host} takes no migrations (its daemon runs without "
+                "--migration-uri); nothing was made there",
+                extra={"targetCleaned": True},
+            )
+        if machine is None:
+            return self._fail(
+                obj,
+                c.MIGRATION_REASON_MACHINE_NOT_FOUND,
+                "the machine was deleted",
+                extra={"targetCleaned": True},
+            )
+        incoming = self._prepare(machine)
+        if incoming.problem is not None:
+            reason, detail = incoming.problem
+            return self._fail(
+                obj,
+                c.MIGRATION_REASON_TARGET_UNSUITABLE,
+                f"host {self._host} cannot take the machine ({reason}): {detail}; nothing was "
+                "made there",
+                extra={"targetCleaned": True},
+            )
+        if incoming.waiting is not None:
+            self._write(
+                obj, {}, reason=c.MIGRATION_REASON_WAITING_FOR_IMAGE, message=incoming.waiting
+            )
+            return IMAGE_POLL
+        volumes = [
+            {"pool": pool, "volume": volume, "path": path}
+            for pool, volume, path in incoming.volumes or []
+        ]
+        message = f"host {self._host} made the machine's {len(volumes)} volumes"
+        self._store.event(obj, reason=c.EVENT_MIGRATION_TARGET_PREPARED, message=message)
+        self._write(
+            obj,
+            {"preparedVolumes": volumes, "targetUri": self._uri},
+            reason=c.MIGRATION_REASON_PREPARING,
+            message=message + "; the source copies them next",
+        )
+        return DONE
+
+    # -- source: copy and hand over ----------------------------------------------------------
+
+    def _migrate(self, obj: Obj, machine: Obj | None) -> Outcome:
+        assert machine is not None
+        status = _status(obj)
+        uid = str(status.get("machineUid") or _meta(machine).get("uid"))
+        target = str(status.get("target"))
+        ref = self._hv.lookup(uuid=uid, name=self._domain_name(machine))
+        if ref is not None:
+            volumes = {
+                str(v.get("volume")): (str(v.get("pool")), str(v.get("path")))
+                for v in status.get("preparedVolumes") or []
+            }
+            try:
+                dest = target_xml(self._hv.migratable_xml(uid), volumes, files=True)
+                persist = target_xml(
+                    self._hv.migratable_xml(uid, inactive=True), volumes, files=False
+                )
+            except UnmappedDiskError as err:
+                return self._fail(obj, c.MIGRATION_REASON_MIGRATION_FAILED, str(err))
+            if _phase(obj) is not MigrationPhase.MIGRATING:
+                obj = self._write(
+                    obj,
+                    {"phase": MigrationPhase.MIGRATING.value},
+                    reason=c.MIGRATION_REASON_MIGRATING,
+                    message=f"copying the machine's memory and disks to host {target}",
+                )
+            uri = str(status.get("targetUri"))
+            if self._pkipath:
+                uri += f"?pkipath={self._pkipath}"
+            outcome = self._copy(obj, uid, uri, dest, persist)
+            if outcome is not None:
+                return outcome
+            obj = (
+                self._store.get_migration(
+                    str(_meta(obj).get("namespace")), str(_meta(obj).get("name"))
+                )
+                or obj
+            )
+        return self._hand_over(obj, machine, uid, target)
+
+    def _copy(self, obj: Obj, uid: str, uri: str, dest: str, persist: str) -> Outcome | None:
+        """Run the migration, writing the source's job statistics into the status meanwhile and
+        aborting it when the migration is deleted; None once the domain runs on the target."""
+        errors: list[ProviderError] = []
+
+        def run() -> None:
+            try:
+                self._hv.migrate(uid, uri=uri, dest_xml=dest, persist_xml=persist)
+            except ProviderError as err:
+                errors.append(err)
+
+        thread = threading.Thread(target=run, name=f"migrate-{uid[:8]}", daemon=True)
+        thread.start()
+        last: dict[str, int] = {}
+        aborted = False
+        ns, name = str(_meta(obj).get("namespace")), str(_meta(obj).get("name"))
+        while thread.is_alive():
+            thread.join(self._progress_seconds)
+            if not thread.is_alive():
+                break
+            try:
+                stats = self._hv.job_stats(uid)
+                if stats:
+                    last = progress_of(stats)
+                    obj = self._store.patch_migration_status(obj, {"progress": last})
+                current = self._store.get_migration(ns, name)
+                if not aborted and (current is None or _meta(current).get("deletionTimestamp")):
+                    log.info("migration %s/%s deleted while it runs: aborting", ns, name)
+                    self._hv.abort_job(uid)
+                    aborted = True
+            except ProviderError as err:
+                log.warning("migration %s/%s: reading its progress: %s", ns, name, err)
+        if last:
+            obj = self._store.patch_migration_status(obj, {"progress": last})
+        if errors:
+            if aborted:
+                message = (
+                    f"cancelled: the migration was deleted while it ran; the job was aborted and "
+                    f"the machine keeps running on host {self._host}"
+                )
+                return self._fail(
+                    obj, c.MIGRATION_REASON_CANCELLED, message, phase=MigrationPhase.CANCELLED
+                )
+            return self._fail(
+                obj,
+                c.MIGRATION_REASON_MIGRATION_FAILED,
+                f"libvirt failed the migration (the machine keeps running on host "
+                f"{self._host}): {errors[0]}",
+            )
+        return None
+
+    def _hand_over(self, obj: Obj, machine: Obj, uid: str, target: str) -> Outcome:
+        """The domain left this host: delete this host's volumes of the machine, then bind the
+        machine to the target (status first: its providerID names where the domain is)."""
+        domain_name = self._domain_name(machine)
+        self._teardown.run(machine, uuid=uid, domain_name=domain_name, keep=set())
+        self._store.event(
+            obj,
+            reason=c.EVENT_MIGRATION_SOURCE_CLEANED,
+            message=f"host {self._host} deleted its volumes of the machine",
+        )
+        metadata = dict(_status(machine).get("providerMetadata") or {})
+        metadata["host"] = target
+        machine = self._store.patch_machine_status(
+            machine,
+            {"providerID": f"libvirt://{target}/{uid}", "providerMetadata": metadata},
+        )
+        if (machine.get("spec") or {}).get("host") != target:
+            self._store.move_machine(machine, target)
+        self._released(str(_meta(machine).get("namespace")), str(_meta(machine).get("name")))
+        message = f"the machine runs on host {target}; host {self._host} holds nothing of it"
+        self._store.event(machine, reason=c.EVENT_MACHINE_MIGRATED, message=message)
+        self._write(
+            obj, {"handedOver": True}, reason=c.MIGRATION_REASON_HANDING_OVER, message=message
+        )
+        return DONE
+
+    # -- target: finish ----------------------------------------------------------------------
+
+    def _finish(self, obj: Obj, machine: Obj | None) -> Outcome:
+        status = _status(obj)
+        uid = str(status.get("machineUid"))
+        completed = self._hv.completed_job_stats(uid) or {}
+        result = result_of(completed, status.get("progress"))
+        message = f"moved from host {status.get('source')} to {self._host}" + _figures(result)
+        self._store.event(obj, reason=c.MIGRATION_REASON_SUCCEEDED, message=message)
+        obj = self._write(
+            obj,
+            {
+                "phase": MigrationPhase.SUCCEEDED.value,
+                "completionTime": format_time(self._clock()),
+                "result": result,
+                "progress": None,
+            },
+            reason=c.MIGRATION_REASON_SUCCEEDED,
+            message=message,
+            succeeded=vmapi.STATUS_TRUE,
+        )
+        if machine is not None:
+            self._unlock(obj, machine, only_here=True)
+        return DONE
+
+    # -- cancel, clean, release --------------------------------------------------------------
+
+    def _cancel(self, obj: Obj, machine: Obj | None) -> Outcome:
+        message = (
+            f"cancelled: the migration was deleted before the copy began; the machine keeps "
+            f"running on host {self._host}"
+        )
+        self._store.event(obj, reason=c.MIGRATION_REASON_CANCELLED, message=message, warning=True)
+        obj = self._write(
+            obj,
+            {"phase": MigrationPhase.CANCELLED.value, "completionTime": format_time(self._clock())},
+            reason=c.MIGRATION_REASON_CANCELLED,
+            message=message,
+        )
+        if machine is not None:
+            self._unlock(obj, machine, only_here=True)
+        return AGAIN
+
+    def _clean_target(self, obj: Obj, machine: Obj | None) -> Outcome:
+        status = _status(obj)
+        uid = str(status.get("machineUid"))
+        if self._hv.lookup(uuid=uid, name=f"uuid-{uid}") is not None:
+            # The domain runs here after all (a job libvirt finished as it was failed): the
+            # volumes are its disks now.
+            log.warning("migration of %s failed, but its domain is on this host: kept", uid)
+        else:
+            for volume in status.get("preparedVolumes") or []:
+                with contextlib.suppress(NotFoundError):
+                    self._hv.delete_volume(str(volume.get("pool")), str(volume.get("volume")))
+            self._store.event(
+                obj,
+                reason=c.EVENT_MIGRATION_TARGET_CLEANED,
+                message=f"host {self._host} deleted the volumes it had prepared",
+            )
+        self._store.patch_migration_status(obj, {"targetCleaned": True})
+        return DONE
+
+    def _release(self, obj: Obj, machine: Obj | None) -> Outcome:
+        if machine is not None:
+            self._unlock(obj, machine, only_here=True)
+        finalizers = [f for f in _meta(obj).get("finalizers") or [] if f != c.MIGRATION_FINALIZER]
+        if len(finalizers) != len(_meta(obj).get("finalizers") or []):
+            self._store.set_migration_finalizers(obj, finalizers)
+        return DONE
+
+    def _unlock(self, obj: Obj, machine: Obj, *, only_here: bool) -> None:
+        """Remove the machine's lock if it names this migration (and, with `only_here`, the
+        machine is this host's: each daemon writes its own machines)."""
+        lock = _status(machine).get("migration") or {}
+        if lock.get("name") != _meta(obj).get("name"):
+            return
+        if only_here and (machine.get("spec") or {}).get("host") != self._host:
+            return
+        if not terminal(_phase(obj)):
+            return
+        self._store.patch_machine_status(machine, {"migration": None})
+
+    def _domain_name(self, machine: Obj) -> str:
+        meta = _meta(machine)
+        recorded = (_status(machine).get("providerMetadata") or {}).get("domainName")
+        return naming.machine_domain_name(
+            str(meta.get("namespace")),
+            str(meta.get("name")),
+            str(meta.get("uid")),
+            recorded=recorded if isinstance(recorded, str) else None,
+        )

@@ -1,0 +1,397 @@
+"""A running busybox machine moves from one lab host to another through a LibvirtMigration, and
+migrations that cannot go on are refused before anything is copied.
+
+Why: the product slice of live migration (docs/migration.md): the target's daemon prepares the
+machine's volumes, the source's daemon runs libvirt's peer-to-peer TLS migration with the disks,
+deletes what it held and moves the binding; the target's daemon adopts the running domain (same
+UUID and MAC, never rebooted) and records what libvirt measured. One guest is booted and moved
+for the whole module; the refusals run against it afterwards.
+
+Cost: about 60-95 s (one busybox guest: ~20 s to boot under TCG, then three migrations of it of
+~6-10 s each, one slowed and cancelled, and refusals of a few seconds each).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import libvirt
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from lxml import etree
+
+from libvirt_provider import constants as c
+from tests.support.daemons import Fleet
+from tests.support.factories import pair
+from tests.support.hosts import host_object
+from tests.support.kube import GROUP, V, create, domain_of, get, wait_ready
+from tests.support.lab_access import LabHost, LabInfo
+from tests.support.waiting import eventually
+
+PLURAL = c.MIGRATION_PLURAL
+
+
+@dataclass(frozen=True)
+class Moved:
+    ns: str
+    name: str
+    uid: str
+    domain: str
+    mac: str
+    source: LabHost
+    target: LabHost
+    source_machines_before: int
+    target_machines_before: int
+    migration: dict[str, Any]
+
+
+def _migration(ns: str, name: str, machine: str, target: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"machineName": machine}
+    if target is not None:
+        spec["targetHost"] = target
+    return {
+        "apiVersion": f"{GROUP}/{V}",
+        "kind": c.MIGRATION_KIND,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }
+
+
+def _create(api: client.ApiClient, body: dict[str, Any]) -> None:
+    ns = body["metadata"]["namespace"]
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, V, ns, PLURAL, body)
+
+
+def _read(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, V, ns, PLURAL, name
+        )
+        return obj
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _ended(api: client.ApiClient, ns: str, name: str, *, timeout: float = 240) -> dict[str, Any]:
+    """The migration once its phase is Succeeded, Failed or Cancelled."""
+    ends = {c.MIGRATION_PHASE_SUCCEEDED, c.MIGRATION_PHASE_FAILED, c.MIGRATION_PHASE_CANCELLED}
+    found: dict[str, Any] = eventually(
+        lambda: (
+            (obj := _read(api, ns, name)) is not None
+            and (obj.get("status") or {}).get("phase") in ends
+            and obj
+        ),
+        timeout=timeout,
+        interval=0.5,
+        what=f"migration {ns}/{name} to end",
+    )
+    return found
+
+
+def _machines_on(api: client.ApiClient, host: str) -> int:
+    return int(((host_object(api, host) or {}).get("status") or {})["allocated"]["machines"])
+
+
+def _mac(conn: libvirt.virConnect, uid: str) -> str:
+    xml = etree.fromstring(conn.lookupByUUIDString(uid).XMLDesc(0))
+    mac = xml.find("devices/interface/mac")
+    assert mac is not None
+    return str(mac.get("address"))
+
+
+def _volumes(conn: libvirt.virConnect, lab: LabInfo, prefix: str) -> list[str]:
+    pool = conn.storagePoolLookupByName(lab.pool)
+    pool.refresh(0)
+    return [v.name() for v in pool.listAllVolumes(0) if v.name().startswith(prefix)]
+
+
+def _delete_migrations(api: client.ApiClient, ns: str) -> None:
+    custom = client.CustomObjectsApi(api)
+    for obj in custom.list_namespaced_custom_object(GROUP, V, ns, PLURAL)["items"]:
+        custom.delete_namespaced_custom_object(GROUP, V, ns, PLURAL, obj["metadata"]["name"])
+    eventually(
+        lambda: not custom.list_namespaced_custom_object(GROUP, V, ns, PLURAL)["items"],
+        timeout=60,
+        what=f"the migrations of {ns} gone",
+    )
+
+
+@pytest.fixture(scope="module")
+def moved(fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str) -> Iterator[Moved]:
+    source, target = lab.hosts[0], lab.hosts[1]
+    vm, lm = pair(ns, "mover")
+    lm["metadata"]["labels"][c.HOST_LABEL] = source.name
+    lm["spec"]["host"] = source.name
+    create(api_client, [vm, lm])
+    try:
+        wait_ready(api_client, ns, "mover", what="the machine Ready on its source", addresses=True)
+        machine = get(api_client, ns, "mover", vm=False)
+        assert machine is not None
+        uid = str(machine["metadata"]["uid"])
+        conn = libvirt.open(source.uri)
+        try:
+            mac = _mac(conn, uid)
+        finally:
+            conn.close()
+        eventually(
+            lambda: _machines_on(api_client, source.name) >= 1,
+            timeout=30,
+            what="the source counting the machine",
+        )
+        before = _machines_on(api_client, source.name)
+        target_before = _machines_on(api_client, target.name)
+        name = "move-" + uuid.uuid4().hex[:6]
+        _create(api_client, _migration(ns, name, "mover", target.name))
+        done = _ended(api_client, ns, name)
+        yield Moved(
+            ns=ns,
+            name=name,
+            uid=uid,
+            domain=domain_of(api_client, ns, "mover"),
+            mac=mac,
+            source=source,
+            target=target,
+            source_machines_before=before,
+            target_machines_before=target_before,
+            migration=done,
+        )
+    finally:
+        _delete_migrations(api_client, ns)
+
+
+def test_the_migration_succeeded_with_libvirts_figures(moved: Moved) -> None:
+    status = moved.migration["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_SUCCEEDED, status
+    assert status["source"] == moved.source.name
+    assert status["target"] == moved.target.name
+    assert status["startTime"] <= status["completionTime"]
+    result = status["result"]
+    assert result["downtimeMilliseconds"] > 0, result
+    assert result["elapsedMilliseconds"] > 0, result
+    # The guest's 256 MiB of RAM, zero pages mostly skipped; of the disks only what the guest
+    # wrote into its overlay (busybox runs from memory and writes next to nothing), never the
+    # 16 MiB base image under it.
+    assert result["memoryTotal"] >= 200 * 2**20, result
+    assert 0 < result["memoryProcessed"] <= result["memoryTotal"], result
+    assert 0 <= result["diskTotal"] < 16 * 2**20, result
+    assert result["diskProcessed"] == result["diskTotal"], result
+    cond = next(x for x in status["conditions"] if x["type"] == c.MIGRATION_CONDITION_SUCCEEDED)
+    assert (cond["status"], cond["reason"]) == ("True", c.MIGRATION_REASON_SUCCEEDED), cond
+
+
+def test_the_machine_runs_on_the_target_with_its_uuid_and_mac(
+    moved: Moved, api_client: client.ApiClient
+) -> None:
+    conn = libvirt.open(moved.target.uri)
+    try:
+        dom = conn.lookupByUUIDString(moved.uid)
+        assert dom.name() == moved.domain
+        assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+        assert dom.isPersistent()
+        assert _mac(conn, moved.uid) == moved.mac
+        # Never restarted: its CPU time keeps growing from where it was (not rebooted: the
+        # domain's id is the one the migration gave it, and the machine's status says Ready).
+        before = dom.info()[4]
+        eventually(lambda: dom.info()[4] > before, timeout=30, what="the guest's CPU time to grow")
+    finally:
+        conn.close()
+    machine = get(api_client, moved.ns, "mover", vm=False)
+    assert machine is not None
+    assert machine["spec"]["host"] == moved.target.name
+    assert machine["metadata"]["labels"][c.HOST_LABEL] == moved.target.name
+    assert "migration" not in machine["status"], machine["status"]
+    eventually(
+        lambda: (
+            (get(api_client, moved.ns, "mover", vm=False) or {}).get("status", {}).get("providerID")
+            == f"libvirt://{moved.target.name}/{moved.uid}"
+        ),
+        timeout=30,
+        what="the machine's providerID naming the target",
+    )
+    wait_ready(api_client, moved.ns, "mover", what="the VM Ready on the target", addresses=True)
+
+
+def test_the_source_holds_nothing_of_it(
+    moved: Moved, lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    conn = libvirt.open(moved.source.uri)
+    try:
+        with pytest.raises(libvirt.libvirtError) as missing:
+            conn.lookupByUUIDString(moved.uid)
+        assert missing.value.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN
+        assert _volumes(conn, lab, moved.domain) == []
+    finally:
+        conn.close()
+    conn = libvirt.open(moved.target.uri)
+    try:
+        assert _volumes(conn, lab, moved.domain), "the target holds the machine's volumes"
+    finally:
+        conn.close()
+    eventually(
+        lambda: _machines_on(api_client, moved.source.name) == moved.source_machines_before - 1,
+        timeout=30,
+        what="the source no longer counting the machine",
+    )
+    eventually(
+        lambda: _machines_on(api_client, moved.target.name) == moved.target_machines_before + 1,
+        timeout=30,
+        what="the target counting it",
+    )
+
+
+def test_a_tenant_cannot_move_the_machine_by_editing_its_host(
+    moved: Moved, api_client: client.ApiClient
+) -> None:
+    with pytest.raises(ApiException) as refused:
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+            GROUP, V, moved.ns, "libvirtmachines", "mover", {"spec": {"host": moved.source.name}}
+        )
+    assert refused.value.status == 422
+    assert "only a LibvirtMigration moves a machine" in str(refused.value.body)
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        ("self", c.MIGRATION_REASON_SAME_HOST),
+        ("no-such-host", c.MIGRATION_REASON_TARGET_NOT_FOUND),
+    ],
+)
+def test_a_migration_that_cannot_go_on_is_refused_before_anything_is_copied(
+    moved: Moved, api_client: client.ApiClient, target: str, reason: str
+) -> None:
+    to = moved.target.name if target == "self" else target
+    name = "refused-" + uuid.uuid4().hex[:6]
+    _create(api_client, _migration(moved.ns, name, "mover", to))
+    status = _ended(api_client, moved.ns, name, timeout=60)["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+    cond = next(x for x in status["conditions"] if x["type"] == c.MIGRATION_CONDITION_SUCCEEDED)
+    assert (cond["status"], cond["reason"]) == ("False", reason), cond
+    said = [
+        e.reason
+        for e in client.CoreV1Api(api_client).list_namespaced_event(moved.ns).items
+        if e.involved_object.kind == c.MIGRATION_KIND and e.involved_object.name == name
+    ]
+    assert reason in said, said
+    machine = get(api_client, moved.ns, "mover", vm=False)
+    assert machine is not None
+    assert machine["spec"]["host"] == moved.target.name
+    assert "migration" not in machine["status"]
+
+
+def test_deleting_a_running_migration_cancels_it_and_the_machine_stays(
+    moved: Moved, lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    """Back to the first host, slowed to 1 MiB/s so the copy is still running when the
+    migration is deleted: the job is aborted on the source, the machine keeps running there,
+    the target deletes what it prepared, and the migration goes once nothing is left."""
+    here, there = moved.target, moved.source
+    conn = libvirt.open(here.uri)
+    try:
+        dom = conn.lookupByUUIDString(moved.uid)
+        dom.migrateSetMaxSpeed(1, 0)
+        name = "cancel-" + uuid.uuid4().hex[:6]
+        _create(api_client, _migration(moved.ns, name, "mover", there.name))
+        eventually(
+            lambda: (
+                ((_read(api_client, moved.ns, name) or {}).get("status") or {})
+                .get("progress", {})
+                .get("memoryProcessed")
+            ),
+            timeout=120,
+            what="the slowed copy under way",
+        )
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            GROUP, V, moved.ns, PLURAL, name
+        )
+        eventually(
+            lambda: _read(api_client, moved.ns, name) is None,
+            timeout=90,
+            what="the cancelled migration gone once nothing is left of it",
+        )
+        said = [
+            e.reason
+            for e in client.CoreV1Api(api_client).list_namespaced_event(moved.ns).items
+            if e.involved_object.kind == c.MIGRATION_KIND and e.involved_object.name == name
+        ]
+        assert c.MIGRATION_REASON_CANCELLED in said, said
+        assert c.EVENT_MIGRATION_TARGET_CLEANED in said, said
+        assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+        dom.migrateSetMaxSpeed(0, 0)
+    finally:
+        conn.close()
+    other = libvirt.open(there.uri)
+    try:
+        with pytest.raises(libvirt.libvirtError):
+            other.lookupByUUIDString(moved.uid)
+        assert _volumes(other, lab, moved.domain) == []
+    finally:
+        other.close()
+    machine = get(api_client, moved.ns, "mover", vm=False)
+    assert machine is not None
+    assert machine["spec"]["host"] == here.name
+    assert "migration" not in machine["status"]
+
+
+def test_without_a_target_the_least_loaded_other_host_that_fits_is_chosen(
+    moved: Moved, lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    """Of the module's two hosts the only other one: the machine goes back to it."""
+    name = "anywhere-" + uuid.uuid4().hex[:6]
+    _create(api_client, _migration(moved.ns, name, "mover", None))
+    status = _ended(api_client, moved.ns, name)["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_SUCCEEDED, status
+    assert (status["source"], status["target"]) == (moved.target.name, moved.source.name)
+    said = [
+        e.reason
+        for e in client.CoreV1Api(api_client).list_namespaced_event(moved.ns).items
+        if e.involved_object.kind == c.MIGRATION_KIND and e.involved_object.name == name
+    ]
+    assert c.EVENT_MIGRATION_SCHEDULED in said, said
+    machine = get(api_client, moved.ns, "mover", vm=False)
+    assert machine is not None
+    assert machine["spec"]["host"] == moved.source.name
+    conn = libvirt.open(moved.source.uri)
+    try:
+        assert conn.lookupByUUIDString(moved.uid).state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    finally:
+        conn.close()
+
+
+def test_a_stopped_machine_is_refused_not_moved(
+    moved: Moved, lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    """Live migration only: a powered-off machine stays where it is, with the reason."""
+    vm, lm = pair(moved.ns, "idle", vm_spec={"powerState": "PoweredOff"})
+    lm["metadata"]["labels"][c.HOST_LABEL] = moved.target.name
+    lm["spec"]["host"] = moved.target.name
+    create(api_client, [vm, lm])
+    eventually(
+        lambda: (
+            ((get(api_client, moved.ns, "idle", vm=False) or {}).get("status") or {}).get(
+                "powerState"
+            )
+            == "PoweredOff"
+        ),
+        timeout=60,
+        what="the stopped machine built on its host",
+    )
+    name = "stopped-" + uuid.uuid4().hex[:6]
+    _create(api_client, _migration(moved.ns, name, "idle", moved.source.name))
+    status = _ended(api_client, moved.ns, name, timeout=60)["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+    cond = next(x for x in status["conditions"] if x["type"] == c.MIGRATION_CONDITION_SUCCEEDED)
+    assert cond["reason"] == c.MIGRATION_REASON_MACHINE_NOT_RUNNING, cond
+    assert "power state PoweredOff" in cond["message"], cond
+    assert "preparedVolumes" not in status
+    conn = libvirt.open(moved.source.uri)
+    try:
+        assert _volumes(conn, lab, domain_of(api_client, moved.ns, "idle")) == []
+    finally:
+        conn.close()

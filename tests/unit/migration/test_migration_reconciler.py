@@ -1,0 +1,279 @@
+"""A migration's passes on the source's and the target's daemons, over in-memory doubles: the
+relay through the status from acceptance to the end, a refusal, and a failed copy cleaned up.
+
+The doubles: one fake libvirt per host (the copy moves the domain from one to the other, as
+libvirt's peer-to-peer migration with UNDEFINE_SOURCE and PERSIST_DEST does) and a store that
+merges status patches as the API server does.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from libvirt_provider import constants as c
+from libvirt_provider import naming
+from libvirt_provider.driver.types import DomainState, HostFacts
+from libvirt_provider.errors import PermanentError
+from libvirt_provider.machine.reconciler import Incoming
+from libvirt_provider.migration.reconciler import MigrationReconciler
+from libvirt_provider.migration.store import MigrationKey
+from tests.doubles.hypervisor import FakeDomain, FakeHypervisor
+
+NS, UID = "ns", "0b5c8b6e-4c55-4b8e-9d3c-1e0c1c0c0c01"
+DOMAIN = naming.domain_name(NS, "web", UID)
+POOL = "default"
+
+
+@dataclasses.dataclass
+class MigratingHypervisor(FakeHypervisor):
+    """A fake host whose `migrate` sends the domain to `peer`."""
+
+    peer: FakeHypervisor | None = None
+    fail_copy: PermanentError | None = None
+    migrated: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+
+    def migratable_xml(self, uuid: str, *, inactive: bool = False) -> str:
+        return self.domain_xml(uuid, inactive=inactive)
+
+    def migrate(self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str) -> None:
+        if self.fail_copy is not None:
+            raise self.fail_copy
+        assert self.peer is not None
+        dom = self.domains.pop(uuid)
+        self.peer.domains[uuid] = dataclasses.replace(dom, xml=persist_xml, live_xml=dest_xml)
+        self.migrated.append((uuid, uri, dest_xml))
+
+    def job_stats(self, uuid: str) -> dict[str, int] | None:
+        return None
+
+    def completed_job_stats(self, uuid: str) -> dict[str, int] | None:
+        if uuid not in self.domains:
+            return None
+        return {"time_elapsed": 4000, "downtime": 120, "memory_total": 100, "memory_processed": 40}
+
+    def abort_job(self, uuid: str) -> None:
+        return None
+
+
+def _host(name: str) -> MigratingHypervisor:
+    facts = HostFacts(
+        hostname=name,
+        arch="x86_64",
+        domain_types=frozenset({"qemu"}),
+        pools=frozenset({POOL}),
+        networks=frozenset({"default"}),
+    )
+    return MigratingHypervisor(facts=facts)
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+class Store:
+    """The API server as the migration's passes use it: objects by kind, merge patches."""
+
+    def __init__(self) -> None:
+        self.migrations: dict[str, dict[str, Any]] = {}
+        self.machines: dict[str, dict[str, Any]] = {}
+        self.hosts: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[str, str, bool]] = []
+
+    def get_migration(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.migrations.get(name))
+
+    def get_machine(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.machines.get(name))
+
+    def get_virtual_machine(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return {"metadata": {"name": name}, "spec": {}}
+
+    def get_host(self, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.hosts.get(name))
+
+    def list_hosts(self) -> list[dict[str, Any]]:
+        return [copy.deepcopy(h) for h in self.hosts.values()]
+
+    def heartbeats(self) -> dict[str, dt.datetime]:
+        return {}
+
+    def patch_migration_status(self, obj: dict[str, Any], status: dict[str, Any]) -> Any:
+        stored = self.migrations[obj["metadata"]["name"]]
+        _merge(stored.setdefault("status", {}), status)
+        return copy.deepcopy(stored)
+
+    def set_migration_finalizers(self, obj: dict[str, Any], finalizers: list[str]) -> Any:
+        stored = self.migrations[obj["metadata"]["name"]]
+        stored["metadata"]["finalizers"] = list(finalizers)
+        return copy.deepcopy(stored)
+
+    def patch_machine_status(
+        self, obj: dict[str, Any], status: dict[str, Any], *, conditional: bool = False
+    ) -> Any:
+        stored = self.machines[obj["metadata"]["name"]]
+        _merge(stored.setdefault("status", {}), status)
+        return copy.deepcopy(stored)
+
+    def move_machine(self, obj: dict[str, Any], host: str) -> Any:
+        stored = self.machines[obj["metadata"]["name"]]
+        lock = (stored.get("status") or {}).get("migration") or {}
+        assert lock.get("target") == host, "the CRD's rule admits only the locked target"
+        stored["spec"]["host"] = host
+        stored["metadata"]["labels"][c.HOST_LABEL] = host
+        return copy.deepcopy(stored)
+
+    def event(self, obj: Any, *, reason: str, message: str, warning: bool = False) -> None:
+        self.events.append((reason, message, warning))
+
+
+def _ready_host(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {}},
+        "spec": spec,
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "offers": {"networks": ["default"], "pools": [POOL]},
+        },
+    }
+
+
+def _world(*, target: str = "b") -> tuple[Store, MigratingHypervisor, MigratingHypervisor]:
+    store = Store()
+    store.hosts = {"a": _ready_host("a"), "b": _ready_host("b")}
+    store.machines["web"] = {
+        "kind": c.MACHINE_KIND,
+        "metadata": {"name": "web", "namespace": NS, "uid": UID, "labels": {c.HOST_LABEL: "a"}},
+        "spec": {"host": "a"},
+        "status": {
+            "powerState": "PoweredOn",
+            "providerID": f"libvirt://a/{UID}",
+            "providerMetadata": {"host": "a", "domainName": DOMAIN},
+        },
+    }
+    store.migrations["m"] = {
+        "kind": c.MIGRATION_KIND,
+        "metadata": {"name": "m", "namespace": NS, "generation": 1},
+        "spec": {"machineName": "web", "targetHost": target},
+    }
+    a, b = _host("a"), _host("b")
+    a.peer = b
+    xml = (
+        f"<domain type='qemu'><name>{DOMAIN}</name><uuid>{UID}</uuid><devices>"
+        f"<disk type='volume' device='disk'><source pool='{POOL}' volume='{DOMAIN}--boot.qcow2'/>"
+        "<target dev='vda'/></disk>"
+        "<interface type='network'><source network='default'/></interface>"
+        "</devices></domain>"
+    )
+    a.domains[UID] = FakeDomain(
+        uuid=UID, name=DOMAIN, xml=xml, state=DomainState.RUNNING, live_xml=xml
+    )
+    a.add_volume(POOL, f"{DOMAIN}--boot.qcow2")
+    return store, a, b
+
+
+def _daemons(
+    store: Store, a: MigratingHypervisor, b: MigratingHypervisor
+) -> dict[str, MigrationReconciler]:
+    def prepare(obj: dict[str, Any]) -> Incoming:
+        info = b.add_volume(POOL, f"{DOMAIN}--boot.qcow2")
+        return Incoming(volumes=[(POOL, info.name, info.path)])
+
+    def cannot(obj: dict[str, Any]) -> Incoming:
+        raise AssertionError("the source never prepares")
+
+    common = {"store": store, "migration_uri": "qemu+tls://x/system", "progress_seconds": 0.01}
+    return {
+        "a": MigrationReconciler(
+            hypervisor=a, host="a", prepare=cannot, pkipath="/pki/a", **common
+        ),  # type: ignore[arg-type]
+        "b": MigrationReconciler(hypervisor=b, host="b", prepare=prepare, **common),  # type: ignore[arg-type]
+    }
+
+
+def _settle(daemons: dict[str, MigrationReconciler], rounds: int = 8) -> None:
+    """Each daemon passes the migration in turn, as watch events would have them do."""
+    for _ in range(rounds):
+        for daemon in daemons.values():
+            daemon.reconcile(MigrationKey(NS, "m"))
+
+
+def test_the_machine_moves_from_daemon_to_daemon_through_the_status() -> None:
+    store, a, b = _world()
+    _settle(_daemons(store, a, b))
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_SUCCEEDED, status
+    assert (status["source"], status["target"]) == ("a", "b")
+    assert status["result"]["downtimeMilliseconds"] == 120
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_SUCCEEDED
+    # The copy went to the target's address with the source's credentials, onto its volume.
+    (uid, uri, dest), *_ = a.migrated
+    assert (uid, uri) == (UID, "qemu+tls://x/system?pkipath=/pki/a")
+    prepared = b.find_volume(POOL, f"{DOMAIN}--boot.qcow2")
+    assert prepared is not None
+    assert f'<source file="{prepared.path}"/>' in dest, dest
+    # The domain runs on the target only; the source holds no volume of it.
+    assert UID in b.domains
+    assert UID not in a.domains
+    assert a.volume_names(POOL) == []
+    machine = store.machines["web"]
+    assert machine["spec"]["host"] == "b"
+    assert machine["metadata"]["labels"][c.HOST_LABEL] == "b"
+    assert machine["status"]["providerID"] == f"libvirt://b/{UID}"
+    assert "migration" not in machine["status"]
+    assert c.MIGRATION_FINALIZER in store.migrations["m"]["metadata"]["finalizers"]
+
+
+def test_a_refused_migration_locks_nothing_and_prepares_nothing() -> None:
+    store, a, b = _world()
+    store.hosts["b"]["spec"] = {"unschedulable": True}
+    _settle(_daemons(store, a, b))
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_TARGET_CORDONED
+    assert (c.MIGRATION_REASON_TARGET_CORDONED, status["conditions"][0]["message"], True) in (
+        store.events
+    )
+    assert "migration" not in store.machines["web"]["status"]
+    assert b.volume_names(POOL) == []
+    assert not store.migrations["m"]["metadata"].get("finalizers")
+
+
+def test_a_failed_copy_leaves_the_machine_running_and_nothing_on_the_target() -> None:
+    store, a, b = _world()
+    a.fail_copy = PermanentError("the link went down")
+    _settle(_daemons(store, a, b))
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED
+    assert "the link went down" in status["conditions"][0]["message"]
+    assert status["targetCleaned"] is True
+    assert b.volume_names(POOL) == []
+    assert a.domains[UID].state is DomainState.RUNNING
+    assert store.machines["web"]["spec"]["host"] == "a"
+    assert "migration" not in store.machines["web"]["status"]
+    # Deleted now, the source lets it go.
+    store.migrations["m"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    _settle(_daemons(store, a, b), rounds=1)
+    assert store.migrations["m"]["metadata"]["finalizers"] == []
+
+
+def test_without_a_target_the_other_host_is_chosen() -> None:
+    store, a, b = _world()
+    del store.migrations["m"]["spec"]["targetHost"]
+    for host in store.hosts.values():
+        host["status"]["allocatable"] = {"cpus": 8, "memory": "16Gi"}
+        host["status"]["capacity"] = {"pools": [{"name": POOL, "available": "100Gi"}]}
+    now = dt.datetime.now(dt.UTC)
+    store.heartbeats = lambda: {"a": now, "b": now}  # type: ignore[method-assign]
+    _settle(_daemons(store, a, b))
+    status = store.migrations["m"]["status"]
+    assert (status["phase"], status["target"]) == (c.MIGRATION_PHASE_SUCCEEDED, "b"), status
+    assert any(reason == c.EVENT_MIGRATION_SCHEDULED for reason, _, _ in store.events)
