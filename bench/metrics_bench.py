@@ -9,16 +9,21 @@ What it does, bounded in time and stopping by itself:
   does (`tests/support/testdriver.py`), starts one `libvirt-provider` on it (host
   `metrics-host-0`), creates N linked pairs in a fresh namespace with a few threads, and waits
   until the daemon's /metrics names all N machines (`vmapi_machine_stats_machines`);
-- scrapes /metrics --scrapes times and prints the wall time of each whole scrape (p50, max), the
+- scrapes /metrics --scrapes times (a second apart: a body is shared for a second,
+  `health.MetricsBody`) and prints the wall time of each whole scrape (p50, max), the
   daemon's own figure for the bulk call (`vmapi_machine_stats_scrape_seconds`), the body's size,
   and the series count: all, and the per-machine ones (`vmapi_machine_*` with a name label);
 - then measures whether scrapes slow reconciles: it powers a set of machines off and back on
-  (`--cycled` of them, default 100) with nobody scraping, and another set of the same size while a
-  thread scrapes /metrics every `--scrape-interval` seconds (default 1, fifteen times Prometheus'
-  default; 0 scrapes back to back, the worst case), and prints each
-  round's time from the VM's patch to its LibvirtMachine reporting the new power state (p50, p95,
-  from a watch) and the ratio scraped / quiet; the rounds alternate (quiet off, scraped off, quiet
-  on, scraped on) so drift on a busy machine falls on both;
+  (`--cycled` of them, default 100), round after round for a phase (`--phase` seconds, default
+  10, and two scrape intervals at least) with nobody scraping, then another set of the same size
+  for a phase as long while a thread scrapes /metrics every `--scrape-interval` seconds (several,
+  comma-separated: `1,15,30`; 1 is fifteen times Prometheus' default, 0 back to back, the worst
+  case; the first scrape at a random point of the first interval, as Prometheus' phase is). For
+  each phase it prints the time from a VM's patch to its LibvirtMachine reporting the new power
+  state (p95, from a watch) and the daemon's CPU seconds per second; at the end, per interval,
+  the p95 of all quiet and all scraped phases side by side and their ratio. `--repeats` runs
+  every interval that many times, the intervals in turn, so drift on a busy machine falls on
+  all of them alike;
 - deletes every VM (the generic controller deletes each LibvirtMachine, the daemon its domain),
   waits until none is left, and prints the same counts again.
 
@@ -31,13 +36,14 @@ Whatever happens, the daemon is stopped and everything the run made is deleted. 
 only to the lab's API server and the daemon on 127.0.0.1. Needs the lab: `make lab-up` first.
 
 usage: .venv/bin/python bench/metrics_bench.py [--machines 1000] [--scrapes 5] [--cycled 100]
-       [--smoke]
+       [--scrape-interval 1,15,30] [--repeats 3] [--phase 10] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import random
 import statistics
 import sys
 import tempfile
@@ -57,11 +63,13 @@ sys.path.insert(0, str(REPO))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from libvirt_provider.adapters.process.health import METRICS_MAX_AGE  # noqa: E402
 from tests.support.daemons import health_base  # noqa: E402
 from tests.support.kube import GROUP, VM_GROUP, V, delete_quietly, install_api  # noqa: E402
 from tests.support.lab_access import read_lab  # noqa: E402
 from tests.support.testdriver import (  # noqa: E402
     Daemons,
+    cpu_seconds,
     disk_pools,
     forget_hosts,
     pair_docs,
@@ -107,6 +115,17 @@ class Scrape:
         )
 
 
+def fresh_scrapes(url: str, count: int) -> list[Scrape]:
+    """`count` scrapes, each of a body made for it: the daemon serves a body again to scrapes
+    within METRICS_MAX_AGE of it (`health.MetricsBody`), so these come that far apart."""
+    scrapes = []
+    for index in range(count):
+        if index:
+            time.sleep(METRICS_MAX_AGE + 0.1)
+        scrapes.append(Scrape(url))
+    return scrapes
+
+
 def report(what: str, scrapes: list[Scrape]) -> None:
     walls = sorted(s.seconds for s in scrapes)
     inner = [v for s in scrapes if (v := s.value("vmapi_machine_stats_scrape_seconds")) is not None]
@@ -123,8 +142,9 @@ def report(what: str, scrapes: list[Scrape]) -> None:
 
 
 class Scraper:
-    """Scrapes /metrics on a thread of its own, `interval` seconds between the end of one scrape
-    and the start of the next (0: back to back), until stopped; counts its scrapes."""
+    """Scrapes /metrics on a thread of its own every `interval` seconds (start to start, as
+    Prometheus does; 0: back to back) until stopped, the first scrape at a random point of the
+    first interval (Prometheus' phase is arbitrary too); counts its scrapes."""
 
     def __init__(self, url: str, interval: float) -> None:
         self._url = url
@@ -134,13 +154,14 @@ class Scraper:
         self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        next_at = time.monotonic() + random.uniform(0, self._interval)
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            next_at = time.monotonic() + self._interval
             # The body is read, not parsed: parsing 200 KiB in this process would hold its GIL
             # and delay the watch that times the reconciles, measuring the bench, not the daemon.
             with urllib.request.urlopen(self._url, timeout=30) as resp:
                 resp.read()
             self.count += 1
-            self._stop.wait(self._interval)
 
     def __enter__(self) -> Scraper:
         self._thread.start()
@@ -202,38 +223,106 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def cycle(
+    custom: client.CustomObjectsApi, ns: str, names: list[str], seconds: float, deadline: float
+) -> dict[str, list[float]]:
+    """Power the machines off and on again, round after round, for at least `seconds` (one off
+    and one on at least); each state's times."""
+    times: dict[str, list[float]] = {"PoweredOff": [], "PoweredOn": []}
+    end = time.monotonic() + seconds
+    while True:
+        for state in ("PoweredOff", "PoweredOn"):
+            times[state].extend(power_round(custom, ns, names, state, deadline))
+        if time.monotonic() >= end:
+            return times
+
+
 def compare_reconciles(
     custom: client.CustomObjectsApi,
     ns: str,
     url: str,
     *,
+    pid: int,
     machines: int,
     cycled: int,
-    interval: float,
+    intervals: list[float],
+    repeats: int,
+    phase: float,
 ) -> None:
-    """Power rounds with and without scrapes running; prints each and the ratios."""
+    """Power cycles with and without scrapes, for each scrape interval, `repeats` times: a
+    quiet phase, then a scraped one as long (`phase` seconds, two intervals at least, so a
+    phase sees the interval's share of scrapes, not one at its start). Prints each phase, then
+    per interval the p95 of all its quiet and all its scraped phases side by side. Each repeat
+    runs every interval in turn, quiet and scraped alternating, so drift on a busy machine
+    falls on all of them alike."""
     names = [pair_docs(ns, i, 1, HOST_PREFIX)[0]["metadata"]["name"] for i in range(machines)]
     cycled = min(cycled, machines // 2)
     quiet, scraped = names[:cycled], names[cycled : 2 * cycled]
     deadline = 60 + cycled * 2.0
-    results: dict[tuple[str, str], list[float]] = {}
-    pace = f"every {interval:g} s" if interval > 0 else "back to back"
-    for state in ("PoweredOff", "PoweredOn"):
-        results[state, "quiet"] = power_round(custom, ns, quiet, state, deadline)
-        with Scraper(url, interval) as scraper:
-            results[state, "scraped"] = power_round(custom, ns, scraped, state, deadline)
-        calm, busy = results[state, "quiet"], results[state, "scraped"]
-        print(
-            f"  {state} of {cycled}: quiet p50 {statistics.median(calm):.2f} s "
-            f"p95 {_percentile(calm, 0.95):.2f} s; while scraping {pace} "
-            f"({scraper.count} scrapes) p50 {statistics.median(busy):.2f} s "
-            f"p95 {_percentile(busy, 0.95):.2f} s; ratio p95 scraped/quiet "
-            f"{_percentile(busy, 0.95) / _percentile(calm, 0.95):.2f}"
-        )
+    states = ("PoweredOff", "PoweredOn")
+    times: dict[tuple[float, str, str], list[float]] = {}
+    counts: dict[float, int] = {}
+    # The daemon's CPU seconds and the phases' wall seconds, quiet and scraped, per interval.
+    cpu: dict[tuple[float, str], list[float]] = {}
+    # Each repeat's p95 ratio scraped / quiet, per interval and state: their median is less
+    # at the mercy of one phase the machine's other work slowed than the pooled p95.
+    ratios: dict[tuple[float, str], list[float]] = {}
+    for repeat in range(repeats):
+        for interval in intervals:
+            pace = f"every {interval:g} s" if interval > 0 else "back to back"
+            seconds = max(phase, 2 * interval)
+            started, used = time.monotonic(), cpu_seconds(pid)
+            calm = cycle(custom, ns, quiet, seconds, deadline)
+            calm_cpu = (cpu_seconds(pid) - used) / (time.monotonic() - started)
+            started, used = time.monotonic(), cpu_seconds(pid)
+            with Scraper(url, interval) as scraper:
+                busy = cycle(custom, ns, scraped, seconds, deadline)
+            took = time.monotonic() - started
+            busy_cpu = (cpu_seconds(pid) - used) / took
+            cpu.setdefault((interval, "quiet"), []).append(calm_cpu)
+            cpu.setdefault((interval, "scraped"), []).append(busy_cpu)
+            counts[interval] = counts.get(interval, 0) + scraper.count
+            for state in states:
+                ratios.setdefault((interval, state), []).append(
+                    _percentile(busy[state], 0.95) / _percentile(calm[state], 0.95)
+                )
+                times.setdefault((interval, state, "quiet"), []).extend(calm[state])
+                times.setdefault((interval, state, "scraped"), []).extend(busy[state])
+            print(
+                f"  [{repeat + 1}/{repeats}] scraping {pace}: {scraper.count} scrapes in "
+                f"{took:.0f} s; daemon CPU {calm_cpu:.2f} -> {busy_cpu:.2f} s/s; "
+                + "; ".join(
+                    f"{state} p95 {_percentile(calm[state], 0.95):.2f} -> "
+                    f"{_percentile(busy[state], 0.95):.2f} s"
+                    for state in states
+                )
+            )
+    print(f"reconcile p95 over {repeats} repeats, {cycled} machines a round, quiet -> scraped:")
+    for interval in intervals:
+        pace = f"every {interval:g} s" if interval > 0 else "back to back"
+        cells = []
+        for state in states:
+            calm_p95 = _percentile(times[interval, state, "quiet"], 0.95)
+            busy_p95 = _percentile(times[interval, state, "scraped"], 0.95)
+            cells.append(
+                f"{state} {calm_p95:.2f} -> {busy_p95:.2f} s ({busy_p95 / calm_p95:.2f}x, "
+                f"median of repeats {statistics.median(ratios[interval, state]):.2f}x)"
+            )
+        calm_cpu = statistics.mean(cpu[interval, "quiet"])
+        busy_cpu = statistics.mean(cpu[interval, "scraped"])
+        cells.append(f"daemon CPU {calm_cpu:.2f} -> {busy_cpu:.2f} s/s")
+        print(f"  scraping {pace:>13} ({counts[interval]:4d} scrapes): " + "; ".join(cells))
 
 
 def run(
-    machines: int, scrapes: int, workdir: Path, cycled: int = 100, interval: float = 1.0
+    machines: int,
+    scrapes: int,
+    workdir: Path,
+    *,
+    cycled: int = 100,
+    intervals: tuple[float, ...] = (1.0,),
+    repeats: int = 1,
+    phase: float = 10.0,
 ) -> int:
     lab = read_lab()
     cfg = client.Configuration()
@@ -255,7 +344,7 @@ def run(
         url = f"{health_base(daemon.proc, daemon.log)}/metrics"
         core.create_namespace({"metadata": {"name": ns}})
         print(f"metrics_bench: {machines} machines on {uri}, host {HOST}, namespace {ns}")
-        before = [Scrape(url) for _ in range(scrapes)]
+        before = fresh_scrapes(url, scrapes)
         report("no machines", before)
 
         def create(index: int) -> None:
@@ -276,8 +365,18 @@ def run(
             f"  all {machines} running and named on /metrics {time.monotonic() - started:.0f} s "
             "after the first create"
         )
-        report(f"{machines} machines", [Scrape(url) for _ in range(scrapes)])
-        compare_reconciles(custom, ns, url, machines=machines, cycled=cycled, interval=interval)
+        report(f"{machines} machines", fresh_scrapes(url, scrapes))
+        compare_reconciles(
+            custom,
+            ns,
+            url,
+            pid=daemon.proc.pid,
+            machines=machines,
+            cycled=cycled,
+            intervals=list(intervals),
+            repeats=repeats,
+            phase=phase,
+        )
 
         started = time.monotonic()
         custom.delete_collection_namespaced_custom_object(VM_GROUP, V, ns, VMS)
@@ -288,7 +387,7 @@ def run(
             what="every LibvirtMachine gone",
         )
         print(f"  all deleted {time.monotonic() - started:.0f} s after the delete")
-        after = [Scrape(url) for _ in range(scrapes)]
+        after = fresh_scrapes(url, scrapes)
         report("after deleting them", after)
         grown = after[-1].series() - before[-1].series()
         print(
@@ -338,18 +437,42 @@ def main() -> int:
     )
     parser.add_argument(
         "--scrape-interval",
+        type=_intervals,
+        default=(1.0,),
+        help="seconds between scrapes during the scraped rounds, comma-separated for several "
+        "(0: back to back); default 1",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds of each interval, off and on (default 1)"
+    )
+    parser.add_argument(
+        "--phase",
         type=float,
-        default=1.0,
-        help="seconds between scrapes during the scraped rounds (0: back to back)",
+        default=10.0,
+        help="seconds of power cycles per quiet or scraped phase (two intervals at least)",
     )
     parser.add_argument(
         "--smoke", action="store_true", help="4 pairs, 2 scrapes, 2 cycled: a quick check"
     )
     args = parser.parse_args()
     if args.smoke:
-        args.machines, args.scrapes, args.cycled = 4, 2, 2
+        args.machines, args.scrapes, args.cycled, args.repeats = 4, 2, 2, 1
+        args.phase = 0.0
+        args.scrape_interval = (0.2,)
     with tempfile.TemporaryDirectory(prefix="metrics-bench-") as tmp:
-        return run(args.machines, args.scrapes, Path(tmp), args.cycled, args.scrape_interval)
+        return run(
+            args.machines,
+            args.scrapes,
+            Path(tmp),
+            cycled=args.cycled,
+            intervals=args.scrape_interval,
+            repeats=args.repeats,
+            phase=args.phase,
+        )
+
+
+def _intervals(text: str) -> tuple[float, ...]:
+    return tuple(float(part) for part in text.split(",") if part.strip())
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ SMOKE_TIMEOUT = {
     "generic_status_latency.py": 120,
     "image_bench.py": 120,
     "metrics_bench.py": 120,
+    "metrics_profile.py": 60,
     "placement_bench.py": 240,
     "provider_burst.py": 180,
     "remote_bench.py": 180,

@@ -28,6 +28,12 @@ WAIT_MODULE = "tests/support/waiting.py"
 CLOCKED_LOOPS_THAT_ARE_NOT_WAITS = {
     # Runs the churn for its set duration, paced; what it then waits for goes through eventually.
     ("bench/soak.py", "churn_for"),
+    # Power cycles for a phase of a set length; each round's own wait is a watch with a deadline.
+    ("bench/metrics_bench.py", "cycle"),
+    # A scraper paced like Prometheus (one scrape every interval, start to start) until stopped.
+    ("bench/metrics_bench.py", "_run"),
+    # Measures how late a thread wakes over a set time; it waits for nothing.
+    ("bench/metrics_profile.py", "lateness_while"),
 }
 CLOCK_CALLS = frozenset({"monotonic", "time", "perf_counter"})
 

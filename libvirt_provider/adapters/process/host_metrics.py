@@ -13,19 +13,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 
-from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.process.machine_metrics import Sources
+from libvirt_provider.adapters.process.exposition import register_text
+from libvirt_provider.adapters.process.machine_metrics import Sources, yield_interpreter
+from libvirt_provider.metrics.exposition import render
 from libvirt_provider.metrics.fleet import (
     HOST_FAMILIES,
     host_samples,
     readiness_samples,
     state_samples,
 )
-from libvirt_provider.metrics.machine_stats import Family
+from libvirt_provider.metrics.machine_stats import Family, Kind, Sample
 
 __all__ = ["HostStateCollector", "register_host_metrics"]
 
@@ -36,16 +37,32 @@ Leading = Callable[[], bool | None]
 
 
 class HostStateCollector(Collector):
+    """Served as text (`text`, what /metrics sends: one series per machine makes thousands
+    with 1,000 machines, `adapters.process.exposition` says why); `collect` gives the same
+    families as `prometheus_client` objects, for a registry."""
+
     def __init__(self, sources: Sources, leading: Leading) -> None:
         self.sources = sources
         self.leading = leading
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
-        yield from (_family(f) for f in HOST_FAMILIES)
-        yield _leader_family()
+        yield from (_family(f) for f in (*HOST_FAMILIES, LEADER))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        families = {f: _family(f) for f in HOST_FAMILIES}
+        for family, samples in self.gather():
+            metric = _family(family)
+            for sample in samples:
+                metric.add_metric(list(sample.labels), sample.value)
+            yield metric
+
+    def text(self) -> str:
+        """This scrape's families in Prometheus' text format."""
+        return render(self.gather(), pause=yield_interpreter)
+
+    def gather(self) -> list[tuple[Family, list[Sample]]]:
+        """This scrape's samples, family by family (every family, those without samples too),
+        from memory."""
+        families: dict[Family, list[Sample]] = {f: [] for f in (*HOST_FAMILIES, LEADER)}
         for source in self.sources():
             try:
                 samples = host_samples(source.host, source.host_object())
@@ -55,37 +72,36 @@ class HostStateCollector(Collector):
                 log.exception("host %s: its state metrics failed", source.host)
                 continue
             for sample in samples:
-                families[sample.family].add_metric(list(sample.labels), sample.value)
-        yield from families.values()
-        leader = _leader_family()
+                families[sample.family].append(sample)
         leading = self.leading()
         if leading is not None:
-            leader.add_metric([], 1.0 if leading else 0.0)
-        yield leader
+            families[LEADER].append(Sample(LEADER, (), 1.0 if leading else 0.0))
+        return list(families.items())
 
 
 def _family(family: Family) -> GaugeMetricFamily:
     return GaugeMetricFamily(family.name, family.help, labels=list(family.labels))
 
 
-def _leader_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily(
-        f"{c.METRICS_PREFIX}_generic_leader",
-        "1 while this daemon leads the generic controller (holds its Lease); absent when it "
-        "takes no part (--no-generic).",
-    )
+LEADER = Family(
+    f"{c.METRICS_PREFIX}_generic_leader",
+    Kind.GAUGE,
+    "1 while this daemon leads the generic controller (holds its Lease); absent when it "
+    "takes no part (--no-generic).",
+    (),
+)
 
 
 _registered: list[HostStateCollector] = []
 
 
 def register_host_metrics(sources: Sources, leading: Leading) -> HostStateCollector:
-    """Serve the hosts `sources()` names and the leader status, in the default registry
+    """Serve the hosts `sources()` names and the leader status, on /metrics
     (registered once per process; a later call only changes where they come from)."""
     if _registered:
         _registered[0].sources, _registered[0].leading = sources, leading
         return _registered[0]
     collector = HostStateCollector(sources, leading)
-    REGISTRY.register(collector)
+    register_text(collector.text)
     _registered.append(collector)
     return collector

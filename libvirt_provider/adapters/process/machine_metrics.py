@@ -26,13 +26,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.process.exposition import register_text
 from libvirt_provider.driver.base import DomainStatistics
 from libvirt_provider.driver.types import DomainStats
+from libvirt_provider.metrics.exposition import PAUSE_EVERY, render
 from libvirt_provider.metrics.fleet import MachineReadiness, MachineState
 from libvirt_provider.metrics.machine_stats import (
     FAMILIES,
@@ -40,10 +41,11 @@ from libvirt_provider.metrics.machine_stats import (
     Kind,
     MachineIdentity,
     MachineIndex,
+    Sample,
     machine_samples,
 )
 
-__all__ = ["HostSource", "MachineStatsCollector", "register_machine_metrics"]
+__all__ = ["HostSource", "MachineStatsCollector", "register_machine_metrics", "yield_interpreter"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,17 @@ class HostSource:
 
 
 Sources = Callable[[], Iterable[HostSource]]
+
+
+def yield_interpreter() -> None:
+    """Let the daemon's other threads run now. Making a body is a stretch of pure Python; a
+    reconcile thread whose API or libvirt answer arrives meanwhile would wait for the
+    interpreter's lock until the switch interval (5 ms) forces it free, and again after each of
+    its next calls, so a body paid by every reconcile in flight, several times over. Called every
+    `PAUSE_EVERY` records and lines, a body hands the lock over as soon as one of them is back."""
+    time.sleep(0)
+
+
 Metric = GaugeMetricFamily | CounterMetricFamily
 
 
@@ -95,6 +108,10 @@ class _HostCall:
 
 
 class MachineStatsCollector(Collector):
+    """The per-machine families. Served as text (`text`, written by `metrics.exposition`: what
+    /metrics sends, `exposition.register_text`); `collect` gives the same families as
+    `prometheus_client` objects, for a registry."""
+
     def __init__(self, sources: Sources, *, deadline: float) -> None:
         self.sources = sources
         self._deadline = deadline
@@ -103,23 +120,39 @@ class MachineStatsCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         """The families without samples: what registering asks for, so it makes no call."""
-        yield from (_metric(f) for f in FAMILIES)
-        yield from _scrape_families()
+        yield from (_metric(f) for f in (*FAMILIES, *SCRAPE_FAMILIES))
 
     def collect(self) -> Iterator[Metric]:
-        families = {f: _metric(f) for f in FAMILIES}
-        partial, seconds, machines = _scrape_families()
+        for family, samples in self.gather():
+            metric = _metric(family)
+            for sample in samples:
+                metric.add_metric(list(sample.labels), sample.value)
+            yield metric
+
+    def text(self) -> str:
+        """This scrape's families in Prometheus' text format."""
+        return render(self.gather(), pause=yield_interpreter)
+
+    def gather(self) -> list[tuple[Family, list[Sample]]]:
+        """This scrape's samples, family by family (every family, those without samples too):
+        one bulk call per host, named after the host's machine copies."""
+        families: dict[Family, list[Sample]] = {f: [] for f in (*FAMILIES, *SCRAPE_FAMILIES)}
         sources = list(self.sources())
         started = time.monotonic()
         for source, answer, _taken_at in self.take(sources):
-            seconds.add_metric([source.host], time.monotonic() - started)
-            partial.add_metric([source.host], 0.0 if answer is not None else 1.0)
+            host = (source.host,)
+            families[SCRAPE_SECONDS].append(
+                Sample(SCRAPE_SECONDS, host, time.monotonic() - started)
+            )
+            families[PARTIAL].append(Sample(PARTIAL, host, 0.0 if answer is not None else 1.0))
             if answer is None:
-                machines.add_metric([source.host], 0.0)
+                families[NAMED].append(Sample(NAMED, host, 0.0))
                 continue
             index = MachineIndex(source.machines())
             named = 0
-            for stats in answer:
+            for count, stats in enumerate(answer, 1):
+                if count % PAUSE_EVERY == 0:
+                    yield_interpreter()
                 key = index.find(stats)
                 if key is None:
                     continue
@@ -127,10 +160,9 @@ class MachineStatsCollector(Collector):
                 for sample in machine_samples(
                     stats, host=source.host, namespace=key[0], name=key[1]
                 ):
-                    families[sample.family].add_metric(list(sample.labels), sample.value)
-            machines.add_metric([source.host], float(named))
-        yield from families.values()
-        yield from (partial, seconds, machines)
+                    families[sample.family].append(sample)
+            families[NAMED].append(Sample(NAMED, host, float(named)))
+        return list(families.items())
 
     def take(
         self, sources: Iterable[HostSource]
@@ -170,24 +202,20 @@ class MachineStatsCollector(Collector):
             return call.answer
 
 
-def _scrape_families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
-    partial = GaugeMetricFamily(
-        f"{_PREFIX}_partial",
-        "1 when this scrape has no machine statistics of the host: its bulk call failed or did "
-        "not answer within the deadline.",
-        labels=["host"],
-    )
-    seconds = GaugeMetricFamily(
-        f"{_PREFIX}_scrape_seconds",
-        "Time this scrape waited for the host's bulk statistics.",
-        labels=["host"],
-    )
-    machines = GaugeMetricFamily(
-        f"{_PREFIX}_machines",
-        "Machines of the host with statistics in this scrape.",
-        labels=["host"],
-    )
-    return partial, seconds, machines
+def _scrape_family(suffix: str, help: str) -> Family:
+    return Family(f"{_PREFIX}_{suffix}", Kind.GAUGE, help, ("host",))
+
+
+PARTIAL = _scrape_family(
+    "partial",
+    "1 when this scrape has no machine statistics of the host: its bulk call failed or did "
+    "not answer within the deadline.",
+)
+SCRAPE_SECONDS = _scrape_family(
+    "scrape_seconds", "Time this scrape waited for the host's bulk statistics."
+)
+NAMED = _scrape_family("machines", "Machines of the host with statistics in this scrape.")
+SCRAPE_FAMILIES = (PARTIAL, SCRAPE_SECONDS, NAMED)
 
 
 def _metric(family: Family) -> Metric:
@@ -203,12 +231,12 @@ _registered: list[MachineStatsCollector] = []
 def register_machine_metrics(
     sources: Sources, *, deadline: float = c.MACHINE_STATS_DEADLINE_SECONDS
 ) -> MachineStatsCollector:
-    """Serve the machines of the hosts `sources()` names, in the default registry (registered
+    """Serve the machines of the hosts `sources()` names, on /metrics (registered
     once per process; a later call only changes where the hosts come from)."""
     if _registered:
         _registered[0].sources = sources
         return _registered[0]
     collector = MachineStatsCollector(sources, deadline=deadline)
-    REGISTRY.register(collector)
+    register_text(collector.text)
     _registered.append(collector)
     return collector

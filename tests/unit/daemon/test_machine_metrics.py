@@ -19,11 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.adapters.process import exposition
 from libvirt_provider.adapters.process.host_metrics import HostStateCollector
 from libvirt_provider.adapters.process.machine_metrics import HostSource, MachineStatsCollector
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.types import DomainStats
 from libvirt_provider.errors import RetryableError
+from libvirt_provider.metrics.fleet import MachineReadiness
 from libvirt_provider.metrics.machine_stats import MachineIdentity
 from libvirt_provider.naming import domain_name
 from tests.support.waiting import eventually
@@ -62,13 +64,9 @@ def _machine(namespace: str, name: str, uid: str) -> tuple[MachineIdentity, Doma
     return MachineIdentity(namespace, name, uid), stats
 
 
-def _scrape(collector: Collector) -> Series:
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(collector)
-    try:
-        text = generate_latest(registry).decode()
-    finally:
-        registry.unregister(collector)
+def _scrape(collector: MachineStatsCollector | HostStateCollector) -> Series:
+    """The collector's families as /metrics serves them (its own text)."""
+    text = collector.text()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -308,3 +306,54 @@ def test_take_answers_each_host_with_the_time_of_its_call_for_kubectl_vm_top() -
     again = {s.host: at for s, _answer, at in collector.take(sources[:1])}
     assert host.calls == 2
     assert again["h1"] > answers["h1"][1]
+
+
+def _through_client(collector: Collector) -> str:
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
+def _without_durations(text: str) -> list[str]:
+    """The lines but the scrape's own duration, which differs from one scrape to the next."""
+    return sorted(line for line in text.splitlines() if "_scrape_seconds{" not in line)
+
+
+def test_the_text_served_is_what_prometheus_client_would_write() -> None:
+    """/metrics writes these families itself (cheaper than prometheus_client's exposition):
+    line for line the same text, HELP and TYPE of families without samples included."""
+    web, web_stats = _machine("team", "web", "u1")
+    quoted = MachineIdentity("team", 'odd"name\\x', "u3")
+    quoted_stats = DomainStats("u3", "d3", {"state.state": 3, "balloon.rss": 2_000_000})
+    host = FakeHost([web_stats, quoted_stats])
+    down = FakeHost([])
+    down.fail = RetryableError("libvirtd restarting")
+    sources = [
+        HostSource(
+            "h1",
+            host,
+            lambda: [web, quoted],
+            lambda: [("PoweredOn", "Running"), ("PoweredOff", "None")],
+            lambda: {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+            lambda: [MachineReadiness("team", "web", True, "PoweredOn")],
+        ),
+        HostSource("h2", down, list),
+    ]
+    stats = MachineStatsCollector(lambda: sources, deadline=5.0)
+    state = HostStateCollector(lambda: sources, lambda: False)
+    for collector in (stats, state):
+        served = collector.text()
+        assert _without_durations(served) == _without_durations(_through_client(collector))
+    assert 'vmapi_machine_memory_rss_bytes{host="h1",name="odd\\"name\\\\x"' in stats.text()
+    # Both hosts have their scrape figures; the one down is partial.
+    assert _value(_scrape(stats), "vmapi_machine_stats_partial", host="h2") == 1.0
+    assert _value(_scrape(state), "vmapi_generic_leader") == 0.0
+
+
+def test_the_body_served_is_the_registry_then_the_collectors_text() -> None:
+    served: list[str] = []
+    exposition.register_text(lambda: "# HELP vmapi_test_text_only x\n" if not served else "")
+    body = exposition.body().decode()
+    assert "python_gc_objects_collected_total" in body  # the registry's
+    assert body.index("python_gc_objects_collected_total") < body.index("vmapi_test_text_only")
+    served.append("done")  # serves nothing from now on
