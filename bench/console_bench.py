@@ -102,6 +102,7 @@ class Console:
     def __init__(self, cfg: client.Configuration, ns: str, *, viewer: bool) -> None:
         self.opened = time.monotonic()
         self.ws = _connect(cfg, console_path(ns, GUEST) + session_query(viewer=viewer))
+        self.upgraded = time.monotonic()
         self.first_byte: float | None = None
         self.closed_reason = ""
         self._out = bytearray()
@@ -222,14 +223,16 @@ def shell_ready(writer: Console) -> None:
     wait(answered, timeout=180, what="the guest's shell answering on its serial console")
 
 
-def attaches(cfg: client.Configuration, ns: str, count: int) -> list[float]:
-    """Seconds from opening a viewer's WebSocket to its first byte, `count` times."""
-    took = []
+def attaches(cfg: client.Configuration, ns: str, count: int) -> tuple[list[float], list[float]]:
+    """Seconds from opening a viewer's WebSocket to its first byte, and to the upgrade (101)
+    alone, `count` times."""
+    took, upgrades = [], []
     for _ in range(count):
         session = Console(cfg, ns, viewer=True)
         took.append(session.wait_first() - session.opened)
+        upgrades.append(session.upgraded - session.opened)
         session.close()
-    return took
+    return took, upgrades
 
 
 def plugin_attaches(lab: LabInfo, ns: str, count: int) -> list[float]:
@@ -427,12 +430,14 @@ def measure(
     print(f"guest {ns}/{GUEST} booted, its shell answering, in {time.monotonic() - booted:.0f} s")
     writer.close()
 
-    cold = attaches(cfg, ns, args.attaches)
+    cold, upgrades = attaches(cfg, ns, args.attaches)
     print(f"attach, nobody attached (stream opened, replay from the host's log): {ms(cold)}")
+    print(f"  of which the WebSocket's upgrade (101 Switching Protocols): {ms(upgrades)}")
     writer = Console(cfg, ns, viewer=False)
     writer.wait_first()
-    warm = attaches(cfg, ns, args.attaches)
+    warm, upgrades = attaches(cfg, ns, args.attaches)
     print(f"attach beside a writer (joins the open stream, replay from its ring): {ms(warm)}")
+    print(f"  of which the WebSocket's upgrade (101 Switching Protocols): {ms(upgrades)}")
     plugin = plugin_attaches(lab, ns, args.plugin_attaches)
     print(f"attach with the plugin (process start to first byte on stdout): {ms(plugin)}")
 
