@@ -67,7 +67,7 @@ sys.path.insert(0, str(REPO))
 from bench._figures import p95, wait  # noqa: E402
 from libvirt_provider import constants as c  # noqa: E402
 from libvirt_provider.console.client import console_path, session_query, websocket_url  # noqa: E402
-from libvirt_provider.console.portforward import guest_address  # noqa: E402
+from libvirt_provider.console.portforward import guest_address, portforward_path  # noqa: E402
 from tests.support.console import (  # noqa: E402
     PortForward,
     plugin_command,
@@ -173,6 +173,56 @@ class Console:
         with contextlib.suppress(websocket.WebSocketException, OSError):
             self.ws.close()
         self._thread.join(10)
+
+
+def _daemon_connect(lab: LabInfo, console_port: int, path: str) -> websocket.WebSocket:
+    """A WebSocket straight to the daemon's port, as the API server's aggregation layer opens it
+    (the front proxy's client certificate, the user in X-Remote-* headers): to tell the API
+    server's share of a stream's cost from the daemon's."""
+    pki = Path(lab.dir) / "pki"
+    ws = websocket.WebSocket(
+        sslopt={
+            "cert_reqs": ssl.CERT_REQUIRED,
+            "ca_certs": str(pki / "console-ca.crt"),
+            "certfile": str(pki / "front-proxy-client.crt"),
+            "keyfile": str(pki / "front-proxy-client.key"),
+        },
+        skip_utf8_validation=True,
+    )
+    ws.settimeout(c.CONSOLE_CONNECT_TIMEOUT)
+    ws.connect(
+        f"wss://localhost:{console_port}{path}",
+        header=["X-Remote-User: console-bench", "X-Remote-Group: system:masters"],
+        subprotocols=[c.CONSOLE_SUBPROTOCOL],
+    )
+    return ws
+
+
+def ws_echo_round(ws: websocket.WebSocket, size: int) -> float:
+    """`size` random bytes through a port-forward WebSocket to the guest's echo and back (sent
+    on a thread of their own); the seconds it took. Exits if they differ."""
+    payload = os.urandom(size)
+    chunk = 64 * KIB
+
+    def write() -> None:
+        for start in range(0, size, chunk):
+            ws.send_bytes(payload[start : start + chunk])
+
+    started = time.monotonic()
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    got = bytearray()
+    while len(got) < size:
+        opcode, data = ws.recv_data()
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            break
+        got += data
+    took = time.monotonic() - started
+    writer.join(30)
+    ws.close()
+    if bytes(got) != payload:
+        raise SystemExit(f"bench: {len(got)} of {size} bytes came back through the WebSocket")
+    return took
 
 
 def _connect(cfg: client.Configuration, path: str) -> websocket.WebSocket:
@@ -388,21 +438,30 @@ def forwarded_round(port: int, size: int) -> float:
         return echo_round(sock, size)
 
 
-def port_forward(lab: LabInfo, ns: str, address: str, size: int, rounds: int) -> float:
-    """The median ratio forwarded / direct throughput over `rounds` alternating rounds."""
+def port_forward(
+    lab: LabInfo, cfg: client.Configuration, ns: str, address: str, console_port: int, *,
+    size: int, rounds: int,
+) -> float:  # fmt: skip
+    """The median ratio forwarded / direct throughput over `rounds` alternating rounds; each
+    round also times the bytes on a WebSocket of the bench's own through the API server and
+    straight to the daemon, which tells where the time goes."""
     forward = PortForward(lab.kubeconfig, ns, GUEST, f":{ECHO_PORT}")
+    path = portforward_path(ns, GUEST, ECHO_PORT)
+    mib = size / MIB
     try:
         ratios = []
         for index in range(rounds):
             through = forwarded_round(forward.local, size)
+            via_api = ws_echo_round(_connect(cfg, path), size)
+            via_daemon = ws_echo_round(_daemon_connect(lab, console_port, path), size)
             direct = direct_round(lab, address, size)
             ratios.append(direct / through)
-            mib = size / MIB
             print(
-                f"port-forward round {index + 1}: {mib:g} MiB echoed, through kubectl vm "
-                f"port-forward {mib / through:.2f} MiB/s ({through:.2f} s), direct in the lab's "
-                f"namespace {mib / direct:.2f} MiB/s ({direct:.2f} s), "
-                f"ratio {direct / through:.2f}",
+                f"port-forward round {index + 1}, {mib:g} MiB echoed, MiB/s: kubectl vm "
+                f"port-forward {mib / through:.1f}, a WebSocket through the API server "
+                f"{mib / via_api:.1f}, a WebSocket straight to the daemon {mib / via_daemon:.1f}, "
+                f"direct in the lab's namespace {mib / direct:.1f}; ratio (plugin / direct) "
+                f"{direct / through:.2f}",
                 flush=True,
             )
         return statistics.median(ratios)
@@ -411,8 +470,9 @@ def port_forward(lab: LabInfo, ns: str, address: str, size: int, rounds: int) ->
 
 
 def measure(
-    lab: LabInfo, api: client.ApiClient, pid: int, ns: str, args: argparse.Namespace
+    lab: LabInfo, api: client.ApiClient, daemon: tuple[int, int], ns: str, args: argparse.Namespace
 ) -> int:
+    pid, console_port = daemon
     cfg = client.Configuration()
     config.load_kube_config(config_file=lab.kubeconfig, client_configuration=cfg)
     create(api, pair(ns, GUEST))
@@ -461,7 +521,10 @@ def measure(
 
     address = start_echo_server(api, writer, ns)
     writer.close()
-    ratio = port_forward(lab, ns, address, int(args.forward_mib * MIB), args.forward_rounds)
+    ratio = port_forward(
+        lab, cfg, ns, address, console_port, size=int(args.forward_mib * MIB),
+        rounds=args.forward_rounds,
+    )  # fmt: skip
     print(f"port-forward / direct throughput: median ratio {ratio:.2f} (goal: at least 0.5)")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     return 0 if intact else 1
@@ -491,7 +554,7 @@ def main() -> int:
     try:
         register_apiservice(lab, api, port)
         with namespace(api) as ns:
-            return measure(lab, api, proc.pid, ns, args)
+            return measure(lab, api, (proc.pid, port), ns, args)
     finally:
         unregister_apiservice(api)
         stop_daemon(proc, log)
