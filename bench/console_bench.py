@@ -80,6 +80,7 @@ from tests.support.factories import pair  # noqa: E402
 from tests.support.kube import create, get, namespace  # noqa: E402
 from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
 from tests.support.port_echo import echo_round  # noqa: E402
+from tests.support.waiting import GiveUp, TimedOutError, eventually  # noqa: E402
 
 GUEST = "guest"
 ECHO_PORT = 7000
@@ -106,65 +107,93 @@ class Console:
         self.first_byte: float | None = None
         self.closed_reason = ""
         self._out = bytearray()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._changed = threading.Event()  # set by the reader on each chunk and at the end
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
         try:
-            while True:
-                opcode, data = self.ws.recv_data()
-                if opcode == websocket.ABNF.OPCODE_CLOSE:
-                    self.closed_reason = data[2:].decode("utf-8", "replace") or "closed"
-                    break
-                with self._cond:
-                    if self.first_byte is None and data:
-                        self.first_byte = time.monotonic()
-                    self._out += data
-                    self._cond.notify_all()
+            while self._take(*self.ws.recv_data()):
+                pass
         except (websocket.WebSocketException, OSError) as err:
             self.closed_reason = self.closed_reason or f"connection ended: {err}"
-        with self._cond:
-            self._cond.notify_all()
+        self._changed.set()
+
+    def _take(self, opcode: int, data: bytes) -> bool:
+        """One frame's bytes kept (the first one's time noted); False at the close frame."""
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            self.closed_reason = data[2:].decode("utf-8", "replace") or "closed"
+            return False
+        with self._lock:
+            if self.first_byte is None and data:
+                self.first_byte = time.monotonic()
+            self._out += data
+        self._changed.set()
+        return True
+
+    def _pause(self, seconds: float) -> None:
+        """`eventually`'s pause: woken by the next chunk rather than a fixed interval."""
+        self._changed.wait(seconds)
+        self._changed.clear()
 
     def size(self) -> int:
-        with self._cond:
+        with self._lock:
             return len(self._out)
 
     def output(self) -> bytes:
-        with self._cond:
+        with self._lock:
             return bytes(self._out)
 
+    def find(self, needle: bytes, *, start: int = 0, timeout: float = 60) -> int | None:
+        """Until `needle` is in the output from `start` on: the index just after it; None if it
+        did not come within `timeout` seconds or the session ended without it."""
+
+        def found() -> int | None:
+            ended = not self._thread.is_alive()
+            with self._lock:
+                at = self._out.find(needle, start)
+            if at >= 0:
+                return at + len(needle)
+            if ended:
+                raise GiveUp(self.closed_reason)
+            return None
+
+        try:
+            return eventually(
+                found, timeout=timeout, interval=1.0, what=repr(needle), pause=self._pause
+            )
+        except (TimedOutError, GiveUp):
+            return None
+
     def wait_for(self, needle: bytes, *, start: int = 0, timeout: float = 60) -> int:
-        """Until `needle` is in the output from `start` on; the index just after it."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                found = self._out.find(needle, start)
-                if found >= 0:
-                    return found + len(needle)
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._thread.is_alive():
-                    raise SystemExit(
-                        f"bench: {needle!r} not in the console's output within {timeout:.0f} s "
-                        f"({self.closed_reason or 'still open'}); its last bytes: "
-                        f"{bytes(self._out[-200:])!r}"
-                    )
-                self._cond.wait(min(left, 1.0))
+        """`find`, and the end of the script if it does not come."""
+        at = self.find(needle, start=start, timeout=timeout)
+        if at is None:
+            raise SystemExit(
+                f"bench: {needle!r} not in the console's output within {timeout:.0f} s "
+                f"({self.closed_reason or 'still open'}); its last bytes: {self.output()[-200:]!r}"
+            )
+        return at
 
     def wait_first(self, timeout: float = 30) -> float:
-        """Until the first byte arrived; its time."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self.first_byte is None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._thread.is_alive():
-                    raise SystemExit(
-                        f"bench: an attach showed nothing within {timeout:.0f} s "
-                        f"({self.closed_reason or 'still open'})"
-                    )
-                self._cond.wait(min(left, 1.0))
+        """Until the first byte arrived; its time. The end of the script if none comes."""
+
+        def first() -> float | None:
+            ended = not self._thread.is_alive()
+            if self.first_byte is None and ended:
+                raise GiveUp(self.closed_reason)
             return self.first_byte
+
+        try:
+            return eventually(
+                first, timeout=timeout, interval=1.0, what="a first byte", pause=self._pause
+            )
+        except (TimedOutError, GiveUp):
+            raise SystemExit(
+                f"bench: an attach showed nothing within {timeout:.0f} s "
+                f"({self.closed_reason or 'still open'})"
+            ) from None
 
     def type(self, data: bytes) -> None:
         self.ws.send_bytes(data)
@@ -263,12 +292,7 @@ def shell_ready(writer: Console) -> None:
     def answered() -> bool:
         start = writer.size()
         writer.type(b"echo READY-$((6*7))\n")
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            if b"READY-42" in writer.output()[start:]:
-                return True
-            time.sleep(0.1)
-        return False
+        return writer.find(b"READY-42", start=start, timeout=3) is not None
 
     wait(answered, timeout=180, what="the guest's shell answering on its serial console")
 
@@ -315,6 +339,15 @@ def plugin_attaches(lab: LabInfo, ns: str, count: int) -> list[float]:
     return took
 
 
+def round_trip(writer: Console, key: bytes) -> float:
+    """Seconds from sending `key` to its echo."""
+    start = writer.size()
+    sent = time.monotonic()
+    writer.type(key)
+    writer.wait_for(key, start=start, timeout=30)
+    return time.monotonic() - sent
+
+
 def keystrokes(writer: Console, count: int) -> list[float]:
     """Round trips of single keystrokes to the shell's line editor's echo; lines of at most 40
     characters, each a comment the shell ignores."""
@@ -323,12 +356,7 @@ def keystrokes(writer: Console, count: int) -> list[float]:
     while len(took) < count:
         writer.type(b"#")
         for i in range(min(40, count - len(took))):
-            key = letters[i % len(letters) : i % len(letters) + 1]
-            start = writer.size()
-            sent = time.monotonic()
-            writer.type(key)
-            writer.wait_for(key, start=start, timeout=30)
-            took.append(time.monotonic() - sent)
+            took.append(round_trip(writer, letters[i % len(letters) : i % len(letters) + 1]))
         writer.type(b"\n")
         run_command(writer, ":", f"K{len(took)}")
     return took
