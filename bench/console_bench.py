@@ -227,28 +227,35 @@ def _daemon_connect(lab: LabInfo, console_port: int, path: str) -> websocket.Web
     return ws
 
 
-def ws_echo_round(ws: websocket.WebSocket, size: int) -> float:
-    """`size` random bytes through a port-forward WebSocket to the guest's echo and back (sent
-    on a thread of their own); the seconds it took. Exits if they differ."""
+def ws_echo_round(ws: websocket.WebSocket, size: int) -> float | str:
+    """`size` random bytes through a port-forward WebSocket to the guest's echo and back, sent
+    on a thread of their own while this one reads (as `kubectl vm port-forward` does); the
+    seconds it took, or how the stream broke. Exits if the bytes differ."""
     payload = os.urandom(size)
     chunk = 64 * KIB
 
     def write() -> None:
-        for start in range(0, size, chunk):
-            ws.send_bytes(payload[start : start + chunk])
+        with contextlib.suppress(websocket.WebSocketException, OSError):
+            for start in range(0, size, chunk):
+                ws.send_bytes(payload[start : start + chunk])
 
     started = time.monotonic()
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
     got = bytearray()
-    while len(got) < size:
-        opcode, data = ws.recv_data()
-        if opcode == websocket.ABNF.OPCODE_CLOSE:
-            break
-        got += data
-    took = time.monotonic() - started
-    writer.join(30)
-    ws.close()
+    try:
+        while len(got) < size:
+            opcode, data = ws.recv_data()
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                break
+            got += data
+    except (websocket.WebSocketException, OSError) as err:
+        return f"broken after {len(got)} of {size} bytes ({err})"
+    finally:
+        took = time.monotonic() - started
+        writer.join(30)
+        with contextlib.suppress(websocket.WebSocketException, OSError):
+            ws.close()
     if bytes(got) != payload:
         raise SystemExit(f"bench: {len(got)} of {size} bytes came back through the WebSocket")
     return took
@@ -460,10 +467,18 @@ def direct_round(lab: LabInfo, address: str, size: int) -> float:
     return float(done.stdout.strip())
 
 
-def forwarded_round(port: int, size: int) -> float:
+def forwarded_round(port: int, size: int) -> float | str:
+    """As `ws_echo_round`, through `kubectl vm port-forward`'s local port."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return echo_round(sock, size)
+        try:
+            return echo_round(sock, size)
+        except (AssertionError, OSError) as err:
+            return f"broken ({err})"
+
+
+def rate(mib: float, took: float | str) -> str:
+    return f"{mib / took:.1f}" if isinstance(took, float) else f"STREAM {took}"
 
 
 def port_forward(
@@ -483,16 +498,18 @@ def port_forward(
             via_api = ws_echo_round(_connect(cfg, path), size)
             via_daemon = ws_echo_round(_daemon_connect(lab, console_port, path), size)
             direct = direct_round(lab, address, size)
-            ratios.append(direct / through)
+            if isinstance(through, float):
+                ratios.append(direct / through)
             print(
                 f"port-forward round {index + 1}, {mib:g} MiB echoed, MiB/s: kubectl vm "
-                f"port-forward {mib / through:.1f}, a WebSocket through the API server "
-                f"{mib / via_api:.1f}, a WebSocket straight to the daemon {mib / via_daemon:.1f}, "
-                f"direct in the lab's namespace {mib / direct:.1f}; ratio (plugin / direct) "
-                f"{direct / through:.2f}",
+                f"port-forward {rate(mib, through)}, a WebSocket through the API server "
+                f"{rate(mib, via_api)}, a WebSocket straight to the daemon "
+                f"{rate(mib, via_daemon)}, direct in the lab's namespace {rate(mib, direct)}"
+                + (f"; ratio (plugin / direct) {ratios[-1]:.2f}" if isinstance(through, float)
+                   else ""),
                 flush=True,
-            )
-        return statistics.median(ratios)
+            )  # fmt: skip
+        return statistics.median(ratios) if ratios else float("nan")
     finally:
         forward.stop()
 
