@@ -20,6 +20,7 @@ BENCH = REPO / "bench"
 # provider burst).
 SMOKE_TIMEOUT = {
     "connect_bench.py": 60,
+    "console_bench.py": 120,
     "footprint.py": 120,
     "generic_status_latency.py": 120,
     "image_bench.py": 120,

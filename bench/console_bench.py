@@ -1,0 +1,610 @@
+"""Benchmark of the serial console and port-forward through the lab's API server (issue 25's
+figures): what a user waits for and what the daemon spends.
+
+Why it exists: the console's claims (an attach shows output at once, typing feels local, every
+viewer sees every byte, idle sessions cost nothing, port-forward is not a bottleneck) are only
+worth what they measure; docs/console.md ("Figures") keeps the last run's numbers.
+
+What it does, on one console daemon it starts itself (the e2e tests' wiring:
+`tests/support/console.py`, an APIService on an ExternalName Service to localhost) and one busybox
+guest it boots in a fresh namespace, every request through the API server with the lab's admin
+kubeconfig:
+- attach: the time from opening the WebSocket to the first byte of output (the replay), p50/p95
+  over `--attaches` attaches as a viewer while nobody else is attached (the daemon opens libvirt's
+  console stream afresh and fills the replay from the host's log), the same while a writer is
+  attached (the session joins the open stream), and from starting `kubectl vm console --viewer`
+  (a new Python process) to the first byte on its stdout, `--plugin-attaches` times;
+- keystroke round trip: one byte sent by the writer, through the API server, the daemon and
+  libvirt to the guest's shell, whose line editor echoes it, and back the same way; p50/p95 over
+  `--keystrokes` keystrokes, each sent once the previous one's echo arrived (the goal in the lab:
+  p95 under 50 ms);
+- viewers: `--viewers` viewers attached to one machine while the guest's shell prints
+  `--output-kib` KiB (`seq`, each line ending in CR LF on the serial line); each viewer's copy of
+  what lies between two markers is compared with the expected bytes (length and SHA-256): none
+  may be lost, and the run exits 1 if any is;
+- idle: the daemon's CPU (utime + stime from /proc/<pid>/stat) over `--idle-seconds` with no
+  session, then with the viewers still attached and idle;
+- port-forward: `--forward-mib` MiB echoed by busybox `nc` in the guest, through
+  `kubectl vm port-forward` and through a direct connection made inside the lab's network
+  namespace, alternately `--forward-rounds` times; the ratio of the two throughputs (the goal: at
+  least 0.5).
+
+Whatever happens, the daemon is stopped, the APIService removed and the namespace (with its
+guest) deleted. Traffic goes only to 127.0.0.1 and, for the direct connection, to the guest inside
+the lab's namespace. Needs the lab (`make lab-up`) and root (`ip netns exec`), as the e2e tests.
+
+usage: .venv/bin/python bench/console_bench.py [--attaches 20] [--keystrokes 200] [--viewers 20]
+       [--output-kib 1024] [--idle-seconds 15] [--forward-mib 8] [--smoke]
+--smoke: two attaches of each kind, one plugin start, ten keystrokes, two viewers of 16 KiB, 2 s
+idle, one round of 256 KiB forwarded; it still fails if an attach shows nothing or a byte is lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import os
+import select
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import websocket
+from kubernetes import client, config
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench._figures import p95, wait  # noqa: E402
+from libvirt_provider import constants as c  # noqa: E402
+from libvirt_provider.console.client import console_path, session_query, websocket_url  # noqa: E402
+from libvirt_provider.console.portforward import guest_address, portforward_path  # noqa: E402
+from tests.support.console import (  # noqa: E402
+    PortForward,
+    plugin_command,
+    register_apiservice,
+    start_console_daemon,
+    unregister_apiservice,
+)
+from tests.support.daemons import stop_daemon  # noqa: E402
+from tests.support.factories import pair  # noqa: E402
+from tests.support.kube import create, get, namespace  # noqa: E402
+from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
+from tests.support.port_echo import echo_round  # noqa: E402
+from tests.support.waiting import GiveUp, TimedOutError, eventually  # noqa: E402
+
+GUEST = "guest"
+ECHO_PORT = 7000
+KIB = 1 << 10
+MIB = 1 << 20
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def ms(values: list[float]) -> str:
+    return (
+        f"p50 {statistics.median(values) * 1e3:.1f} ms, p95 {p95(values) * 1e3:.1f} ms, "
+        f"max {max(values) * 1e3:.1f} ms (n={len(values)})"
+    )
+
+
+class Console:
+    """One console WebSocket through the API server, its output collected by a thread as it
+    comes (pings are answered while it reads), with the time its first byte arrived."""
+
+    def __init__(self, cfg: client.Configuration, ns: str, *, viewer: bool) -> None:
+        self.opened = time.monotonic()
+        self.ws = _connect(cfg, console_path(ns, GUEST) + session_query(viewer=viewer))
+        self.upgraded = time.monotonic()
+        self.first_byte: float | None = None
+        self.closed_reason = ""
+        self._out = bytearray()
+        self._lock = threading.Lock()
+        self._changed = threading.Event()  # set by the reader on each chunk and at the end
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while self._take(*self.ws.recv_data()):
+                pass
+        except (websocket.WebSocketException, OSError) as err:
+            self.closed_reason = self.closed_reason or f"connection ended: {err}"
+        self._changed.set()
+
+    def _take(self, opcode: int, data: bytes) -> bool:
+        """One frame's bytes kept (the first one's time noted); False at the close frame."""
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            self.closed_reason = data[2:].decode("utf-8", "replace") or "closed"
+            return False
+        with self._lock:
+            if self.first_byte is None and data:
+                self.first_byte = time.monotonic()
+            self._out += data
+        self._changed.set()
+        return True
+
+    def _pause(self, seconds: float) -> None:
+        """`eventually`'s pause: woken by the next chunk rather than a fixed interval."""
+        self._changed.wait(seconds)
+        self._changed.clear()
+
+    def size(self) -> int:
+        with self._lock:
+            return len(self._out)
+
+    def output(self) -> bytes:
+        with self._lock:
+            return bytes(self._out)
+
+    def find(self, needle: bytes, *, start: int = 0, timeout: float = 60) -> int | None:
+        """Until `needle` is in the output from `start` on: the index just after it; None if it
+        did not come within `timeout` seconds or the session ended without it."""
+
+        def found() -> int | None:
+            ended = not self._thread.is_alive()
+            with self._lock:
+                at = self._out.find(needle, start)
+            if at >= 0:
+                return at + len(needle)
+            if ended:
+                raise GiveUp(self.closed_reason)
+            return None
+
+        try:
+            return eventually(
+                found, timeout=timeout, interval=1.0, what=repr(needle), pause=self._pause
+            )
+        except (TimedOutError, GiveUp):
+            return None
+
+    def wait_for(self, needle: bytes, *, start: int = 0, timeout: float = 60) -> int:
+        """`find`, and the end of the script if it does not come."""
+        at = self.find(needle, start=start, timeout=timeout)
+        if at is None:
+            raise SystemExit(
+                f"bench: {needle!r} not in the console's output within {timeout:.0f} s "
+                f"({self.closed_reason or 'still open'}); its last bytes: {self.output()[-200:]!r}"
+            )
+        return at
+
+    def wait_first(self, timeout: float = 30) -> float:
+        """Until the first byte arrived; its time. The end of the script if none comes."""
+
+        def first() -> float | None:
+            ended = not self._thread.is_alive()
+            if self.first_byte is None and ended:
+                raise GiveUp(self.closed_reason)
+            return self.first_byte
+
+        try:
+            return eventually(
+                first, timeout=timeout, interval=1.0, what="a first byte", pause=self._pause
+            )
+        except (TimedOutError, GiveUp):
+            raise SystemExit(
+                f"bench: an attach showed nothing within {timeout:.0f} s "
+                f"({self.closed_reason or 'still open'})"
+            ) from None
+
+    def type(self, data: bytes) -> None:
+        self.ws.send_bytes(data)
+
+    def close(self) -> None:
+        with contextlib.suppress(websocket.WebSocketException, OSError):
+            self.ws.close()
+        self._thread.join(10)
+
+
+def _daemon_connect(lab: LabInfo, console_port: int, path: str) -> websocket.WebSocket:
+    """A WebSocket straight to the daemon's port, as the API server's aggregation layer opens it
+    (the front proxy's client certificate, the user in X-Remote-* headers): to tell the API
+    server's share of a stream's cost from the daemon's."""
+    pki = Path(lab.dir) / "pki"
+    ws = websocket.WebSocket(
+        sslopt={
+            "cert_reqs": ssl.CERT_REQUIRED,
+            "ca_certs": str(pki / "console-ca.crt"),
+            "certfile": str(pki / "front-proxy-client.crt"),
+            "keyfile": str(pki / "front-proxy-client.key"),
+        },
+        skip_utf8_validation=True,
+    )
+    ws.settimeout(c.CONSOLE_CONNECT_TIMEOUT)
+    ws.connect(
+        f"wss://localhost:{console_port}{path}",
+        header=["X-Remote-User: console-bench", "X-Remote-Group: system:masters"],
+        subprotocols=[c.CONSOLE_SUBPROTOCOL],
+    )
+    return ws
+
+
+def ws_echo_round(ws: websocket.WebSocket, size: int) -> float | str:
+    """`size` random bytes through a port-forward WebSocket to the guest's echo and back, sent
+    on a thread of their own while this one reads (as `kubectl vm port-forward` does); the
+    seconds it took, or how the stream broke. Exits if the bytes differ."""
+    payload = os.urandom(size)
+    chunk = 64 * KIB
+
+    def write() -> None:
+        with contextlib.suppress(websocket.WebSocketException, OSError):
+            for start in range(0, size, chunk):
+                ws.send_bytes(payload[start : start + chunk])
+
+    started = time.monotonic()
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    got = bytearray()
+    try:
+        while len(got) < size:
+            opcode, data = ws.recv_data()
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                break
+            got += data
+    except (websocket.WebSocketException, OSError) as err:
+        return f"broken after {len(got)} of {size} bytes ({err})"
+    finally:
+        took = time.monotonic() - started
+        writer.join(30)
+        with contextlib.suppress(websocket.WebSocketException, OSError):
+            ws.close()
+    if bytes(got) != payload:
+        raise SystemExit(f"bench: {len(got)} of {size} bytes came back through the WebSocket")
+    return took
+
+
+def _connect(cfg: client.Configuration, path: str) -> websocket.WebSocket:
+    """A WebSocket to `path` on the API server with the kubeconfig's credentials, as
+    `kubectl vm` opens it."""
+    sslopt: dict[str, Any] = {"cert_reqs": ssl.CERT_REQUIRED}
+    if cfg.ssl_ca_cert:
+        sslopt["ca_certs"] = cfg.ssl_ca_cert
+    if cfg.cert_file:
+        sslopt["certfile"] = cfg.cert_file
+    if cfg.key_file:
+        sslopt["keyfile"] = cfg.key_file
+    headers = [
+        f"{s['key']}: {s['value']}"
+        for s in cfg.auth_settings().values()
+        if s.get("in") == "header" and s.get("value")
+    ]
+    ws = websocket.WebSocket(sslopt=sslopt, skip_utf8_validation=True)
+    ws.settimeout(c.CONSOLE_CONNECT_TIMEOUT)
+    ws.connect(
+        websocket_url(str(cfg.host), path), header=headers, subprotocols=[c.CONSOLE_SUBPROTOCOL]
+    )
+    ws.settimeout(None)
+    return ws
+
+
+def run_command(writer: Console, command: str, tag: str, timeout: float = 60) -> int:
+    """Type `command` followed by an echo of a marker the shell computes (so the typed line's own
+    echo does not match it); the index just after the marker's output."""
+    start = writer.size()
+    writer.type(f"{command}; echo {tag}-$((6*7))\n".encode())
+    return writer.wait_for(f"{tag}-42".encode(), start=start, timeout=timeout)
+
+
+def shell_ready(writer: Console) -> None:
+    """The guest's shell answers (it may still be booting when the machine reports PoweredOn)."""
+
+    def answered() -> bool:
+        start = writer.size()
+        writer.type(b"echo READY-$((6*7))\n")
+        return writer.find(b"READY-42", start=start, timeout=3) is not None
+
+    wait(answered, timeout=180, what="the guest's shell answering on its serial console")
+
+
+def attaches(cfg: client.Configuration, ns: str, count: int) -> tuple[list[float], list[float]]:
+    """Seconds from opening a viewer's WebSocket to its first byte, and to the upgrade (101)
+    alone, `count` times."""
+    took, upgrades = [], []
+    for _ in range(count):
+        session = Console(cfg, ns, viewer=True)
+        took.append(session.wait_first() - session.opened)
+        upgrades.append(session.upgraded - session.opened)
+        session.close()
+    return took, upgrades
+
+
+def plugin_attaches(lab: LabInfo, ns: str, count: int) -> list[float]:
+    """Seconds from starting `kubectl vm console --viewer` to the first byte on its stdout."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    took = []
+    for _ in range(count):
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            plugin_command(lab.kubeconfig, "console", GUEST, "-n", ns, "--viewer"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=REPO,
+        )
+        try:
+            assert proc.stdout is not None
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            first = os.read(proc.stdout.fileno(), 1) if ready else b""
+            if not first:
+                proc.kill()
+                err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
+                raise SystemExit(f"bench: kubectl vm console printed nothing: {err}")
+            took.append(time.monotonic() - started)
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(30)
+    return took
+
+
+def round_trip(writer: Console, key: bytes) -> float:
+    """Seconds from sending `key` to its echo."""
+    start = writer.size()
+    sent = time.monotonic()
+    writer.type(key)
+    writer.wait_for(key, start=start, timeout=30)
+    return time.monotonic() - sent
+
+
+def keystrokes(writer: Console, count: int) -> list[float]:
+    """Round trips of single keystrokes to the shell's line editor's echo; lines of at most 40
+    characters, each a comment the shell ignores."""
+    took: list[float] = []
+    letters = b"abcdefghijklmnopqrstuvwxyz"
+    while len(took) < count:
+        writer.type(b"#")
+        for i in range(min(40, count - len(took))):
+            took.append(round_trip(writer, letters[i % len(letters) : i % len(letters) + 1]))
+        writer.type(b"\n")
+        run_command(writer, ":", f"K{len(took)}")
+    return took
+
+
+def expected_output(size: int) -> tuple[int, bytes]:
+    """The smallest N whose `seq 1 N` is at least `size` bytes on the serial line, and those
+    bytes (the tty turns each LF into CR LF)."""
+    lines, total, n = [], 0, 0
+    while total < size:
+        n += 1
+        line = f"{n}\r\n".encode()
+        lines.append(line)
+        total += len(line)
+    return n, b"".join(lines)
+
+
+def viewers_see_everything(
+    cfg: client.Configuration, ns: str, writer: Console, *, count: int, size: int, tag: str
+) -> tuple[list[Console], bool]:
+    """`count` viewers attached while the guest prints `size` bytes; whether each got them all.
+    The viewers are returned still attached."""
+    n, expected = expected_output(size)
+    digest = hashlib.sha256(expected).hexdigest()
+    sessions = [Console(cfg, ns, viewer=True) for _ in range(count)]
+    for session in sessions:  # attached and past the replay before the output starts
+        session.wait_first()
+    begin, end = f"S{tag}-42\r\n".encode(), f"E{tag}-42".encode()
+    started = time.monotonic()
+    writer.type(f"echo S{tag}-$((6*7)); seq 1 {n}; echo E{tag}-$((6*7))\n".encode())
+    timeout = 60 + size / (4 * KIB)  # the serial line at 4 KiB/s would be slow, not lost
+    writer.wait_for(end, timeout=timeout)
+    printed = time.monotonic() - started
+    intact = True
+    for index, session in enumerate([writer, *sessions]):
+        out = session.output()
+        at = session.wait_for(end, timeout=30)
+        first = out.find(begin)
+        got = out[first + len(begin) : at - len(end)] if first >= 0 else b""
+        ok = got == expected
+        intact = intact and ok
+        who = "writer" if index == 0 else f"viewer {index:2d}"
+        if not ok or index <= 1 or index == count:
+            print(
+                f"  {who}: {len(got)} of {len(expected)} bytes, sha256 "
+                f"{hashlib.sha256(got).hexdigest()[:16]} "
+                f"{'== expected' if ok else '!= expected ' + digest[:16]}"
+                f"{'' if not session.closed_reason else ', closed: ' + session.closed_reason}",
+                flush=True,
+            )
+    print(
+        f"viewers: {count} viewers and the writer, {len(expected)} bytes of `seq 1 {n}` in "
+        f"{printed:.1f} s ({len(expected) / printed / KIB:.0f} KiB/s on the serial line): "
+        f"{'every session got every byte' if intact else 'BYTES LOST (see above)'}",
+        flush=True,
+    )
+    return sessions, intact
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14 and 15)
+
+
+def threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+def idle_cpu(pid: int, seconds: float) -> float:
+    """The share of one core the daemon used over `seconds` (a measurement window, not a
+    wait for anything)."""
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+
+
+def start_echo_server(api: client.ApiClient, writer: Console, ns: str) -> str:
+    """busybox `nc` echoing on ECHO_PORT in the guest; the guest's address."""
+    # A second nc (the line typed again) cannot bind the port and exits: one server stays.
+    run_command(writer, f"(nc -ll -p {ECHO_PORT} -e cat &)", "NC")
+    return wait(
+        lambda: guest_address(get(api, ns, GUEST, vm=False) or {}),
+        timeout=120,
+        what="the guest's address in its status",
+    )
+
+
+def direct_round(lab: LabInfo, address: str, size: int) -> float:
+    probe = [sys.executable, "-m", "tests.support.port_echo", address, str(ECHO_PORT), str(size)]
+    done = subprocess.run(
+        ["ip", "netns", "exec", lab.netns, *probe],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=REPO,
+    )
+    return float(done.stdout.strip())
+
+
+def forwarded_round(port: int, size: int) -> float | str:
+    """As `ws_echo_round`, through `kubectl vm port-forward`'s local port."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            return echo_round(sock, size)
+        except (AssertionError, OSError) as err:
+            return f"broken ({err})"
+
+
+def rate(mib: float, took: float | str) -> str:
+    return f"{mib / took:.1f}" if isinstance(took, float) else f"STREAM {took}"
+
+
+def port_forward(
+    lab: LabInfo, cfg: client.Configuration, ns: str, address: str, console_port: int, *,
+    size: int, rounds: int,
+) -> float:  # fmt: skip
+    """The median ratio forwarded / direct throughput over `rounds` alternating rounds; each
+    round also times the bytes on a WebSocket of the bench's own through the API server and
+    straight to the daemon, which tells where the time goes."""
+    forward = PortForward(lab.kubeconfig, ns, GUEST, f":{ECHO_PORT}")
+    path = portforward_path(ns, GUEST, ECHO_PORT)
+    mib = size / MIB
+    try:
+        ratios = []
+        for index in range(rounds):
+            through = forwarded_round(forward.local, size)
+            via_api = ws_echo_round(_connect(cfg, path), size)
+            via_daemon = ws_echo_round(_daemon_connect(lab, console_port, path), size)
+            direct = direct_round(lab, address, size)
+            if isinstance(through, float):
+                ratios.append(direct / through)
+            print(
+                f"port-forward round {index + 1}, {mib:g} MiB echoed, MiB/s: kubectl vm "
+                f"port-forward {rate(mib, through)}, a WebSocket through the API server "
+                f"{rate(mib, via_api)}, a WebSocket straight to the daemon "
+                f"{rate(mib, via_daemon)}, direct in the lab's namespace {rate(mib, direct)}"
+                + (f"; ratio (plugin / direct) {ratios[-1]:.2f}" if isinstance(through, float)
+                   else ""),
+                flush=True,
+            )  # fmt: skip
+        return statistics.median(ratios) if ratios else float("nan")
+    finally:
+        forward.stop()
+
+
+def measure(
+    lab: LabInfo, api: client.ApiClient, daemon: tuple[int, int], ns: str, args: argparse.Namespace
+) -> int:
+    pid, console_port = daemon
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=lab.kubeconfig, client_configuration=cfg)
+    create(api, pair(ns, GUEST))
+    booted = time.monotonic()
+    wait(
+        lambda: (
+            ((get(api, ns, GUEST, vm=False) or {}).get("status") or {}).get("powerState")
+            == "PoweredOn"
+        ),
+        timeout=180,
+        what=f"LibvirtMachine {ns}/{GUEST} PoweredOn",
+    )
+    writer = Console(cfg, ns, viewer=False)
+    shell_ready(writer)
+    print(f"guest {ns}/{GUEST} booted, its shell answering, in {time.monotonic() - booted:.0f} s")
+    writer.close()
+
+    cold, upgrades = attaches(cfg, ns, args.attaches)
+    print(f"attach, nobody attached (stream opened, replay from the host's log): {ms(cold)}")
+    print(f"  of which the WebSocket's upgrade (101 Switching Protocols): {ms(upgrades)}")
+    writer = Console(cfg, ns, viewer=False)
+    writer.wait_first()
+    warm, upgrades = attaches(cfg, ns, args.attaches)
+    print(f"attach beside a writer (joins the open stream, replay from its ring): {ms(warm)}")
+    print(f"  of which the WebSocket's upgrade (101 Switching Protocols): {ms(upgrades)}")
+    plugin = plugin_attaches(lab, ns, args.plugin_attaches)
+    print(f"attach with the plugin (process start to first byte on stdout): {ms(plugin)}")
+
+    typed = keystrokes(writer, args.keystrokes)
+    print(f"keystroke round trip (writer to the shell's echo and back): {ms(typed)} "
+          f"(goal: p95 under 50 ms)")  # fmt: skip
+
+    tag = uuid.uuid4().hex[:6]
+    baseline = idle_cpu(pid, args.idle_seconds)
+    sessions, intact = viewers_see_everything(
+        cfg, ns, writer, count=args.viewers, size=args.output_kib * KIB, tag=tag
+    )
+    loaded = idle_cpu(pid, args.idle_seconds)
+    print(
+        f"daemon CPU over {args.idle_seconds:g} s: {baseline * 100:.1f} % of a core with the "
+        f"writer alone, {loaded * 100:.1f} % with the writer and {len(sessions)} idle viewers "
+        f"({threads(pid)} threads)"
+    )
+    for session in sessions:
+        session.close()
+
+    address = start_echo_server(api, writer, ns)
+    writer.close()
+    ratio = port_forward(
+        lab, cfg, ns, address, console_port, size=int(args.forward_mib * MIB),
+        rounds=args.forward_rounds,
+    )  # fmt: skip
+    print(f"port-forward / direct throughput: median ratio {ratio:.2f} (goal: at least 0.5)")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    return 0 if intact else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--attaches", type=int, default=20)
+    parser.add_argument("--plugin-attaches", type=int, default=5)
+    parser.add_argument("--keystrokes", type=int, default=200)
+    parser.add_argument("--viewers", type=int, default=20)
+    parser.add_argument("--output-kib", type=int, default=1024)
+    parser.add_argument("--idle-seconds", type=float, default=15)
+    parser.add_argument("--forward-mib", type=float, default=8)
+    parser.add_argument("--forward-rounds", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="a tiny run; bytes still checked")
+    args = parser.parse_args()
+    if args.smoke:
+        args.attaches, args.plugin_attaches, args.keystrokes = 2, 1, 10
+        args.viewers, args.output_kib, args.idle_seconds = 2, 16, 2
+        args.forward_mib, args.forward_rounds = 0.25, 1
+    lab = read_lab()
+    api = config.new_client_from_config(config_file=lab.kubeconfig)
+    proc, log, port = start_console_daemon(
+        lab, api, Path(tempfile.mkdtemp(prefix="console-bench-")), log_name="bench-console.log"
+    )
+    try:
+        register_apiservice(lab, api, port)
+        with namespace(api) as ns:
+            return measure(lab, api, (proc.pid, port), ns, args)
+    finally:
+        unregister_apiservice(api)
+        stop_daemon(proc, log)
+        api.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
