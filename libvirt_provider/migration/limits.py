@@ -110,7 +110,13 @@ def _mib(value: int) -> str:
 
 class Watchdog:
     """One running copy's ends: fed the source's job statistics as they come, it says when
-    the job must be aborted. Pure: the caller gives the time."""
+    the job must be aborted. Pure: the caller gives the time.
+
+    No progress: the bytes left (memory and disk) did not fall below the least seen in the
+    current stage (the disk mirror first, then memory) for the no-progress time; a guest that
+    dirties its memory as fast as it is sent makes none, however many bytes go over the wire.
+    The deadline: from the start of the copy, the seconds per GiB times the largest amount of
+    memory and disk libvirt reported to copy."""
 
     def __init__(self, limits: MigrationLimits, *, started: dt.datetime) -> None:
         self._limits = limits
@@ -118,6 +124,7 @@ class Watchdog:
         self._lowest: int | None = None
         self._since = started
         self._total = 0
+        self._memory_stage = False
 
     def observe(self, now: dt.datetime, stats: Mapping[str, Any] | None) -> Verdict | None:
         """Take one report (`jobStats()` keys; None when libvirt gave none) and judge."""
@@ -126,7 +133,16 @@ class Watchdog:
         total = _sum(stats, "memory_total", "disk_total")
         if total is not None:
             self._total = max(self._total, total)
-        if remaining is not None and (self._lowest is None or remaining < self._lowest):
+        # With local disks, libvirt mirrors the disks first and sends memory after: the bytes
+        # left restart from the memory's size then, so the lowest seen restarts with the stage.
+        # A report of nothing left is no bound to hold the job to (a stage not begun, or the
+        # very end), so it is not taken as the lowest.
+        memory_stage = bool(stats.get("memory_processed"))
+        if memory_stage != self._memory_stage:
+            self._memory_stage = memory_stage
+            self._lowest = None
+            self._since = now
+        if remaining and (self._lowest is None or remaining < self._lowest):
             self._lowest = remaining
             self._since = now
         elapsed = (now - self._started).total_seconds()

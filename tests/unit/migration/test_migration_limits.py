@@ -113,3 +113,25 @@ def test_a_copy_longer_than_its_deadline_is_given_up_even_while_it_progresses() 
     assert verdict.reason == c.MIGRATION_REASON_DEADLINE_EXCEEDED
     assert "the deadline for 256.0 MiB of memory and disk is 10 s" in verdict.message
     assert "189.0 MiB of memory" in verdict.message
+
+
+def test_the_memory_stage_after_the_disk_mirror_starts_the_lowest_again() -> None:
+    """libvirt mirrors the disks first (memory not begun: 0 left, 0 sent), then sends memory:
+    the bytes left jump from the mirror's last figure to the memory's size. Neither the zeros
+    nor the mirror's low figure hold the memory stage back."""
+    dog = Watchdog(
+        MigrationLimits(no_progress_seconds=10, deadline_seconds_per_gib=1000), started=T0
+    )
+    zeros = {"memory_total": 0, "memory_remaining": 0, "memory_processed": 0}
+    assert dog.observe(T0 + dt.timedelta(seconds=1), {**zeros, "disk_remaining": 0}) is None
+    assert dog.observe(T0 + dt.timedelta(seconds=2), {**zeros, "disk_remaining": 8 * 2**20}) is None
+    assert dog.observe(T0 + dt.timedelta(seconds=3), {**zeros, "disk_remaining": 2**20}) is None
+    memory = {"memory_total": GIB // 4, "disk_remaining": 0}
+    for second, left in ((4, 200), (9, 190), (18, 180)):
+        stats = {**memory, "memory_processed": 2**20, "memory_remaining": left * 2**20}
+        assert dog.observe(T0 + dt.timedelta(seconds=second), stats) is None
+    stats = {**memory, "memory_processed": 2**20, "memory_remaining": 185 * 2**20}
+    verdict = dog.observe(T0 + dt.timedelta(seconds=29), stats)
+    assert verdict is not None
+    assert verdict.reason == c.MIGRATION_REASON_NO_PROGRESS
+    assert "the least seen: 180.0 MiB" in verdict.message
