@@ -190,8 +190,9 @@ class MigrationReconciler:
         )
         if role is Role.NONE and not status.get("source") and not machine_host:
             # No machine, or one no host serves yet: no source to ask, so the first daemon to
-            # look fails it (every daemon would write the same).
-            if _phase(obj) is None:
+            # look fails it (every daemon would write the same); so is one that waited for a
+            # slot meanwhile.
+            if _phase(obj) in (None, MigrationPhase.PENDING):
                 if machine is None:
                     return self._fail(
                         obj,

@@ -8,8 +8,8 @@ Why: issue 27's limits and ends (docs/migration.md, "Limits and ends"), on the r
 daemons, libvirt's TLS migration between two extra hosts, a copy slowed with
 `migrateSetMaxSpeed` on the source's domain as the cancel test does.
 
-Cost: about 70-100 s (two busybox guests booted together, ~25 s under TCG; two migrations of
-~5-15 s, the first slowed for a few seconds; a slowed one aborted at its deadline, ~40 s).
+Cost: about 115-130 s measured (two busybox guests booted, ~40 s under TCG; two migrations in
+~17 s, the first slowed for a few seconds; a slowed one aborted at its deadline, ~45 s).
 """
 
 from __future__ import annotations

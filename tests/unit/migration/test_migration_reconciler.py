@@ -399,3 +399,17 @@ def test_auto_converge_is_asked_of_libvirt_only_when_the_spec_says_so() -> None:
     _settle(_daemons(store, a, b))
     assert a.auto_converge == [True]
     assert store.migrations["m"]["status"]["phase"] == c.MIGRATION_PHASE_SUCCEEDED
+
+
+def test_a_migration_waiting_for_a_slot_whose_machine_goes_is_failed() -> None:
+    store, a, b = _world()
+    _running_elsewhere(store, "busy", "a")
+    daemons = _daemons(store, a, b, MigrationLimits(per_host=1))
+    _settle(daemons, rounds=1)
+    assert store.migrations["m"]["status"]["phase"] == c.MIGRATION_PHASE_PENDING
+    del store.machines["web"]
+    _settle(daemons, rounds=1)
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_MACHINE_NOT_FOUND
+    assert daemons["a"].waiting() == []
