@@ -41,6 +41,7 @@ __all__ = [
     "ModifyVolumeStatus",
     "Placement",
     "Preemption",
+    "RestoreHold",
     "SelectorRequirement",
     "SpreadBy",
 ]
@@ -257,6 +258,20 @@ class Preemption(KubeModel):
     )
 
 
+class RestoreHold(KubeModel):
+    """A LibvirtRestore holds the machine off while it replaces its disks: written by the
+    restore (docs/snapshots.md, "Restore in place"), acknowledged by the machine's controller
+    once the machine is off (`held`), removed by the restore when it is done."""
+
+    restore: str = Field(max_length=253, description="The LibvirtRestore's name.")
+    uid: str = Field(max_length=64, description="The LibvirtRestore's uid.")
+    since: str = Field(max_length=64, description="When the hold was set (RFC 3339).")
+    held: bool | None = Field(
+        default=None,
+        description="Set by the machine's controller once the machine is off and kept off.",
+    )
+
+
 class MachineMigration(KubeModel):
     """The LibvirtMigration moving the machine, written by its source host's daemon when the
     migration is accepted and removed when it ends. It is the machine's lock (one migration at a
@@ -329,6 +344,10 @@ class LibvirtMachineStatus(KubeModel):
     preemption: Preemption | None = Field(
         default=None,
         description="Set while the machine (spot) is preempted: kept off until its host has room.",
+    )
+    restore: RestoreHold | None = Field(
+        default=None,
+        description="Set while a LibvirtRestore holds the machine off to replace its disks.",
     )
     migration: MachineMigration | None = Field(
         default=None,

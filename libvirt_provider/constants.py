@@ -72,6 +72,8 @@ __all__ = [
     "EVENT_PREEMPTING",
     "EVENT_PREEMPTION_ENDED",
     "EVENT_REDEFINED",
+    "EVENT_RESTORED",
+    "EVENT_RESTORE_HOLD",
     "EVENT_RESUMED",
     "EVENT_SAVED_STATE_DISCARDED",
     "EVENT_SHUTDOWN_REQUESTED",
@@ -182,6 +184,7 @@ __all__ = [
     "REASON_GUEST_AGENT_RESPONDING",
     "REASON_GUEST_AGENT_UNRESPONSIVE",
     "REASON_GUEST_NOT_COMPLYING",
+    "REASON_HELD_FOR_RESTORE",
     "REASON_HOST_CHANGED",
     "REASON_HOST_LABEL_RESTORED",
     "REASON_HOST_NOT_READY",
@@ -211,6 +214,31 @@ __all__ = [
     "REASON_WAITING_FOR_PREEMPTION",
     "RESERVATION_LEASE_MINUTES",
     "RESOLUTION_REASONS",
+    "RESTORE_CONDITION_SUCCEEDED",
+    "RESTORE_FINALIZER",
+    "RESTORE_KIND",
+    "RESTORE_PHASE_FAILED",
+    "RESTORE_PHASE_PENDING",
+    "RESTORE_PHASE_POWERING_OFF",
+    "RESTORE_PHASE_RESTORING",
+    "RESTORE_PHASE_SUCCEEDED",
+    "RESTORE_PHASE_WAITING",
+    "RESTORE_PLURAL",
+    "RESTORE_REASON_ANOTHER_RESTORE",
+    "RESTORE_REASON_FAILED",
+    "RESTORE_REASON_HOST_UNREACHABLE",
+    "RESTORE_REASON_IN_PROGRESS",
+    "RESTORE_REASON_MACHINE_NOT_BUILT",
+    "RESTORE_REASON_MACHINE_NOT_FOUND",
+    "RESTORE_REASON_RESTORED",
+    "RESTORE_REASON_SNAPSHOT_NOT_FOUND",
+    "RESTORE_REASON_SNAPSHOT_NOT_READY",
+    "RESTORE_REASON_SNAPSHOT_OF_ANOTHER_MACHINE",
+    "RESTORE_REASON_UNSUPPORTED_DISK",
+    "RESTORE_REASON_WAITING_FOR_POWER_OFF",
+    "RESTORE_SHORT_NAMES",
+    "RESTORE_WHEN_RUNNING_POWER_OFF",
+    "RESTORE_WHEN_RUNNING_WAIT",
     "SECRETS_CLUSTER_ROLE",
     "SNAPSHOT_BOOT_DISK",
     "SNAPSHOT_COMMIT_TIMEOUT_SECONDS",
@@ -631,6 +659,42 @@ SNAPSHOT_COMMIT_TIMEOUT_SECONDS: Final = 120.0
 # Seconds a preempted spot machine's guest is given to shut down before it is powered off
 # (`--preemption-grace`; docs/placement.md).
 PREEMPTION_GRACE_SECONDS: Final = 30
+
+# -- LibvirtRestore (docs/snapshots.md, "Restore in place") --------------------------------------
+RESTORE_KIND: Final = "LibvirtRestore"
+RESTORE_PLURAL: Final = "libvirtrestores"
+RESTORE_SHORT_NAMES: Final = ("lvrestore", "lvrestores")
+# Kept while the restore may hold its machine off; removed once the hold is released.
+RESTORE_FINALIZER: Final = f"{GROUP}/libvirt-restore"
+# What a restore does with a machine that runs (spec.whenRunning).
+RESTORE_WHEN_RUNNING_POWER_OFF: Final = "PowerOff"
+RESTORE_WHEN_RUNNING_WAIT: Final = "WaitForPowerOff"
+# Its phases (status.phase), in order; Failed ends a restore that cannot be done.
+RESTORE_PHASE_PENDING: Final = "Pending"
+RESTORE_PHASE_WAITING: Final = "WaitingForPowerOff"
+RESTORE_PHASE_POWERING_OFF: Final = "PoweringOff"
+RESTORE_PHASE_RESTORING: Final = "Restoring"
+RESTORE_PHASE_SUCCEEDED: Final = "Succeeded"
+RESTORE_PHASE_FAILED: Final = "Failed"
+# The restore's one condition, and its reasons.
+RESTORE_CONDITION_SUCCEEDED: Final = "Succeeded"
+RESTORE_REASON_IN_PROGRESS: Final = "InProgress"
+RESTORE_REASON_WAITING_FOR_POWER_OFF: Final = "WaitingForPowerOff"
+RESTORE_REASON_RESTORED: Final = "Restored"
+RESTORE_REASON_SNAPSHOT_NOT_FOUND: Final = "SnapshotNotFound"
+RESTORE_REASON_SNAPSHOT_NOT_READY: Final = "SnapshotNotReady"
+RESTORE_REASON_SNAPSHOT_OF_ANOTHER_MACHINE: Final = "SnapshotOfAnotherMachine"
+RESTORE_REASON_MACHINE_NOT_FOUND: Final = "MachineNotFound"
+RESTORE_REASON_MACHINE_NOT_BUILT: Final = "MachineNotBuilt"
+RESTORE_REASON_UNSUPPORTED_DISK: Final = "UnsupportedDisk"
+RESTORE_REASON_ANOTHER_RESTORE: Final = "AnotherRestoreInProgress"
+RESTORE_REASON_HOST_UNREACHABLE: Final = "HostUnreachable"
+RESTORE_REASON_FAILED: Final = "RestoreFailed"
+# Events on the machine's LibvirtMachine (the restore's own carry the condition reasons).
+EVENT_RESTORE_HOLD: Final = "HeldForRestore"
+EVENT_RESTORED: Final = "Restored"
+# The machine's controller reports a machine held off for a restore with this reason.
+REASON_HELD_FOR_RESTORE: Final = "HeldForRestore"
 
 # -- LibvirtMigration (docs/migration.md) ---------------------------------------------------------
 MIGRATION_KIND: Final = "LibvirtMigration"

@@ -420,6 +420,24 @@ class KubeApi:
             request_timeout=_request_timeout,
         )
 
+    def create_namespaced_custom_object(
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        body: object,
+        *,
+        _request_timeout: Timeout = None,
+    ) -> Any:
+        return self._call(
+            "POST",
+            "/apis/{group}/{version}/namespaces/{namespace}/{plural}",
+            _custom(group, version, plural, namespace=namespace),
+            body=body,
+            request_timeout=_request_timeout,
+        )
+
     def patch_namespaced_custom_object(  # noqa: PLR0917 (the generated classes' order)
         self,
         group: str,
@@ -558,6 +576,9 @@ class KubeApi:
             {"name": name, "namespace": namespace},
             request_timeout=_request_timeout,
         )
+
+    def list_namespace(self, *, _request_timeout: Timeout = None) -> Any:
+        return self._call("GET", "/api/v1/namespaces", {}, request_timeout=_request_timeout)
 
     def read_namespaced_config_map(
         self, name: str, namespace: str, *, _request_timeout: Timeout = None

@@ -18,6 +18,7 @@ from libvirt_provider import constants as c
 from libvirt_provider.api import LibvirtMachineSpec, LibvirtMachineStatus
 from libvirt_provider.host_api import LibvirtHostSpec, LibvirtHostStatus
 from libvirt_provider.migration_api import LibvirtMigrationSpec, LibvirtMigrationStatus
+from libvirt_provider.restore_api import LibvirtRestoreSpec, LibvirtRestoreStatus
 from libvirt_provider.snapshot_api import LibvirtSnapshotSpec, LibvirtSnapshotStatus
 
 __all__ = ["CRDS", "CRD_DIR", "crd_path", "crd_yaml"]
@@ -227,6 +228,34 @@ LIBVIRT_SNAPSHOT = CrdSpec(
     ),
 )
 
+_RESTORE_DONE = f'.status.conditions[?(@.type=="{c.RESTORE_CONDITION_SUCCEEDED}")]'
+
+LIBVIRT_RESTORE = CrdSpec(
+    group=c.GROUP,
+    version=c.VERSION,
+    kind=c.RESTORE_KIND,
+    plural=c.RESTORE_PLURAL,
+    singular="libvirtrestore",
+    description=(
+        "Rolls a VirtualMachine back to one of its own LibvirtSnapshots in place: the machine "
+        "is held off (powered off, or waited for), each disk the snapshot holds becomes the "
+        "snapshot's content, and the machine returns to the power state its VirtualMachine asks "
+        "for. The spec is immutable; the status is the controller's."
+    ),
+    spec_model=LibvirtRestoreSpec,
+    status_model=LibvirtRestoreStatus,
+    short_names=c.RESTORE_SHORT_NAMES,
+    categories=(CATEGORY, "libvirt"),
+    printer_columns=(
+        PrinterColumn("Snapshot", ".spec.snapshotName", description="The LibvirtSnapshot"),
+        PrinterColumn("Machine", ".spec.virtualMachineName", description="The VirtualMachine"),
+        PrinterColumn("Phase", ".status.phase"),
+        PrinterColumn("Reason", f"{_RESTORE_DONE}.reason"),
+        PrinterColumn("Host", ".status.host", priority=1),
+        PrinterColumn("Completed", ".status.completionTime", type="date", priority=1),
+    ),
+)
+
 _MIGRATION_DONE = f'.status.conditions[?(@.type=="{c.MIGRATION_CONDITION_SUCCEEDED}")]'
 
 LIBVIRT_MIGRATION = CrdSpec(
@@ -271,6 +300,7 @@ CRDS: tuple[CrdSpec, ...] = (
     LIBVIRT_STORAGE_CLASS,
     LIBVIRT_HOST,
     LIBVIRT_SNAPSHOT,
+    LIBVIRT_RESTORE,
     LIBVIRT_MIGRATION,
 )
 

@@ -50,6 +50,7 @@ from libvirt_provider.machine.agent_backoff import AgentBackoff
 from libvirt_provider.machine.book import HostBook, Refusal
 from libvirt_provider.machine.create import Creation
 from libvirt_provider.machine.disk_status import applied_disks, infeasible_disks
+from libvirt_provider.machine.hold import RestoreHold, restore_hold
 from libvirt_provider.machine.inputs import (
     InputReader,
     PowerIntent,
@@ -110,6 +111,8 @@ class Report:
     """`pool/volume` of the disks kept at deletion, when this pass resolved the machine."""
     disks: list[dict[str, Any]] | None = None
     """status.disks (their VolumeAttributesClasses); None keeps what status says."""
+    restore_held: bool = False
+    """The machine is off and kept off for the LibvirtRestore holding it (`machine/hold.py`)."""
 
 
 def _status_disks(obj: Obj) -> list[Any] | None:
@@ -389,6 +392,9 @@ class MachineReconciler:
         since = preempted_at(obj)
         if since is not None:
             return self._preempted(obj, plan, existing.uuid if existing else None, since)
+        hold = restore_hold(obj)
+        if hold is not None and existing is not None:
+            return self._held_for_restore(obj, plan, existing.uuid, hold)
         if existing is None:
             refused = self._admission(key, machine, vm, plan)
             if refused is not None:
@@ -458,6 +464,43 @@ class MachineReconciler:
             retained=retained_record(plan),
         )
         return report, DONE if power.settled else CONVERGING
+
+    def _held_for_restore(
+        self, obj: Obj, plan: ResolvedMachine, uuid: str, hold: RestoreHold
+    ) -> tuple[Report, Outcome]:
+        """A LibvirtRestore holds the machine: powered off through the same path as any power
+        change (gracefully within its shutdown timeout, then forced), kept off, its disks left
+        alone, and `held` said once it is off, so the restore may replace them. A saved memory
+        image would not match the restored disks: it is discarded."""
+        message = (
+            f"held off by {c.RESTORE_KIND} {hold.restore} since {hold.since}: its disks are being "
+            "restored from a snapshot; it then returns to what its VirtualMachine asks"
+        )
+        readiness = failed(c.REASON_HELD_FOR_RESTORE, message)
+        status = self._hv.status(uuid)
+        if status.state is DomainState.SHUTOFF:
+            if status.has_managed_save:
+                self._hv.discard_saved_state(uuid)
+                status = self._hv.status(uuid)
+            report = Report(
+                readiness,
+                domain_uuid=uuid,
+                power_state=observed_power_state(status),
+                retained=retained_record(plan),
+                restore_held=True,
+            )
+            return report, DONE
+        power = self._power.drive(
+            obj, plan, desired=vmapi.POWERED_OFF, mode=vmapi.POWER_OFF_TRY_SOFT, status=status
+        )
+        report = Report(
+            readiness,
+            domain_uuid=uuid,
+            power_state=power.power_state,
+            shutdown_requested_at=power.shutdown_requested_at,
+            retained=retained_record(plan),
+        )
+        return report, CONVERGING
 
     def _admission(
         self, key: str, machine: LibvirtMachine, vm: Obj, plan: ResolvedMachine
@@ -782,6 +825,7 @@ class MachineReconciler:
             else None,
             retained_volumes=report.retained,
             disks=report.disks,
+            restore_held=report.restore_held,
         )
         patch = merge_patch(current, desired)
         if patch:

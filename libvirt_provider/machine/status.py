@@ -274,6 +274,7 @@ def compute_status(
     guest: Mapping[str, str] | None = None,
     retained_volumes: Sequence[str] | None = None,
     disks: Sequence[Mapping[str, Any]] | None = None,
+    restore_held: bool = False,
 ) -> dict[str, Any]:
     """The whole status to write; equal to `current` when nothing changed (so no patch is sent)."""
     current = current or {}
@@ -318,6 +319,10 @@ def compute_status(
     # Placement's (the placing daemon writes and removes it): never changed here.
     if current.get("preemption") is not None:
         status["preemption"] = current["preemption"]
+    # A LibvirtRestore's (it writes and removes it); this pass only says the machine is held off.
+    hold = current.get("restore")
+    if isinstance(hold, Mapping):
+        status["restore"] = {**hold, "held": True} if restore_held else dict(hold)
     # A migration's (its daemons write and remove it): never changed here.
     if current.get("migration") is not None:
         status["migration"] = current["migration"]

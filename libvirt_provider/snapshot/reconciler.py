@@ -47,6 +47,7 @@ from libvirt_provider.errors import (
     StateConflictError,
 )
 from libvirt_provider.faults import crash_point
+from libvirt_provider.machine.hold import restore_hold
 from libvirt_provider.machine.linkage import check_link
 from libvirt_provider.snapshot.names import copy_volume_name, owned_by, pending_overlay_name
 from libvirt_provider.snapshot.plan import (
@@ -212,6 +213,12 @@ class SnapshotReconciler:
                 f"linked: {link.message}",
             )
         host = (machine.get("spec") or {}).get("host")
+        hold = restore_hold(machine)
+        if hold is not None and host == self._host:
+            # Its disks are being replaced: a copy now could catch one half made.
+            return self._waiting(
+                snap, f"{c.RESTORE_KIND} {hold.restore} is restoring the machine's disks"
+            )
         if not host:
             return Problem(
                 c.SNAPSHOT_REASON_SOURCE_NOT_BUILT,

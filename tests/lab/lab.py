@@ -1499,12 +1499,14 @@ def start_control_plane(lab: Lab, kube_lab: Path, state: dict[str, object]) -> N
             f"--kubeconfig={pki / 'controller-manager.kubeconfig'}",
             f"--authentication-kubeconfig={pki / 'controller-manager.kubeconfig'}",
             f"--authorization-kubeconfig={pki / 'controller-manager.kubeconfig'}",
-            # The last three serve the optional node (DaemonSet pods, the CA their ServiceAccount
-            # volumes mount, the not-ready taint a new node carries); without a node they only
-            # write a kube-root-ca.crt ConfigMap into each namespace.
+            # The three before the last serve the optional node (DaemonSet pods, the CA their
+            # ServiceAccount volumes mount, the not-ready taint a new node carries); without a
+            # node they only write a kube-root-ca.crt ConfigMap into each namespace. The last
+            # fills `admin`, `edit` and `view` with the ClusterRoles labelled for them (deploy/).
             "--controllers=garbage-collector-controller,namespace-controller,"
             "serviceaccount-controller,serviceaccount-token-controller,daemonset-controller,"
-            "root-ca-certificate-publisher-controller,node-lifecycle-controller",
+            "root-ca-certificate-publisher-controller,node-lifecycle-controller,"
+            "clusterrole-aggregation-controller",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             # Each controller acts as its own ServiceAccount with its upstream role, as in a real

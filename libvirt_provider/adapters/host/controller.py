@@ -198,11 +198,14 @@ def machine_fingerprint(
     meta: Mapping[str, Any], status: Mapping[str, Any] | None = None
 ) -> Hashable:
     """What of a LibvirtMachine its reconcile depends on, beyond its spec (whose changes move
-    `generation`): its metadata, and of its status the one part another daemon writes, the
-    placer's preemption. An event that changes none of it is the echo of a status write (this
-    daemon's own): reconciling on it would turn every failed pass into an immediate retry."""
+    `generation`): its metadata, and of its status the parts others write, the placer's
+    preemption and a LibvirtRestore's hold. An event that changes none of it is the echo of a
+    status write (this daemon's own): reconciling on it would turn every failed pass into an
+    immediate retry."""
     preemption = (status or {}).get("preemption")
-    return (vm_fingerprint(meta), user_edit_mark(meta), repr(preemption))
+    hold = (status or {}).get("restore")
+    restore = hold.get("uid") if isinstance(hold, Mapping) else None
+    return (vm_fingerprint(meta), user_edit_mark(meta), repr(preemption), restore)
 
 
 def _status_of(event: kopf.RawEvent) -> Mapping[str, Any] | None:

@@ -29,9 +29,11 @@ from libvirt_provider.adapters.host.controller import (
 from libvirt_provider.adapters.host.controller import register as register_provider
 from libvirt_provider.adapters.host.credentials import HostCredentials
 from libvirt_provider.adapters.host.migrations import MigrationController, register_migrations
+from libvirt_provider.adapters.host.restores import RestoreController, register_restores
 from libvirt_provider.adapters.host.snapshots import SnapshotController, register_snapshots
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.adapters.kube.migrations import MigrationApi
+from libvirt_provider.adapters.kube.restores import RestoreApi
 from libvirt_provider.adapters.kube.snapshots import SnapshotApi
 from libvirt_provider.adapters.runtime.kopf_thread import OperatorThread
 from libvirt_provider.adapters.runtime.shutdown import Step
@@ -47,6 +49,7 @@ from libvirt_provider.migration.limits import MigrationLimits
 from libvirt_provider.migration.reconciler import MigrationReconciler
 from libvirt_provider.resolved import BaseImage
 from libvirt_provider.snapshot.reconciler import SnapshotReconciler
+from libvirt_provider.snapshot.restore import RestoreReconciler
 
 __all__ = ["HostUnit", "UnitSettings"]
 
@@ -175,6 +178,12 @@ class HostUnit:
         )
         register_snapshots(registry, controller=self.snapshots)
         hypervisor.add_reconnect_listener(self.snapshots.wake_all)
+        # Restores in place of this host's machines to their snapshots (docs/snapshots.md).
+        self.restores = RestoreController(
+            RestoreReconciler(store=RestoreApi(api, host=host), hypervisor=hypervisor, host=host)
+        )
+        register_restores(registry, controller=self.restores)
+        hypervisor.add_reconnect_listener(self.restores.wake_all)
         # This host's steps of live migrations (docs/migration.md), on the same operator: a
         # remote host's daemon runs elsewhere, so only a local host takes part.
         self.migrations = MigrationController(

@@ -18,6 +18,10 @@ is a rate (`console/top.py` says how it is computed).
 (`plugin/vnc.py`).
 `kubectl vm port-forward NAME LOCAL:REMOTE` and `kubectl vm ssh [USER@]NAME` carry TCP to a port
 of the guest (`plugin/port_forward.py`).
+`kubectl vm migrate NAME [--to HOST] [--wait]` creates a LibvirtMigration and follows it
+(`plugin/migrate.py`). `kubectl vm completion bash|zsh` prints a completion script, and
+`complete_main` is `kubectl_complete-vm`, which kubectl runs to complete `kubectl vm <TAB>`
+(`plugin/completion.py`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from kubernetes import client, config
 
 from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.plugin import vnc
+from libvirt_provider.adapters.plugin import completion, migrate, vnc
 from libvirt_provider.adapters.plugin.port_forward import (
     add_commands,
     run_port_forward,
@@ -57,7 +61,7 @@ from libvirt_provider.console.client import (
 from libvirt_provider.console.sharing import LOGS_END_REASON
 from libvirt_provider.console.top import format_table, machine_usage, stats_field_selector
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "complete_main", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     vnc.add_commands(commands)
     add_commands(commands)
+    migrate.add_commands(commands)
+    completion.add_commands(commands)
     return parser
 
 
@@ -385,8 +391,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_port_forward(
             args, namespace, lambda path: _connect(configuration, path), _refusal
         )
+    if args.command == "migrate":
+        configuration, default_namespace = _configuration(args)
+        return migrate.run_migrate(args, configuration, args.namespace or default_namespace)
+    if args.command == "completion":
+        return completion.run_completion(args, parser)
     parser.print_help()
     return 2
+
+
+def complete_main(argv: Sequence[str] | None = None) -> int:
+    """`kubectl_complete-vm WORD... CURRENT`: what kubectl (>= 1.26) runs to complete
+    `kubectl vm WORD... CURRENT<TAB>`; prints cobra's answer."""
+    return completion.run_complete(build_parser(), sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

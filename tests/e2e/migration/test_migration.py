@@ -7,12 +7,15 @@ deletes what it held and moves the binding; the target's daemon adopts the runni
 UUID and MAC, never rebooted) and records what libvirt measured. One guest is booted and moved
 for the whole module; the refusals run against it afterwards.
 
-Cost: about 60-95 s (one busybox guest: ~20 s to boot under TCG, then three migrations of it of
-~6-10 s each, one slowed and cancelled, and refusals of a few seconds each).
+Cost: about 70-105 s (one busybox guest: ~20 s to boot under TCG, then four migrations of it of
+~6-10 s each, one slowed and cancelled, one through `kubectl vm migrate --wait`, and refusals of
+a few seconds each).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ from tests.e2e.migration.moves import (
     read_migration,
     wait_ended,
 )
+from tests.support.console import plugin_command
 from tests.support.daemons import Fleet
 from tests.support.factories import pair
 from tests.support.hosts import host_object
@@ -338,5 +342,40 @@ def test_a_stopped_machine_is_refused_not_moved(
     conn = libvirt.open(moved.source.uri)
     try:
         assert pool_volumes(conn, lab, domain_of(api_client, moved.ns, "idle")) == []
+    finally:
+        conn.close()
+
+
+def test_kubectl_vm_migrate_waits_for_the_move_and_exits_zero(
+    moved: Moved, lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    """The plugin as a user runs it (`kubectl vm migrate NAME --to HOST --wait`, docs/migration.md):
+    it names the migration after the machine, follows it, ends with libvirt's downtime and exits
+    0 once the machine runs on the other host."""
+    machine = get(api_client, moved.ns, "mover", vm=False)
+    assert machine is not None
+    here = str(machine["spec"]["host"])
+    there = moved.target if here == moved.source.name else moved.source
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    command = plugin_command(lab.kubeconfig, "migrate", "mover", "--to", there.name)
+    done = subprocess.run(
+        [*command, "-n", moved.ns, "--wait", "--timeout", "240"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{c.MIGRATION_KIND.lower()}.{GROUP}/mover-"), lines
+    assert lines[0].endswith(" created"), lines
+    assert lines[-1].startswith(f"Succeeded {here} -> {there.name}: downtime "), lines
+    machine = get(api_client, moved.ns, "mover", vm=False)
+    assert machine is not None
+    assert machine["spec"]["host"] == there.name
+    conn = libvirt.open(there.uri)
+    try:
+        assert conn.lookupByUUIDString(moved.uid).state()[0] == libvirt.VIR_DOMAIN_RUNNING
     finally:
         conn.close()

@@ -361,6 +361,29 @@ def test_a_node_daemons_token_writes_only_snapshots_unclaimed_or_taken_on_its_ho
     status("unclaimed", {"status": {"conditions": []}})
     assert status("unclaimed", {"status": {"host": mine}})["status"]["host"] == mine
 
+    # Restores, by the same rule.
+    admin = client.CustomObjectsApi(api_client)
+    for name, host in (("theirs", other), ("own", mine)):
+        restore = {
+            "apiVersion": f"{GROUP}/{V}",
+            "kind": c.RESTORE_KIND,
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"snapshotName": name, "virtualMachineName": "vm"},
+        }
+        admin.create_namespaced_custom_object(GROUP, V, ns, c.RESTORE_PLURAL, restore)
+        admin.patch_namespaced_custom_object_status(
+            GROUP, V, ns, c.RESTORE_PLURAL, name, {"status": {"host": host}}
+        )
+    body = _refused(
+        lambda: node.patch_namespaced_custom_object_status(
+            GROUP, V, ns, c.RESTORE_PLURAL, "theirs", {"status": {"phase": "Failed"}}
+        )
+    )
+    assert f"theirs is on {other}" in body
+    node.patch_namespaced_custom_object_status(
+        GROUP, V, ns, c.RESTORE_PLURAL, "own", {"status": {"phase": "Failed"}}
+    )
+
 
 def test_the_remote_service_account_cannot_delete_machines_nor_create_hosts(
     api_client: client.ApiClient, installed: None

@@ -87,9 +87,16 @@ def _reason(api: client.ApiClient, ns: str, name: str, reason: str) -> dict[str,
     return found
 
 
-def _events(api: client.ApiClient, ns: str, name: str) -> dict[str, str]:
-    items = client.CoreV1Api(api).list_namespaced_event(ns).items
-    return {e.reason: e.message for e in items if e.involved_object.name == name}
+def _event(api: client.ApiClient, ns: str, name: str, reason: str) -> str:
+    """The message of `name`'s Event with `reason`, once it is posted: the daemon posts it after
+    the status write that a test has just seen."""
+
+    def posted() -> str | None:
+        items = client.CoreV1Api(api).list_namespaced_event(ns).items
+        found = [e.message for e in items if e.involved_object.name == name and e.reason == reason]
+        return found[0] if found else None
+
+    return eventually(posted, timeout=30, what=f"the {reason} Event of {name}")
 
 
 def _pool_volumes(virt: libvirt.virConnect, lab: LabInfo) -> dict[str, libvirt.virStorageVol]:
@@ -134,7 +141,7 @@ def test_a_running_machine_is_copied_without_stopping_and_a_stopped_one_too(
     assert boot["sizeBytes"] == volumes[f"{domain}--boot.qcow2"].info()[1] == 1024**3
     assert boot["allocatedBytes"] < image.info()[2]
     assert condition(hot, "Ready")["reason"] == "SnapshotReady"
-    assert "SnapshotTaken" in _events(api_client, ns, "hot")
+    _event(api_client, ns, "hot", "SnapshotTaken")
 
     # The spec cannot change once made.
     with pytest.raises(ApiException) as refused:
@@ -150,7 +157,7 @@ def test_a_running_machine_is_copied_without_stopping_and_a_stopped_one_too(
     create_snapshot(api_client, ns, "frozen", VM, consistency="Filesystem")
     waiting = _reason(api_client, ns, "frozen", "GuestAgentUnavailable")
     assert "powered off" in waiting["message"]
-    assert "GuestAgentUnavailable" in _events(api_client, ns, "frozen")
+    _event(api_client, ns, "frozen", "GuestAgentUnavailable")
 
     create_snapshot(api_client, ns, "cold", VM, disks=["bootDisk"], consistency="Crash")
     cold = _ready(api_client, ns, "cold")["status"]
@@ -193,7 +200,7 @@ def test_a_snapshot_of_a_missing_or_unlinked_source_says_why(
     client.CustomObjectsApi(api_client).create_namespaced_custom_object(GROUP, V, ns, PLURAL, body)
     cond = _reason(api_client, ns, "orphan", "SourceNotFound")
     assert "no-such-vm" in cond["message"]
-    assert "SourceNotFound" in _events(api_client, ns, "orphan")
+    _event(api_client, ns, "orphan", "SourceNotFound")
     assert (get_snapshot(api_client, ns, "orphan") or {})["metadata"].get("finalizers") is None
     assert get(api_client, ns, "no-such-vm", vm=True) is None
 
@@ -206,4 +213,4 @@ def test_a_snapshot_of_a_missing_or_unlinked_source_says_why(
     client.CustomObjectsApi(api_client).create_namespaced_custom_object(GROUP, V, ns, PLURAL, body)
     cond = _reason(api_client, ns, "stray", "SourceNotLinked")
     assert "'ghost'" in cond["message"]
-    assert "SourceNotLinked" in _events(api_client, ns, "stray")
+    _event(api_client, ns, "stray", "SourceNotLinked")

@@ -484,3 +484,17 @@ def test_an_api_server_away_is_retried_with_backoff_not_raised() -> None:
     store.patch_snapshot_status = away  # type: ignore[method-assign]
     assert reconciler.reconcile(KEY).retry
     assert store.events == []
+
+
+def test_a_machine_held_for_a_restore_is_not_copied_until_let_go() -> None:
+    store, host, reconciler = _world()
+    assert store.machine is not None
+    store.machine["status"] = {"restore": {"restore": "undo", "uid": "r1", "since": "t"}}
+    outcome = reconciler.reconcile(KEY)
+    assert outcome.requeue_after
+    assert _reason(store) == c.SNAPSHOT_REASON_TAKING
+    assert "LibvirtRestore undo" in _status(store)["conditions"][0]["message"]
+    assert host.calls == []
+    store.machine["status"] = {}
+    reconciler.reconcile(KEY)
+    assert _status(store)["readyToUse"] is True
