@@ -17,12 +17,20 @@ from libvirt_provider.adapters.process.startup import (
     check_config,
     check_host_name,
 )
+from libvirt_provider.migration.limits import MigrationLimits
 
 
 def _positive_seconds(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError("must be a number of seconds above 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a whole number above 0")
     return value
 
 
@@ -217,6 +225,39 @@ def build_parser() -> argparse.ArgumentParser:
         "this host's libvirtd uses to open a target's libvirtd when it migrates a machine away",
     )
     parser.add_argument(
+        "--migration-max-per-host",
+        type=_positive_int,
+        default=c.MIGRATION_MAX_PER_HOST,
+        metavar="N",
+        help="migrations this host sends at once; more wait in Pending with the reason "
+        f"{c.MIGRATION_REASON_HOST_LIMIT} (default {c.MIGRATION_MAX_PER_HOST})",
+    )
+    parser.add_argument(
+        "--migration-max-per-cluster",
+        type=_positive_int,
+        default=c.MIGRATION_MAX_PER_CLUSTER,
+        metavar="M",
+        help="migrations running at once in the cluster, counted from the LibvirtMigrations "
+        f"when one is accepted; more wait with the reason {c.MIGRATION_REASON_CLUSTER_LIMIT} "
+        f"(default {c.MIGRATION_MAX_PER_CLUSTER}; give every daemon the same)",
+    )
+    parser.add_argument(
+        "--migration-no-progress-timeout",
+        type=_positive_seconds,
+        default=c.MIGRATION_NO_PROGRESS_SECONDS,
+        metavar="SECONDS",
+        help="abort a migration whose bytes left (memory and disk) did not shrink for this long "
+        f"(default {c.MIGRATION_NO_PROGRESS_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--migration-deadline-per-gib",
+        type=_positive_seconds,
+        default=c.MIGRATION_DEADLINE_SECONDS_PER_GIB,
+        metavar="SECONDS",
+        help="abort a migration running longer than this many seconds per GiB of memory and "
+        f"disk to copy (default {c.MIGRATION_DEADLINE_SECONDS_PER_GIB:g})",
+    )
+    parser.add_argument(
         "--no-image-gc",
         action="store_true",
         help="never delete cached base images (e.g. when pools are shared between hosts)",
@@ -320,6 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             preemption_grace=max(1, args.preemption_grace),
             migration_uri=args.migration_uri,
             migration_pkipath=args.migration_pkipath,
+            migration_limits=MigrationLimits(
+                per_host=args.migration_max_per_host,
+                per_cluster=args.migration_max_per_cluster,
+                no_progress_seconds=args.migration_no_progress_timeout,
+                deadline_seconds_per_gib=args.migration_deadline_per_gib,
+            ),
             remote=args.remote,
             identity=args.identity or "",
             credentials_dir=args.credentials_dir,

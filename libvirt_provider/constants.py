@@ -123,8 +123,12 @@ __all__ = [
     "METADATA_PREFIX",
     "METRICS_PREFIX",
     "MIGRATION_CONDITION_SUCCEEDED",
+    "MIGRATION_DEADLINE_SECONDS_PER_GIB",
     "MIGRATION_FINALIZER",
     "MIGRATION_KIND",
+    "MIGRATION_MAX_PER_CLUSTER",
+    "MIGRATION_MAX_PER_HOST",
+    "MIGRATION_NO_PROGRESS_SECONDS",
     "MIGRATION_PHASE_CANCELLED",
     "MIGRATION_PHASE_FAILED",
     "MIGRATION_PHASE_MIGRATING",
@@ -136,12 +140,16 @@ __all__ = [
     "MIGRATION_PROGRESS_SECONDS",
     "MIGRATION_REASON_ALREADY_MIGRATING",
     "MIGRATION_REASON_CANCELLED",
+    "MIGRATION_REASON_CLUSTER_LIMIT",
+    "MIGRATION_REASON_DEADLINE_EXCEEDED",
     "MIGRATION_REASON_HANDING_OVER",
+    "MIGRATION_REASON_HOST_LIMIT",
     "MIGRATION_REASON_MACHINE_NOT_BOUND",
     "MIGRATION_REASON_MACHINE_NOT_FOUND",
     "MIGRATION_REASON_MACHINE_NOT_RUNNING",
     "MIGRATION_REASON_MIGRATING",
     "MIGRATION_REASON_MIGRATION_FAILED",
+    "MIGRATION_REASON_NO_PROGRESS",
     "MIGRATION_REASON_NO_TARGET",
     "MIGRATION_REASON_PENDING",
     "MIGRATION_REASON_PINNED",
@@ -156,6 +164,7 @@ __all__ = [
     "MIGRATION_REASON_TARGET_UNSUITABLE",
     "MIGRATION_REASON_WAITING_FOR_IMAGE",
     "MIGRATION_SHORT_NAMES",
+    "MIGRATION_SLOT_RECHECK_SECONDS",
     "MODIFY_VOLUME_INFEASIBLE",
     "MODIFY_VOLUME_IN_PROGRESS",
     "MODIFY_VOLUME_PENDING",
@@ -725,6 +734,13 @@ MIGRATION_REASON_TARGET_NOT_MIGRATABLE: Final = "TargetNotSetUpForMigration"
 MIGRATION_REASON_ALREADY_MIGRATING: Final = "AlreadyMigrating"
 MIGRATION_REASON_MIGRATION_FAILED: Final = "MigrationFailed"
 MIGRATION_REASON_CANCELLED: Final = "Cancelled"
+# Waiting (phase Pending) for a slot: the source host's outbound migrations, or the cluster's.
+MIGRATION_REASON_HOST_LIMIT: Final = "WaitingForHostSlot"
+MIGRATION_REASON_CLUSTER_LIMIT: Final = "WaitingForClusterSlot"
+# Aborted by the source's watchdog (Failed): the bytes left did not shrink for the no-progress
+# time, or the copy outlasted its deadline (per GiB of memory and disk to copy).
+MIGRATION_REASON_NO_PROGRESS: Final = "NoProgress"
+MIGRATION_REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 # Event reasons of a migration besides its condition's (posted when first set).
 EVENT_MIGRATION_STARTED: Final = "MigrationStarted"
 EVENT_MIGRATION_SCHEDULED: Final = "TargetChosen"
@@ -734,6 +750,18 @@ EVENT_MIGRATION_TARGET_CLEANED: Final = "TargetVolumesDeleted"
 EVENT_MACHINE_MIGRATED: Final = "Migrated"
 # Seconds between two progress writes of a running migration (jobStats on the source).
 MIGRATION_PROGRESS_SECONDS: Final = 1.0
+# Limits and ends (docs/migration.md, "Limits and ends"; KubeVirt's defaults): outbound
+# migrations running at once per source host (--migration-max-per-host) and in the cluster
+# (--migration-max-per-cluster); seconds without the bytes left shrinking before the job is
+# aborted (--migration-no-progress-timeout); seconds per GiB of memory and disk to copy before it
+# is aborted (--migration-deadline-per-gib).
+MIGRATION_MAX_PER_HOST: Final = 2
+MIGRATION_MAX_PER_CLUSTER: Final = 5
+MIGRATION_NO_PROGRESS_SECONDS: Final = 150.0
+MIGRATION_DEADLINE_SECONDS_PER_GIB: Final = 150.0
+# Seconds before a migration waiting for a slot looks again without being woken (a slot freed
+# on another host wakes it through the watch; this is the net under a lost event).
+MIGRATION_SLOT_RECHECK_SECONDS: Final = 30.0
 
 # -- VNC through the aggregated API (docs/console.md, "VNC and screenshots") -----------------------
 # `libvirtmachines/vnc`: the guest's RFB stream over a WebSocket (RBAC: `get` on

@@ -63,6 +63,12 @@ class LibvirtMigrationSpec(KubeModel):
         "placement's filters for a new machine admit and that has the machine's networks and "
         "pools (NoTargetHost when none does).",
     )
+    auto_converge: bool = Field(
+        default=False,
+        description="Let qemu slow the guest's vCPUs down when its memory is dirtied faster "
+        "than it is sent (libvirt's VIR_MIGRATE_AUTO_CONVERGE), so that a busy guest's copy "
+        "converges before its deadline.",
+    )
 
 
 class PreparedVolume(KubeModel):

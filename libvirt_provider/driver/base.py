@@ -238,10 +238,14 @@ class MigrationCalls(Protocol):
     """What a live migration needs beyond domains and volumes (docs/migration.md)."""
 
     def migratable_xml(self, uuid: str, *, inactive: bool = False) -> str: ...
-    def migrate(self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str) -> None:
+    def migrate(
+        self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str, auto_converge: bool = False
+    ) -> None:
         """Live-migrate the running domain to the libvirtd at `uri` with its local disks (the
         target's volumes exist already, named in `dest_xml`, the definition the guest runs
-        with there; `persist_xml` is the one it keeps); blocks until the job ends."""
+        with there; `persist_xml` is the one it keeps); blocks until the job ends. With
+        `auto_converge`, qemu slows the guest's vCPUs down when its memory is dirtied faster
+        than it is sent."""
         ...
 
     def job_stats(self, uuid: str) -> dict[str, int] | None:

@@ -16,7 +16,7 @@ import libvirt
 from libvirt_provider.driver.libvirt_connection import LibvirtConnection
 from libvirt_provider.driver.libvirt_errors import is_missing
 
-__all__ = ["MIGRATION_FLAGS", "LibvirtMigrations"]
+__all__ = ["MIGRATION_FLAGS", "LibvirtMigrations", "migration_flags"]
 
 MIGRATION_FLAGS = (
     libvirt.VIR_MIGRATE_LIVE
@@ -26,6 +26,11 @@ MIGRATION_FLAGS = (
     | libvirt.VIR_MIGRATE_NON_SHARED_INC
     | libvirt.VIR_MIGRATE_TLS
 )
+
+
+def migration_flags(*, auto_converge: bool = False) -> int:
+    """The flags of every migration, with VIR_MIGRATE_AUTO_CONVERGE when the spec asks."""
+    return int(MIGRATION_FLAGS) | (int(libvirt.VIR_MIGRATE_AUTO_CONVERGE) if auto_converge else 0)
 
 
 def _ints(stats: dict[str, Any]) -> dict[str, int]:
@@ -41,13 +46,16 @@ class LibvirtMigrations(LibvirtConnection):
             flags |= libvirt.VIR_DOMAIN_XML_INACTIVE
         return self._call(lambda c: str(self._domain(c, uuid).XMLDesc(flags)))
 
-    def migrate(self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str) -> None:
+    def migrate(
+        self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str, auto_converge: bool = False
+    ) -> None:
         """Move the running domain to the libvirtd at `uri`; blocks until the job ends."""
         params = {
             libvirt.VIR_MIGRATE_PARAM_DEST_XML: dest_xml,
             libvirt.VIR_MIGRATE_PARAM_PERSIST_XML: persist_xml,
         }
-        self._call(lambda c: self._domain(c, uuid).migrateToURI3(uri, params, MIGRATION_FLAGS))
+        flags = migration_flags(auto_converge=auto_converge)
+        self._call(lambda c: self._domain(c, uuid).migrateToURI3(uri, params, flags))
 
     def job_stats(self, uuid: str) -> dict[str, int] | None:
         """The domain's running job's statistics; None when none runs or the domain is gone."""

@@ -34,6 +34,7 @@ from libvirt_provider.hosts.placement import ZONE_LABEL, Usage
 from libvirt_provider.hosts.view import host_views
 from libvirt_provider.machine.reconciler import Incoming, definition_demand
 from libvirt_provider.machine.teardown import Teardown
+from libvirt_provider.migration.limits import MigrationLimits, Verdict, Watchdog, over_limit
 from libvirt_provider.migration.phases import (
     Facts,
     Role,
@@ -58,6 +59,7 @@ DONE = Outcome()
 AGAIN = Outcome(immediately=True)
 RETRY = Outcome(retry=True)
 IMAGE_POLL = Outcome(requeue_after=3.0)
+SLOT_WAIT = Outcome(requeue_after=c.MIGRATION_SLOT_RECHECK_SECONDS)
 
 
 def _status(obj: Obj) -> dict[str, Any]:
@@ -76,6 +78,11 @@ def _phase(obj: Obj) -> MigrationPhase | None:
 def _meta(obj: Obj) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def _key_of(obj: Obj) -> MigrationKey:
+    meta = _meta(obj)
+    return MigrationKey(str(meta.get("namespace")), str(meta.get("name")))
 
 
 def _ready(host: Obj) -> bool:
@@ -129,6 +136,7 @@ class MigrationReconciler:
         console_log_dir: str | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         progress_seconds: float = c.MIGRATION_PROGRESS_SECONDS,
+        limits: MigrationLimits | None = None,
     ) -> None:
         self._store = store
         self._hv = hypervisor
@@ -140,9 +148,20 @@ class MigrationReconciler:
         self._zone = zone
         self._clock = clock
         self._progress_seconds = progress_seconds
+        self.limits = limits or MigrationLimits()
+        # Accepting is counted against the limits and recorded under one lock, so this host's
+        # workers never start more than its limit; the migrations waiting for a slot are woken
+        # when another ends (`waiting`).
+        self._accepting = threading.RLock()
+        self._waiting: set[MigrationKey] = set()
         self._teardown = Teardown(
             hypervisor=hypervisor, events=store, console_log_dir=console_log_dir
         )
+
+    def waiting(self) -> list[MigrationKey]:
+        """The migrations this host holds back for a slot (to wake when one ends)."""
+        with self._accepting:
+            return sorted(self._waiting)
 
     def reconcile(self, key: MigrationKey) -> Outcome:
         try:
@@ -156,6 +175,8 @@ class MigrationReconciler:
     def _pass(self, key: MigrationKey) -> Outcome:
         obj = self._store.get_migration(key.namespace, key.name)
         if obj is None:
+            with self._accepting:
+                self._waiting.discard(key)
             return DONE
         status = _status(obj)
         spec = obj.get("spec") or {}
@@ -169,8 +190,9 @@ class MigrationReconciler:
         )
         if role is Role.NONE and not status.get("source") and not machine_host:
             # No machine, or one no host serves yet: no source to ask, so the first daemon to
-            # look fails it (every daemon would write the same).
-            if _phase(obj) is None:
+            # look fails it (every daemon would write the same); so is one that waited for a
+            # slot meanwhile.
+            if _phase(obj) in (None, MigrationPhase.PENDING):
                 if machine is None:
                     return self._fail(
                         obj,
@@ -240,6 +262,7 @@ class MigrationReconciler:
         phase: MigrationPhase = MigrationPhase.FAILED,
         extra: dict[str, Any] | None = None,
     ) -> Outcome:
+        self._not_waiting(obj)
         self._store.event(obj, reason=reason, message=message, warning=True)
         fields: dict[str, Any] = {
             "phase": phase.value,
@@ -283,11 +306,9 @@ class MigrationReconciler:
                     extra={"source": self._host, "machineUid": uid},
                 )
             target = choice.host
-            self._store.event(
-                obj,
-                reason=c.EVENT_MIGRATION_SCHEDULED,
-                message=f"host {target} chosen by placement's filters (the least loaded that fits)",
-            )
+            chosen = True
+        else:
+            chosen = False
         host_obj = self._store.get_host(str(target)) if target else None
         request = Request(
             migration=name,
@@ -306,6 +327,56 @@ class MigrationReconciler:
         recorded = {"source": self._host, "target": target, "machineUid": uid}
         if refused is not None:
             return self._fail(obj, refused.reason, refused.message, extra=recorded)
+        with self._accepting:
+            # Counted and recorded (phase Preparing) under the lock: this host's next accept
+            # counts this one.
+            verdict = over_limit(
+                obj, self._store.list_migrations(), host=self._host, limits=self.limits
+            )
+            if verdict is not None:
+                self._waiting.add(_key_of(obj))
+                return self._wait_for_slot(obj, verdict)
+            self._waiting.discard(_key_of(obj))
+            if chosen:
+                self._store.event(
+                    obj,
+                    reason=c.EVENT_MIGRATION_SCHEDULED,
+                    message=f"host {target} chosen by placement's filters (the least loaded "
+                    "that fits)",
+                )
+            return self._start(obj, machine, name=name, target=str(target), recorded=recorded)
+
+    def _wait_for_slot(self, obj: Obj, verdict: Verdict) -> Outcome:
+        """Pending with the limit's reason (an Event when it first says so); looked at again
+        when a migration ends, or after a while without that."""
+        current = next(
+            (
+                cond
+                for cond in _status(obj).get("conditions") or []
+                if isinstance(cond, dict) and cond.get("type") == c.MIGRATION_CONDITION_SUCCEEDED
+            ),
+            {},
+        )
+        if current.get("reason") != verdict.reason:
+            self._store.event(obj, reason=verdict.reason, message=verdict.message)
+        if current.get("reason") != verdict.reason or current.get("message") != verdict.message:
+            self._write(
+                obj,
+                {"phase": MigrationPhase.PENDING.value},
+                reason=verdict.reason,
+                message=verdict.message,
+            )
+        return SLOT_WAIT
+
+    def _not_waiting(self, obj: Obj) -> None:
+        with self._accepting:
+            self._waiting.discard(_key_of(obj))
+
+    def _start(
+        self, obj: Obj, machine: Obj, *, name: str, target: str, recorded: dict[str, Any]
+    ) -> Outcome:
+        """Lock the machine, keep the migration (finalizer), Preparing: the target's turn."""
+        lock = _status(machine).get("migration") or {}
         # The machine's lock first, conditioned on the machine as read: a second migration that
         # read it unlocked at the same time fails this write and is refused on its next pass.
         if lock.get("name") != name:
@@ -457,9 +528,13 @@ class MigrationReconciler:
         aborting it when the migration is deleted; None once the domain runs on the target."""
         errors: list[ProviderError] = []
 
+        auto_converge = bool((obj.get("spec") or {}).get("autoConverge"))
+
         def run() -> None:
             try:
-                self._hv.migrate(uid, uri=uri, dest_xml=dest, persist_xml=persist)
+                self._hv.migrate(
+                    uid, uri=uri, dest_xml=dest, persist_xml=persist, auto_converge=auto_converge
+                )
             except ProviderError as err:
                 errors.append(err)
 
@@ -467,6 +542,8 @@ class MigrationReconciler:
         thread.start()
         last: dict[str, int] = {}
         aborted = False
+        given_up: Verdict | None = None
+        watchdog = Watchdog(self.limits, started=self._clock())
         ns, name = str(_meta(obj).get("namespace")), str(_meta(obj).get("name"))
         while thread.is_alive():
             thread.join(self._progress_seconds)
@@ -477,16 +554,27 @@ class MigrationReconciler:
                 if stats:
                     last = progress_of(stats)
                     obj = self._store.patch_migration_status(obj, {"progress": last})
+                verdict = watchdog.observe(self._clock(), stats)
                 current = self._store.get_migration(ns, name)
                 if not aborted and (current is None or _meta(current).get("deletionTimestamp")):
                     log.info("migration %s/%s deleted while it runs: aborting", ns, name)
                     self._hv.abort_job(uid)
                     aborted = True
+                elif not aborted and given_up is None and verdict is not None:
+                    log.warning("migration %s/%s: %s", ns, name, verdict.message)
+                    given_up = verdict
+                    self._hv.abort_job(uid)
             except ProviderError as err:
                 log.warning("migration %s/%s: reading its progress: %s", ns, name, err)
         if last:
             obj = self._store.patch_migration_status(obj, {"progress": last})
         if errors:
+            if given_up is not None and not aborted:
+                return self._fail(
+                    obj,
+                    given_up.reason,
+                    f"{given_up.message}; the machine keeps running on host {self._host}",
+                )
             if aborted:
                 message = (
                     f"cancelled: the migration was deleted while it ran; the job was aborted and "
@@ -557,6 +645,7 @@ class MigrationReconciler:
     # -- cancel, clean, release --------------------------------------------------------------
 
     def _cancel(self, obj: Obj, machine: Obj | None) -> Outcome:
+        self._not_waiting(obj)
         message = (
             f"cancelled: the migration was deleted before the copy began; the machine keeps "
             f"running on host {self._host}"

@@ -34,7 +34,7 @@ Helpers live here instead, each module saying what it holds and why:
 
 Helpers that only one directory's tests share stay beside them as plain modules (never a conftest
 or a test module): tests/unit/domainxml/cases.py and fields.py, tests/unit/images/qcow2_bytes.py,
-tests/e2e/monitoring/small_pool.py.
+tests/e2e/monitoring/small_pool.py, tests/e2e/migration/moves.py.
 
 Rules, checked by tests/unit/test_test_support.py: nothing imports a conftest or a test module;
 conftests hold fixtures and hooks only; this package imports from no other part of tests/ but the

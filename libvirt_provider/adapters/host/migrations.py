@@ -4,7 +4,8 @@ threads run `MigrationReconciler` passes.
 Every daemon watches every migration (all namespaces): whether this host acts depends on the
 migration's status (its source and target), which the other daemon writes. The reconciler
 decides; the passes of the other hosts' migrations end at once. A slow resync catches what a
-lost event would leave waiting.
+lost event would leave waiting. A migration that ends (any host's) frees a slot: the migrations
+this host holds back for one are woken then (docs/migration.md, "Limits and ends").
 """
 
 from __future__ import annotations
@@ -25,17 +26,29 @@ __all__ = ["MigrationController", "register_migrations"]
 
 log = logging.getLogger(__name__)
 
+_ENDED = frozenset(
+    {c.MIGRATION_PHASE_SUCCEEDED, c.MIGRATION_PHASE_FAILED, c.MIGRATION_PHASE_CANCELLED}
+)
+
 
 class MigrationController:
     """The migrations seen, and the keyed workers that run their passes."""
 
     def __init__(
-        self, reconciler: MigrationReconciler, *, workers: int = 2, resync_seconds: float = 60.0
+        self,
+        reconciler: MigrationReconciler,
+        *,
+        workers: int | None = None,
+        resync_seconds: float = 60.0,
     ) -> None:
         self._known: set[MigrationKey] = set()
         self._lock = threading.Lock()
-        # A running copy holds its worker for its whole length: two let another migration's
-        # step (a target's preparation) go on meanwhile. Looked up per pass, not bound here.
+        self._reconciler = reconciler
+        # A running copy holds its worker for its whole length: one more worker than the
+        # host's outbound limit lets other migrations' steps (a target's preparation, a wait
+        # for a slot) go on meanwhile. Looked up per pass, not bound here.
+        if workers is None:
+            workers = reconciler.limits.per_host + 1
         self._workers = KeyedWorkers(
             lambda key: reconciler.reconcile(key),  # noqa: PLW0108
             self._known_keys,
@@ -52,7 +65,7 @@ class MigrationController:
     def stop(self) -> None:
         self._workers.stop()
 
-    def on_migration(self, key: MigrationKey, *, deleted: bool) -> None:
+    def on_migration(self, key: MigrationKey, *, deleted: bool, ended: bool = False) -> None:
         with self._lock:
             if deleted:
                 self._known.discard(key)
@@ -62,6 +75,11 @@ class MigrationController:
             self.queue.forget(key)
         else:
             self.queue.add(key)
+        if deleted or ended:
+            # A slot may have freed: those waiting for one look again (a few keys at most).
+            for waiting in self._reconciler.waiting():
+                if waiting != key:
+                    self.queue.add(waiting)
 
     def wake_all(self) -> None:
         self._workers.wake_all()
@@ -87,8 +105,10 @@ def register_migrations(
     @kopf.on.event(
         c.GROUP, c.VERSION, c.MIGRATION_PLURAL, registry=registry, id="libvirt-migration"
     )
-    def _migration(event: kopf.RawEvent, meta: kopf.Meta, **_: Any) -> None:
+    def _migration(event: kopf.RawEvent, meta: kopf.Meta, status: kopf.Status, **_: Any) -> None:
         if meta.namespace and meta.name:
             controller.on_migration(
-                MigrationKey(meta.namespace, meta.name), deleted=event.get("type") == "DELETED"
+                MigrationKey(meta.namespace, meta.name),
+                deleted=event.get("type") == "DELETED",
+                ended=status.get("phase") in _ENDED,
             )

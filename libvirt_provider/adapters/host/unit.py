@@ -11,7 +11,7 @@ informers are shared by every unit of the process (`catalog_feed.CatalogFeed`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -45,6 +45,7 @@ from libvirt_provider.hosts.inventory import Demand
 from libvirt_provider.images.cache import ImageCache
 from libvirt_provider.images.importer import ImageImporter
 from libvirt_provider.machine.reconciler import MachineReconciler
+from libvirt_provider.migration.limits import MigrationLimits
 from libvirt_provider.migration.reconciler import MigrationReconciler
 from libvirt_provider.resolved import BaseImage
 from libvirt_provider.snapshot.reconciler import SnapshotReconciler
@@ -70,6 +71,7 @@ class UnitSettings:
     preemption_grace: int = c.PREEMPTION_GRACE_SECONDS
     migration_uri: str | None = None
     migration_pkipath: str | None = None
+    migration_limits: MigrationLimits = field(default_factory=MigrationLimits)
 
 
 class HostUnit:
@@ -195,6 +197,7 @@ class HostUnit:
                 pkipath=None if remote else settings.migration_pkipath,
                 zone=self.agent.zone,
                 console_log_dir=None if remote else settings.console_log_dir,
+                limits=settings.migration_limits,
             )
         )
         register_migrations(registry, controller=self.migrations)

@@ -54,6 +54,16 @@ class MigrationApi:
     def get_migration(self, namespace: str, name: str) -> Obj | None:
         return self._get(c.GROUP, c.MIGRATION_PLURAL, namespace, name)
 
+    def list_migrations(self) -> list[Obj]:
+        with translated():
+            listing = cast(
+                Obj,
+                self._api.list_cluster_custom_object(
+                    c.GROUP, c.VERSION, c.MIGRATION_PLURAL, _request_timeout=REQUEST_TIMEOUT
+                ),
+            )
+        return list(listing.get("items") or [])
+
     def get_machine(self, namespace: str, name: str) -> Obj | None:
         return self._get(c.GROUP, c.MACHINE_PLURAL, namespace, name)
 

@@ -37,7 +37,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes.client import ApiClient
@@ -66,6 +66,7 @@ from libvirt_provider.adapters.process.signals import StopSignals
 from libvirt_provider.adapters.runtime.shutdown import Shutdown, Step
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
 from libvirt_provider.errors import ProviderError
+from libvirt_provider.migration.limits import MigrationLimits
 
 __all__ = ["DaemonConfig", "run"]
 
@@ -111,6 +112,9 @@ class DaemonConfig:
     # and the TLS client credentials its libvirtd opens a target's with (docs/migration.md).
     migration_uri: str | None = None
     migration_pkipath: str | None = None
+    # The migrations' limits and ends: outbound per host and per cluster at once, seconds without
+    # progress, seconds per GiB of memory and disk (docs/migration.md, "MigrationLimits and ends").
+    migration_limits: MigrationLimits = field(default_factory=MigrationLimits)
     # Remote mode: serve the LibvirtHosts that have spec.connection (claimed one by one through
     # their heartbeat Leases) instead of this machine's own libvirtd.
     remote: bool = False
@@ -417,6 +421,7 @@ def unit_settings(cfg: DaemonConfig) -> UnitSettings:
         preemption_grace=cfg.preemption_grace,
         migration_uri=cfg.migration_uri,
         migration_pkipath=cfg.migration_pkipath,
+        migration_limits=cfg.migration_limits,
     )
 
 

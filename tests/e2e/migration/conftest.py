@@ -15,16 +15,20 @@ from tests.support.lab_access import LabHost, LabInfo
 from tests.support.waiting import eventually
 
 
-def _migration_args(host: LabHost) -> tuple[str, ...]:
+def _migration_args(host: LabHost, extra: tuple[str, ...]) -> tuple[str, ...]:
     return (
         f"--migration-uri={host.migration_uri}",
         f"--migration-pkipath={host.migration_pkipath}",
+        *extra,
     )
 
 
 @pytest.fixture(scope="module")
-def fleet(lab: LabInfo, api_client: client.ApiClient) -> Iterator[Fleet]:
-    """A daemon for each of the lab's first two hosts, set up to migrate between them."""
+def fleet(
+    request: pytest.FixtureRequest, lab: LabInfo, api_client: client.ApiClient
+) -> Iterator[Fleet]:
+    """A daemon for each of the lab's first two hosts, set up to migrate between them. A
+    module's `MIGRATION_DAEMON_ARGS` adds flags to both daemons (its limits, say)."""
     assert len(lab.hosts) >= 2, "migration needs two of the lab's extra hosts"
     assert lab.hosts[0].migration_pkipath is not None, "the lab predates its migration links"
     install_api(lab, api_client)
@@ -33,7 +37,8 @@ def fleet(lab: LabInfo, api_client: client.ApiClient) -> Iterator[Fleet]:
     for obj in custom.list_cluster_custom_object(GROUP, V, HOSTS_PLURAL)["items"]:
         if obj["metadata"]["name"] not in {h.name for h in hosts}:
             custom.delete_cluster_custom_object(GROUP, V, HOSTS_PLURAL, obj["metadata"]["name"])
-    fleet = Fleet(lab, api_client, host_args=_migration_args)
+    extra = tuple(getattr(request.module, "MIGRATION_DAEMON_ARGS", ()))
+    fleet = Fleet(lab, api_client, host_args=lambda host: _migration_args(host, extra))
     try:
         for host in hosts:
             reset_host(api_client, host.name)

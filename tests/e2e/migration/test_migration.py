@@ -28,6 +28,15 @@ from kubernetes.client.exceptions import ApiException
 from lxml import etree
 
 from libvirt_provider import constants as c
+from tests.e2e.migration.moves import (
+    PLURAL,
+    create_migration,
+    delete_migrations,
+    migration,
+    pool_volumes,
+    read_migration,
+    wait_ended,
+)
 from tests.support.console import plugin_command
 from tests.support.daemons import Fleet
 from tests.support.factories import pair
@@ -35,8 +44,6 @@ from tests.support.hosts import host_object
 from tests.support.kube import GROUP, V, create, domain_of, get, wait_ready
 from tests.support.lab_access import LabHost, LabInfo
 from tests.support.waiting import eventually
-
-PLURAL = c.MIGRATION_PLURAL
 
 
 @dataclass(frozen=True)
@@ -53,51 +60,6 @@ class Moved:
     migration: dict[str, Any]
 
 
-def _migration(ns: str, name: str, machine: str, target: str | None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"machineName": machine}
-    if target is not None:
-        spec["targetHost"] = target
-    return {
-        "apiVersion": f"{GROUP}/{V}",
-        "kind": c.MIGRATION_KIND,
-        "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
-    }
-
-
-def _create(api: client.ApiClient, body: dict[str, Any]) -> None:
-    ns = body["metadata"]["namespace"]
-    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, V, ns, PLURAL, body)
-
-
-def _read(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
-    try:
-        obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            GROUP, V, ns, PLURAL, name
-        )
-        return obj
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-
-
-def _ended(api: client.ApiClient, ns: str, name: str, *, timeout: float = 240) -> dict[str, Any]:
-    """The migration once its phase is Succeeded, Failed or Cancelled."""
-    ends = {c.MIGRATION_PHASE_SUCCEEDED, c.MIGRATION_PHASE_FAILED, c.MIGRATION_PHASE_CANCELLED}
-    found: dict[str, Any] = eventually(
-        lambda: (
-            (obj := _read(api, ns, name)) is not None
-            and (obj.get("status") or {}).get("phase") in ends
-            and obj
-        ),
-        timeout=timeout,
-        interval=0.5,
-        what=f"migration {ns}/{name} to end",
-    )
-    return found
-
-
 def _machines_on(api: client.ApiClient, host: str) -> int:
     return int(((host_object(api, host) or {}).get("status") or {})["allocated"]["machines"])
 
@@ -107,23 +69,6 @@ def _mac(conn: libvirt.virConnect, uid: str) -> str:
     mac = xml.find("devices/interface/mac")
     assert mac is not None
     return str(mac.get("address"))
-
-
-def _volumes(conn: libvirt.virConnect, lab: LabInfo, prefix: str) -> list[str]:
-    pool = conn.storagePoolLookupByName(lab.pool)
-    pool.refresh(0)
-    return [v.name() for v in pool.listAllVolumes(0) if v.name().startswith(prefix)]
-
-
-def _delete_migrations(api: client.ApiClient, ns: str) -> None:
-    custom = client.CustomObjectsApi(api)
-    for obj in custom.list_namespaced_custom_object(GROUP, V, ns, PLURAL)["items"]:
-        custom.delete_namespaced_custom_object(GROUP, V, ns, PLURAL, obj["metadata"]["name"])
-    eventually(
-        lambda: not custom.list_namespaced_custom_object(GROUP, V, ns, PLURAL)["items"],
-        timeout=60,
-        what=f"the migrations of {ns} gone",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +96,8 @@ def moved(fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str) -> 
         before = _machines_on(api_client, source.name)
         target_before = _machines_on(api_client, target.name)
         name = "move-" + uuid.uuid4().hex[:6]
-        _create(api_client, _migration(ns, name, "mover", target.name))
-        done = _ended(api_client, ns, name)
+        create_migration(api_client, migration(ns, name, "mover", target.name))
+        done = wait_ended(api_client, ns, name)
         yield Moved(
             ns=ns,
             name=name,
@@ -166,7 +111,7 @@ def moved(fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str) -> 
             migration=done,
         )
     finally:
-        _delete_migrations(api_client, ns)
+        delete_migrations(api_client, ns)
 
 
 def test_the_migration_succeeded_with_libvirts_figures(moved: Moved) -> None:
@@ -229,12 +174,12 @@ def test_the_source_holds_nothing_of_it(
         with pytest.raises(libvirt.libvirtError) as missing:
             conn.lookupByUUIDString(moved.uid)
         assert missing.value.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN
-        assert _volumes(conn, lab, moved.domain) == []
+        assert pool_volumes(conn, lab, moved.domain) == []
     finally:
         conn.close()
     conn = libvirt.open(moved.target.uri)
     try:
-        assert _volumes(conn, lab, moved.domain), "the target holds the machine's volumes"
+        assert pool_volumes(conn, lab, moved.domain), "the target holds the machine's volumes"
     finally:
         conn.close()
     eventually(
@@ -272,8 +217,8 @@ def test_a_migration_that_cannot_go_on_is_refused_before_anything_is_copied(
 ) -> None:
     to = moved.target.name if target == "self" else target
     name = "refused-" + uuid.uuid4().hex[:6]
-    _create(api_client, _migration(moved.ns, name, "mover", to))
-    status = _ended(api_client, moved.ns, name, timeout=60)["status"]
+    create_migration(api_client, migration(moved.ns, name, "mover", to))
+    status = wait_ended(api_client, moved.ns, name, timeout=60)["status"]
     assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
     cond = next(x for x in status["conditions"] if x["type"] == c.MIGRATION_CONDITION_SUCCEEDED)
     assert (cond["status"], cond["reason"]) == ("False", reason), cond
@@ -301,10 +246,10 @@ def test_deleting_a_running_migration_cancels_it_and_the_machine_stays(
         dom = conn.lookupByUUIDString(moved.uid)
         dom.migrateSetMaxSpeed(1, 0)
         name = "cancel-" + uuid.uuid4().hex[:6]
-        _create(api_client, _migration(moved.ns, name, "mover", there.name))
+        create_migration(api_client, migration(moved.ns, name, "mover", there.name))
         eventually(
             lambda: (
-                ((_read(api_client, moved.ns, name) or {}).get("status") or {})
+                ((read_migration(api_client, moved.ns, name) or {}).get("status") or {})
                 .get("progress", {})
                 .get("memoryProcessed")
             ),
@@ -315,7 +260,7 @@ def test_deleting_a_running_migration_cancels_it_and_the_machine_stays(
             GROUP, V, moved.ns, PLURAL, name
         )
         eventually(
-            lambda: _read(api_client, moved.ns, name) is None,
+            lambda: read_migration(api_client, moved.ns, name) is None,
             timeout=90,
             what="the cancelled migration gone once nothing is left of it",
         )
@@ -334,7 +279,7 @@ def test_deleting_a_running_migration_cancels_it_and_the_machine_stays(
     try:
         with pytest.raises(libvirt.libvirtError):
             other.lookupByUUIDString(moved.uid)
-        assert _volumes(other, lab, moved.domain) == []
+        assert pool_volumes(other, lab, moved.domain) == []
     finally:
         other.close()
     machine = get(api_client, moved.ns, "mover", vm=False)
@@ -348,8 +293,8 @@ def test_without_a_target_the_least_loaded_other_host_that_fits_is_chosen(
 ) -> None:
     """Of the module's two hosts the only other one: the machine goes back to it."""
     name = "anywhere-" + uuid.uuid4().hex[:6]
-    _create(api_client, _migration(moved.ns, name, "mover", None))
-    status = _ended(api_client, moved.ns, name)["status"]
+    create_migration(api_client, migration(moved.ns, name, "mover", None))
+    status = wait_ended(api_client, moved.ns, name)["status"]
     assert status["phase"] == c.MIGRATION_PHASE_SUCCEEDED, status
     assert (status["source"], status["target"]) == (moved.target.name, moved.source.name)
     said = [
@@ -387,8 +332,8 @@ def test_a_stopped_machine_is_refused_not_moved(
         what="the stopped machine built on its host",
     )
     name = "stopped-" + uuid.uuid4().hex[:6]
-    _create(api_client, _migration(moved.ns, name, "idle", moved.source.name))
-    status = _ended(api_client, moved.ns, name, timeout=60)["status"]
+    create_migration(api_client, migration(moved.ns, name, "idle", moved.source.name))
+    status = wait_ended(api_client, moved.ns, name, timeout=60)["status"]
     assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
     cond = next(x for x in status["conditions"] if x["type"] == c.MIGRATION_CONDITION_SUCCEEDED)
     assert cond["reason"] == c.MIGRATION_REASON_MACHINE_NOT_RUNNING, cond
@@ -396,7 +341,7 @@ def test_a_stopped_machine_is_refused_not_moved(
     assert "preparedVolumes" not in status
     conn = libvirt.open(moved.source.uri)
     try:
-        assert _volumes(conn, lab, domain_of(api_client, moved.ns, "idle")) == []
+        assert pool_volumes(conn, lab, domain_of(api_client, moved.ns, "idle")) == []
     finally:
         conn.close()
 

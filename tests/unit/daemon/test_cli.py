@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from libvirt_provider import constants as c
 from libvirt_provider.__main__ import build_parser
 from libvirt_provider.adapters.process.startup import (
     ConfigError,
@@ -139,3 +140,16 @@ def test_kubectl_vm_help_names_the_console_command() -> None:
     )
     assert "Ctrl-]" in out.stdout
     assert "--namespace" in out.stdout
+
+
+def test_the_migration_limits_default_to_kubevirts_and_refuse_zero() -> None:
+    args = build_parser().parse_args([])
+    assert (args.migration_max_per_host, args.migration_max_per_cluster) == (2, 5)
+    assert args.migration_no_progress_timeout == c.MIGRATION_NO_PROGRESS_SECONDS == 150
+    assert args.migration_deadline_per_gib == c.MIGRATION_DEADLINE_SECONDS_PER_GIB == 150
+    args = build_parser().parse_args(
+        ["--migration-max-per-host=1", "--migration-deadline-per-gib=9"]
+    )
+    assert (args.migration_max_per_host, args.migration_deadline_per_gib) == (1, 9.0)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--migration-max-per-cluster=0"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
+import threading
 from typing import Any
 
 from libvirt_provider import constants as c
@@ -18,6 +19,7 @@ from libvirt_provider import naming
 from libvirt_provider.driver.types import DomainState, HostFacts
 from libvirt_provider.errors import PermanentError
 from libvirt_provider.machine.reconciler import Incoming
+from libvirt_provider.migration.limits import MigrationLimits
 from libvirt_provider.migration.reconciler import MigrationReconciler
 from libvirt_provider.migration.store import MigrationKey
 from tests.doubles.hypervisor import FakeDomain, FakeHypervisor
@@ -33,12 +35,22 @@ class MigratingHypervisor(FakeHypervisor):
 
     peer: FakeHypervisor | None = None
     fail_copy: PermanentError | None = None
+    # Set: the copy blocks until abort_job (a stalled job) and libvirt's figures stay these.
+    stalled: dict[str, int] | None = None
+    aborted: threading.Event = dataclasses.field(default_factory=threading.Event)
     migrated: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    auto_converge: list[bool] = dataclasses.field(default_factory=list)
 
     def migratable_xml(self, uuid: str, *, inactive: bool = False) -> str:
         return self.domain_xml(uuid, inactive=inactive)
 
-    def migrate(self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str) -> None:
+    def migrate(
+        self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str, auto_converge: bool = False
+    ) -> None:
+        self.auto_converge.append(auto_converge)
+        if self.stalled is not None:
+            assert self.aborted.wait(10), "the stalled job was never aborted"
+            raise PermanentError("operation aborted: migration out job: canceled by client")
         if self.fail_copy is not None:
             raise self.fail_copy
         assert self.peer is not None
@@ -47,7 +59,7 @@ class MigratingHypervisor(FakeHypervisor):
         self.migrated.append((uuid, uri, dest_xml))
 
     def job_stats(self, uuid: str) -> dict[str, int] | None:
-        return None
+        return dict(self.stalled) if self.stalled is not None else None
 
     def completed_job_stats(self, uuid: str) -> dict[str, int] | None:
         if uuid not in self.domains:
@@ -55,7 +67,7 @@ class MigratingHypervisor(FakeHypervisor):
         return {"time_elapsed": 4000, "downtime": 120, "memory_total": 100, "memory_processed": 40}
 
     def abort_job(self, uuid: str) -> None:
-        return None
+        self.aborted.set()
 
 
 def _host(name: str) -> MigratingHypervisor:
@@ -90,6 +102,9 @@ class Store:
 
     def get_migration(self, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.migrations.get(name))
+
+    def list_migrations(self) -> list[dict[str, Any]]:
+        return [copy.deepcopy(m) for m in self.migrations.values()]
 
     def get_machine(self, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.machines.get(name))
@@ -181,7 +196,10 @@ def _world(*, target: str = "b") -> tuple[Store, MigratingHypervisor, MigratingH
 
 
 def _daemons(
-    store: Store, a: MigratingHypervisor, b: MigratingHypervisor
+    store: Store,
+    a: MigratingHypervisor,
+    b: MigratingHypervisor,
+    limits: MigrationLimits | None = None,
 ) -> dict[str, MigrationReconciler]:
     def prepare(obj: dict[str, Any]) -> Incoming:
         info = b.add_volume(POOL, f"{DOMAIN}--boot.qcow2")
@@ -190,7 +208,12 @@ def _daemons(
     def cannot(obj: dict[str, Any]) -> Incoming:
         raise AssertionError("the source never prepares")
 
-    common = {"store": store, "migration_uri": "qemu+tls://x/system", "progress_seconds": 0.01}
+    common = {
+        "store": store,
+        "migration_uri": "qemu+tls://x/system",
+        "progress_seconds": 0.01,
+        "limits": limits,
+    }
     return {
         "a": MigrationReconciler(
             hypervisor=a, host="a", prepare=cannot, pkipath="/pki/a", **common
@@ -277,3 +300,116 @@ def test_without_a_target_the_other_host_is_chosen() -> None:
     status = store.migrations["m"]["status"]
     assert (status["phase"], status["target"]) == (c.MIGRATION_PHASE_SUCCEEDED, "b"), status
     assert any(reason == c.EVENT_MIGRATION_SCHEDULED for reason, _, _ in store.events)
+
+
+def _running_elsewhere(store: Store, name: str, source: str) -> None:
+    store.migrations[name] = {
+        "kind": c.MIGRATION_KIND,
+        "metadata": {"name": name, "namespace": NS, "generation": 1},
+        "spec": {"machineName": "other"},
+        "status": {"phase": c.MIGRATION_PHASE_MIGRATING, "source": source, "target": "b"},
+    }
+
+
+def test_over_the_hosts_limit_it_waits_with_the_reason_then_starts_when_a_slot_frees() -> None:
+    store, a, b = _world()
+    _running_elsewhere(store, "busy", "a")
+    daemons = _daemons(store, a, b, MigrationLimits(per_host=1))
+    outcome = daemons["a"].reconcile(MigrationKey(NS, "m"))
+    assert outcome.requeue_after == c.MIGRATION_SLOT_RECHECK_SECONDS
+    _settle(daemons, rounds=3)
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_PENDING
+    cond = status["conditions"][0]
+    assert cond["reason"] == c.MIGRATION_REASON_HOST_LIMIT
+    assert f"{NS}/busy" in cond["message"]
+    # Nothing was locked or prepared; one Event however often it looked.
+    assert "migration" not in store.machines["web"]["status"]
+    assert b.volume_names(POOL) == []
+    assert [r for r, _, _ in store.events].count(c.MIGRATION_REASON_HOST_LIMIT) == 1
+    assert daemons["a"].waiting() == [MigrationKey(NS, "m")]
+    store.migrations["busy"]["status"]["phase"] = c.MIGRATION_PHASE_SUCCEEDED
+    _settle(daemons)
+    assert store.migrations["m"]["status"]["phase"] == c.MIGRATION_PHASE_SUCCEEDED
+    assert daemons["a"].waiting() == []
+
+
+def test_over_the_clusters_limit_it_waits_for_any_hosts_migration() -> None:
+    store, a, b = _world()
+    _running_elsewhere(store, "x1", "c")
+    _running_elsewhere(store, "x2", "d")
+    _settle(_daemons(store, a, b, MigrationLimits(per_host=2, per_cluster=2)), rounds=2)
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_PENDING
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_CLUSTER_LIMIT
+
+
+def test_a_refusal_is_not_held_back_by_a_limit() -> None:
+    store, a, b = _world()
+    store.hosts["b"]["spec"] = {"unschedulable": True}
+    _running_elsewhere(store, "busy", "a")
+    _settle(_daemons(store, a, b, MigrationLimits(per_host=1)), rounds=1)
+    assert store.migrations["m"]["status"]["phase"] == c.MIGRATION_PHASE_FAILED
+
+
+def test_a_copy_without_progress_is_aborted_and_the_machine_stays_on_its_source() -> None:
+    store, a, b = _world()
+    a.stalled = {"memory_total": 2**28, "memory_remaining": 2**27, "memory_bps": 1}
+    limits = MigrationLimits(no_progress_seconds=0.05, deadline_seconds_per_gib=1000)
+    _settle(_daemons(store, a, b, limits))
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+    cond = status["conditions"][0]
+    assert cond["reason"] == c.MIGRATION_REASON_NO_PROGRESS
+    assert "128.0 MiB of memory were left" in cond["message"]
+    assert "keeps running on host a" in cond["message"]
+    assert a.aborted.is_set()
+    # The cancel path's cleanup: the target's prepared volumes are gone, the lock released.
+    assert status["targetCleaned"] is True
+    assert b.volume_names(POOL) == []
+    assert a.domains[UID].state is DomainState.RUNNING
+    assert store.machines["web"]["spec"]["host"] == "a"
+    assert "migration" not in store.machines["web"]["status"]
+
+
+def test_a_copy_past_its_deadline_is_aborted() -> None:
+    store, a, b = _world()
+    # Progressing all the time, but 256 MiB at 0.1 s per GiB is due after 0.025 s.
+    left = iter(range(2**28, 0, -(2**20)))
+
+    a.stalled = {"memory_total": 2**28, "memory_remaining": 2**28}
+    real_stats = a.job_stats
+    a.job_stats = lambda uuid: {**(real_stats(uuid) or {}), "memory_remaining": next(left)}  # type: ignore[method-assign]
+    limits = MigrationLimits(no_progress_seconds=1000, deadline_seconds_per_gib=0.1)
+    _settle(_daemons(store, a, b, limits))
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_DEADLINE_EXCEEDED
+    assert "0.1 s per GiB" in status["conditions"][0]["message"]
+    assert b.volume_names(POOL) == []
+    assert UID in a.domains
+
+
+def test_auto_converge_is_asked_of_libvirt_only_when_the_spec_says_so() -> None:
+    store, a, b = _world()
+    _settle(_daemons(store, a, b))
+    assert a.auto_converge == [False]
+    store, a, b = _world()
+    store.migrations["m"]["spec"]["autoConverge"] = True
+    _settle(_daemons(store, a, b))
+    assert a.auto_converge == [True]
+    assert store.migrations["m"]["status"]["phase"] == c.MIGRATION_PHASE_SUCCEEDED
+
+
+def test_a_migration_waiting_for_a_slot_whose_machine_goes_is_failed() -> None:
+    store, a, b = _world()
+    _running_elsewhere(store, "busy", "a")
+    daemons = _daemons(store, a, b, MigrationLimits(per_host=1))
+    _settle(daemons, rounds=1)
+    assert store.migrations["m"]["status"]["phase"] == c.MIGRATION_PHASE_PENDING
+    del store.machines["web"]
+    _settle(daemons, rounds=1)
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_MACHINE_NOT_FOUND
+    assert daemons["a"].waiting() == []
