@@ -226,3 +226,24 @@ def test_the_daemon_may_review_access_and_read_the_front_proxys_trust() -> None:
     # The APIService is not in the default install: unavailable, it would hold namespace deletion.
     others = [r for r in kustomization["resources"] if r != "console-rbac.yaml"]
     assert not any(str(r).startswith("console") for r in others)
+
+
+def _resources(docs: list[dict[str, Any]], group: str) -> set[str]:
+    return {
+        resource
+        for doc in docs
+        if doc["kind"] == "ClusterRole"
+        for rule in doc.get("rules") or []
+        if group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+    }
+
+
+def test_the_remote_account_reaches_every_kind_of_the_group_the_node_account_does() -> None:
+    """Both modes run the same controllers and watch the same kinds; a kind granted to the nodes'
+    account alone leaves the remote daemon's watch of it failing with 403 (as LibvirtMigration's
+    did). The remote account may have fewer verbs, never fewer kinds."""
+    group = "infrastructure.vm-api.io"
+    node = _resources(_docs("rbac.yaml"), group)
+    remote = _resources(_docs("remote", "rbac.yaml"), group)
+    assert node - remote == set()
