@@ -12,12 +12,11 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from generic import constants as vmapi
-from generic.adapters.events import EventRecorder
-from generic.adapters.kubeclient import REQUEST_TIMEOUT, KubeApi
+from generic.adapters.kubeclient import REQUEST_TIMEOUT
 from generic.formats import parse_micro_time
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.kube.adapter import COMPONENT, patch_finalizers, translated
+from libvirt_provider.adapters.kube.adapter import translated
+from libvirt_provider.adapters.kube.namespaced import NamespacedStore
 from libvirt_provider.errors import NotFoundError
 from libvirt_provider.hosts.heartbeat import renewals
 
@@ -26,30 +25,12 @@ __all__ = ["MigrationApi"]
 Obj = dict[str, Any]
 
 
-class MigrationApi:
+class MigrationApi(NamespacedStore):
     """`MigrationStore` over the API server, for the daemon serving `host`."""
 
     def __init__(self, api: client.ApiClient, *, host: str, lease_namespace: str) -> None:
-        self._api = KubeApi(api)
+        super().__init__(api, host=host)
         self._lease_namespace = lease_namespace
-        self._events = EventRecorder(api, component=COMPONENT, instance=host, host=host)
-
-    def _get(self, group: str, plural: str, namespace: str, name: str) -> Obj | None:
-        try:
-            with translated():
-                return cast(
-                    Obj,
-                    self._api.get_namespaced_custom_object(
-                        group,
-                        c.VERSION if group == c.GROUP else vmapi.VERSION,
-                        namespace,
-                        plural,
-                        name,
-                        _request_timeout=REQUEST_TIMEOUT,
-                    ),
-                )
-        except NotFoundError:
-            return None
 
     def get_migration(self, namespace: str, name: str) -> Obj | None:
         return self._get(c.GROUP, c.MIGRATION_PLURAL, namespace, name)
@@ -63,12 +44,6 @@ class MigrationApi:
                 ),
             )
         return list(listing.get("items") or [])
-
-    def get_machine(self, namespace: str, name: str) -> Obj | None:
-        return self._get(c.GROUP, c.MACHINE_PLURAL, namespace, name)
-
-    def get_virtual_machine(self, namespace: str, name: str) -> Obj | None:
-        return self._get(vmapi.GROUP, vmapi.PLURAL, namespace, name)
 
     def get_host(self, name: str) -> Obj | None:
         try:
@@ -110,36 +85,14 @@ class MigrationApi:
             for lease in leases.get("items") or []
         )
 
-    def _patch_status(self, plural: str, obj: Obj, body: Obj) -> Obj:
-        meta = obj.get("metadata") or {}
-        with translated():
-            written = self._api.patch_namespaced_custom_object_status(
-                c.GROUP,
-                c.VERSION,
-                str(meta.get("namespace")),
-                plural,
-                str(meta.get("name")),
-                body,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        return cast(Obj, written) if isinstance(written, dict) else obj
-
     def patch_migration_status(self, obj: Obj, status: Obj) -> Obj:
-        return self._patch_status(c.MIGRATION_PLURAL, obj, {"status": status})
+        return self._patch_status(c.MIGRATION_PLURAL, obj, status)
 
     def patch_machine_status(self, obj: Obj, status: Obj, *, conditional: bool = False) -> Obj:
-        body: Obj = {"status": status}
-        if conditional:
-            body["metadata"] = {
-                "resourceVersion": (obj.get("metadata") or {}).get("resourceVersion")
-            }
-        return self._patch_status(c.MACHINE_PLURAL, obj, body)
+        return self._patch_status(c.MACHINE_PLURAL, obj, status, conditional=conditional)
 
     def set_migration_finalizers(self, obj: Obj, finalizers: list[str]) -> Obj:
-        written = patch_finalizers(
-            self._api, obj, finalizers, plural=c.MIGRATION_PLURAL, kind=c.MIGRATION_KIND
-        )
-        return cast(Obj, written) if isinstance(written, dict) else obj
+        return self._set_finalizers(c.MIGRATION_PLURAL, c.MIGRATION_KIND, obj, finalizers)
 
     def move_machine(self, obj: Obj, host: str) -> Obj:
         # Conditioned on the machine as read: the CEL rule admits the new host only while
@@ -167,7 +120,4 @@ class MigrationApi:
     def event(self, obj: Any, *, reason: str, message: str, warning: bool = False) -> None:
         """Record an Event on a migration or a machine (repeats are counted); never raises."""
         kind = obj.get("kind") or c.MIGRATION_KIND
-        body = {**obj, "kind": kind, "apiVersion": f"{c.GROUP}/{c.VERSION}"}
-        self._events.record(
-            body, type_="Warning" if warning else "Normal", reason=reason, message=message
-        )
+        self._record(kind, obj, reason=reason, message=message, warning=warning)
