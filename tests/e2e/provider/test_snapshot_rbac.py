@@ -1,8 +1,9 @@
-"""Tenancy of snapshots and restores: deploy/snapshot-rbac.yaml, aggregated by the lab's
-controller-manager into Kubernetes' own `edit` and `view` roles, checked against the lab's
-RBAC-enforcing API server. A ServiceAccount bound to nothing is refused (403) a LibvirtSnapshot and
-a LibvirtRestore; bound to `edit` in its namespace it creates both; bound to `view` it lists them
-and is refused creating one. No daemon and no guest: the objects are only written and read.
+"""Tenancy of snapshots, restores and migrations: deploy/snapshot-rbac.yaml, aggregated by the
+lab's controller-manager into Kubernetes' own `edit` and `view` roles, checked against the lab's
+RBAC-enforcing API server. A ServiceAccount bound to nothing is refused (403) a LibvirtSnapshot, a
+LibvirtRestore and a LibvirtMigration; bound to `edit` in its namespace it creates each; bound to
+`view` it lists them and is refused creating one. No daemon and no guest: the objects are only
+written and read.
 Cost: about 3 s on an idle lab.
 """
 
@@ -17,13 +18,22 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
-from tests.support.kube import GROUP, V, apply, namespace, service_account_kubeconfig
+from tests.support.kube import (
+    GROUP,
+    V,
+    apply,
+    install_api,
+    namespace,
+    service_account_kubeconfig,
+)
 from tests.support.lab_access import REPO, LabInfo
 from tests.support.waiting import eventually
 
 
 @pytest.fixture
 def tenant_ns(lab: LabInfo, api_client: client.ApiClient) -> Iterator[str]:
+    # The CRDs too: alone on a fresh lab, no earlier test has installed them.
+    install_api(lab, api_client)
     apply(lab, REPO / "deploy" / "snapshot-rbac.yaml")
     with namespace(api_client) as ns:
         yield ns
@@ -74,6 +84,15 @@ def _bodies(ns: str, suffix: str) -> list[tuple[str, dict[str, Any]]]:
                 "kind": c.RESTORE_KIND,
                 "metadata": {"name": f"restore-{suffix}", "namespace": ns},
                 "spec": {"snapshotName": f"snap-{suffix}", "virtualMachineName": "web"},
+            },
+        ),
+        (
+            c.MIGRATION_PLURAL,
+            {
+                "apiVersion": f"{GROUP}/{V}",
+                "kind": c.MIGRATION_KIND,
+                "metadata": {"name": f"migration-{suffix}", "namespace": ns},
+                "spec": {"machineName": "web"},
             },
         ),
     ]
