@@ -170,9 +170,13 @@ __all__ = [
     "MODIFY_VOLUME_PENDING",
     "NETWORK_KIND",
     "NETWORK_PLURAL",
+    "PLUGIN_CLOSE_WAIT",
+    "PLUGIN_MAX_FRAME",
     "PORTFORWARD_BUFFER",
     "PORTFORWARD_DIAL_TIMEOUT",
     "PORTFORWARD_READ_CHUNK",
+    "PORTFORWARD_SUBPROTOCOL",
+    "PORTFORWARD_SUBPROTOCOLS",
     "PORTFORWARD_SUBRESOURCE",
     "PREEMPTION_GRACE_SECONDS",
     "REASON_ADDRESS_OUTSIDE_POOL",
@@ -604,6 +608,18 @@ PORTFORWARD_READ_CHUNK: Final = 64 * 1024
 PORTFORWARD_BUFFER: Final = 1 << 20
 # The port `kubectl vm ssh` reaches unless told otherwise.
 SSH_PORT: Final = 22
+# The port-forward subprotocol with a half-close (docs/console.md): the console's binary frames,
+# and an empty binary frame from the client says its input ended, as a TCP FIN would; the daemon
+# then shuts the guest connection's writing side and carries the guest's answer until the guest
+# closes. The daemon falls back to the console's subprotocol for a client that offers only that.
+PORTFORWARD_SUBPROTOCOL: Final = "v1.portforward.infrastructure.vm-api.io"
+# What the plugin offers, preferred first.
+PORTFORWARD_SUBPROTOCOLS: Final = (PORTFORWARD_SUBPROTOCOL, CONSOLE_SUBPROTOCOL)
+
+# The plugin's side of its WebSockets: the largest frame it takes from the server, and seconds it
+# waits for the server's close frame after sending its own before it gives up on the stream.
+PLUGIN_MAX_FRAME: Final = 16 << 20
+PLUGIN_CLOSE_WAIT: Final = 5.0
 
 # `kubectl vm top`'s resource in the same aggregated group (docs/console.md, "kubectl vm top"):
 # get and list, namespaced and across namespaces, as metrics.k8s.io serves `kubectl top`. The

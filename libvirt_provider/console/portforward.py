@@ -34,6 +34,7 @@ __all__ = [
     "parse_port",
     "parse_ssh_target",
     "portforward_path",
+    "portforward_subprotocol",
     "portforward_target",
     "ssh_argv",
 ]
@@ -144,6 +145,12 @@ def portforward_target(
 
 def _target(where: ConsoleTarget, address: str, port: int) -> PortForwardTarget:
     return PortForwardTarget(where.host, where.domain_uuid, address, port)
+
+
+def portforward_subprotocol(offered: list[str]) -> str | None:
+    """The subprotocol to answer among those the client offered (lower-cased): the one with the
+    half-close when offered, else the console's (a plugin of an earlier release), else None."""
+    return next((p for p in c.PORTFORWARD_SUBPROTOCOLS if p in offered), None)
 
 
 def portforward_path(namespace: str, name: str, port: int) -> str:

@@ -29,12 +29,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import select
 import ssl
 import sys
 import termios
-import threading
 import time
 import tty
 from collections.abc import Sequence
@@ -52,6 +49,7 @@ from libvirt_provider.adapters.plugin.port_forward import (
     run_ssh,
     split_ssh_arguments,
 )
+from libvirt_provider.adapters.plugin.pump import carry
 from libvirt_provider.console.client import (
     console_path,
     session_query,
@@ -196,36 +194,24 @@ def _refusal(err: websocket.WebSocketBadStatusException) -> str:
 
 
 class _Session:
-    """Guest output to stdout on a thread of its own; input from stdin on the caller's (a
-    viewer's input is read and dropped, and it is told once)."""
+    """One console stream on the caller's thread (`plugin/pump.py`): the guest's output to
+    stdout, stdin to the guest (a viewer's input is read and dropped, and it is told once)."""
 
     def __init__(self, ws: websocket.WebSocket, *, viewer: bool = False) -> None:
         self._ws = ws
         self._viewer = viewer
         self._told = False
-        self._ended = threading.Event()
         self.reason = ""
 
-    def pump(self) -> None:
-        """Only the guest's output, on the caller's thread (--logs)."""
-        self._pump_output()
+    @staticmethod
+    def _write(data: bytes) -> None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
 
-    def _pump_output(self) -> None:
-        out = sys.stdout.buffer
-        try:
-            while True:
-                opcode, data = self._ws.recv_data()
-                if opcode == websocket.ABNF.OPCODE_CLOSE:
-                    if len(data) > 2:
-                        self.reason = data[2:].decode("utf-8", "replace")
-                    return
-                if opcode in (websocket.ABNF.OPCODE_BINARY, websocket.ABNF.OPCODE_TEXT):
-                    out.write(data)
-                    out.flush()
-        except (websocket.WebSocketException, OSError):
-            return
-        finally:
-            self._ended.set()
+    def pump(self) -> None:
+        """Only the guest's output (--logs); Ctrl-C leaves."""
+        with contextlib.suppress(KeyboardInterrupt):
+            self.reason = carry(self._ws, sink=self._write).reason
 
     def _tell_viewer(self, *, interactive: bool) -> None:
         if self._told:
@@ -236,32 +222,15 @@ class _Session:
         sys.stderr.flush()
 
     def run(self, *, interactive: bool) -> None:
-        reader = threading.Thread(target=self._pump_output, name="console-output", daemon=True)
-        reader.start()
-        fd = sys.stdin.fileno()
-        try:
-            while not self._ended.is_set():
-                # Waited for with a timeout: once the server ends the session the plugin exits
-                # without another keystroke (or, stdin piped from a process, without its end).
-                ready, _, _ = select.select([fd], [], [], 0.2)
-                if not ready:
-                    continue
-                data = os.read(fd, 4096)
-                if not data:
-                    break
-                send, leave = split_at_escape(data) if interactive else (data, False)
-                if send and self._viewer:
-                    self._tell_viewer(interactive=interactive)
-                elif send:
-                    self._ws.send_bytes(send)
-                if leave:
-                    break
-        except (websocket.WebSocketException, OSError):
-            pass
-        finally:
-            with contextlib.suppress(websocket.WebSocketException, OSError):
-                self._ws.close()
-            reader.join(5.0)
+        def typed(data: bytes) -> tuple[bytes, bool]:
+            send, leave = split_at_escape(data) if interactive else (data, False)
+            if send and self._viewer:
+                self._tell_viewer(interactive=interactive)
+                send = b""
+            return send, leave
+
+        source = sys.stdin.fileno()
+        self.reason = carry(self._ws, sink=self._write, source=source, transform=typed).reason
 
 
 def _console(args: argparse.Namespace) -> int:
@@ -308,10 +277,7 @@ def _logs(ws: websocket.WebSocket) -> int:
     """Print the console's log as it comes, until the daemon closes (all sent, or with
     --follow the session ended) or Ctrl-C."""
     session = _Session(ws, viewer=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        session.pump()
-    with contextlib.suppress(websocket.WebSocketException, OSError):
-        ws.close()
+    session.pump()
     if session.reason and session.reason != LOGS_END_REASON:
         print(f"console closed: {session.reason}", file=sys.stderr)
     return 0
@@ -389,7 +355,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "ssh":
             return run_ssh(args, namespace)
         return run_port_forward(
-            args, namespace, lambda path: _connect(configuration, path), _refusal
+            args,
+            namespace,
+            lambda path: _connect(configuration, path, c.PORTFORWARD_SUBPROTOCOLS),
+            _refusal,
         )
     if args.command == "migrate":
         configuration, default_namespace = _configuration(args)

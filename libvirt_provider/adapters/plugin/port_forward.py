@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import select
 import socket
 import sys
 import threading
@@ -26,6 +25,7 @@ from collections.abc import Callable
 import websocket
 
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.plugin.pump import carry
 from libvirt_provider.console.portforward import (
     parse_forward_spec,
     parse_port,
@@ -39,7 +39,6 @@ __all__ = ["Connect", "add_commands", "run_port_forward", "run_ssh", "split_ssh_
 # Opens the WebSocket of a path with the user's credentials (the plugin's `_connect`).
 Connect = Callable[[str], websocket.WebSocket]
 _MODULE = "libvirt_provider.adapters.plugin.kubectl_vm"
-_CHUNK = 64 * 1024
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,82 +78,34 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
 
 
-def _pump_to_socket(ws: websocket.WebSocket, sock: socket.socket, done: threading.Event) -> None:
-    """The guest's bytes to the local connection, until the stream ends."""
-    try:
-        while True:
-            opcode, data = ws.recv_data()
-            if opcode == websocket.ABNF.OPCODE_CLOSE:
-                return
-            if opcode in (websocket.ABNF.OPCODE_BINARY, websocket.ABNF.OPCODE_TEXT):
-                sock.sendall(data)
-    except (websocket.WebSocketException, OSError):
-        return
-    finally:
-        done.set()
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
+def _half_close(ws: websocket.WebSocket) -> bool:
+    """Whether the daemon took the subprotocol in which the end of input can be said (a daemon
+    of an earlier release answers in the console's, where the end of input ends the stream)."""
+    return bool(ws.getsubprotocol() == c.PORTFORWARD_SUBPROTOCOL)
 
 
 def _bridge_socket(ws: websocket.WebSocket, sock: socket.socket) -> None:
-    """One stream: the local connection's bytes to the guest on this thread, the guest's back
-    on another; either side's end ends both."""
-    done = threading.Event()
-    back = threading.Thread(target=_pump_to_socket, args=(ws, sock, done), daemon=True)
-    back.start()
+    """One stream between a local connection and the guest's port; the local side's end of
+    writing reaches the guest as one, and the guest's closing closes the local connection."""
     try:
-        while not done.is_set():
-            data = sock.recv(_CHUNK)
-            if not data:
-                break
-            ws.send_bytes(data)
-    except (websocket.WebSocketException, OSError):
-        pass
+        carry(ws, source=sock.fileno(), sink=sock.sendall, half_close=_half_close(ws))
     finally:
-        with contextlib.suppress(websocket.WebSocketException, OSError):
-            ws.close()
-        back.join(5.0)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             sock.close()
 
 
 def _stdio(ws: websocket.WebSocket) -> None:
-    """One stream on stdin and stdout (ssh's ProxyCommand)."""
+    """One stream on stdin and stdout (ssh's ProxyCommand): the end of stdin is the end of the
+    input, and the plugin exits once the guest's answer is all out and the guest closed."""
     out = sys.stdout.buffer
-    done = threading.Event()
 
-    def back() -> None:
-        try:
-            while True:
-                opcode, data = ws.recv_data()
-                if opcode == websocket.ABNF.OPCODE_CLOSE:
-                    return
-                if opcode in (websocket.ABNF.OPCODE_BINARY, websocket.ABNF.OPCODE_TEXT):
-                    out.write(data)
-                    out.flush()
-        except (websocket.WebSocketException, OSError):
-            return
-        finally:
-            done.set()
+    def write(data: bytes) -> None:
+        out.write(data)
+        out.flush()
 
-    reader = threading.Thread(target=back, daemon=True)
-    reader.start()
-    fd = sys.stdin.fileno()
-    try:
-        while not done.is_set():
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if not ready:
-                continue
-            data = os.read(fd, _CHUNK)
-            if not data:
-                break
-            ws.send_bytes(data)
-    except (websocket.WebSocketException, OSError):
-        pass
-    finally:
-        with contextlib.suppress(websocket.WebSocketException, OSError):
-            ws.close()
-        reader.join(5.0)
+    carry(ws, source=sys.stdin.fileno(), sink=write, half_close=_half_close(ws))
 
 
 def run_port_forward(

@@ -22,6 +22,7 @@ from kubernetes import client
 
 from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.plugin.pump import carry
 from libvirt_provider.console.client import console_path
 from libvirt_provider.console.vnc import PNG_SIGNATURE
 
@@ -63,28 +64,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
 
 
-def _pipe_to_socket(ws: websocket.WebSocket, sock: socket.socket) -> None:
-    """The display's bytes to the viewer, until either side ends."""
-    try:
-        while True:
-            opcode, data = ws.recv_data()
-            if opcode == websocket.ABNF.OPCODE_CLOSE:
-                return
-            if opcode in (websocket.ABNF.OPCODE_BINARY, websocket.ABNF.OPCODE_TEXT):
-                sock.sendall(data)
-    except (websocket.WebSocketException, OSError):
-        return
-    finally:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-
 def _carry(
     sock: socket.socket,
     connect: Callable[[], websocket.WebSocket],
     refusal: Refusal,
 ) -> None:
-    """One viewer's connection: a WebSocket of its own, bytes both ways, both closed at the end."""
+    """One viewer's connection: a WebSocket of its own, bytes both ways on one thread
+    (`plugin/pump.py`), both closed at the end."""
     try:
         try:
             ws = connect()
@@ -94,20 +80,9 @@ def _carry(
         except (websocket.WebSocketException, OSError) as err:
             print(f"error: cannot reach the API server: {err}", file=sys.stderr, flush=True)
             return
-        back = threading.Thread(target=_pipe_to_socket, args=(ws, sock), daemon=True)
-        back.start()
-        try:
-            while True:
-                data = sock.recv(c.VNC_READ_CHUNK)
-                if not data:
-                    break
-                ws.send_bytes(data)
-        except (websocket.WebSocketException, OSError):
-            pass
-        finally:
-            with contextlib.suppress(websocket.WebSocketException, OSError):
-                ws.close()
-            back.join(5.0)
+        carry(ws, source=sock.fileno(), sink=sock.sendall)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
     finally:
         sock.close()
 

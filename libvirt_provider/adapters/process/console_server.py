@@ -97,6 +97,7 @@ from libvirt_provider.console.framing import (
 from libvirt_provider.console.portforward import (
     PortForwardRoute,
     match_portforward_route,
+    portforward_subprotocol,
     portforward_target,
 )
 from libvirt_provider.console.routes import (
@@ -872,10 +873,10 @@ class ConsoleServer:
         key = request.header("Sec-WebSocket-Key")
         if "websocket" not in request.tokens("Upgrade") or not key:
             raise _RefusedError(Refusal(400, "BadRequest", "port-forward is a WebSocket"))
-        if c.CONSOLE_SUBPROTOCOL not in request.tokens("Sec-WebSocket-Protocol"):
-            raise _RefusedError(
-                Refusal(400, "BadRequest", f"port-forward speaks {c.CONSOLE_SUBPROTOCOL}")
-            )
+        protocol = portforward_subprotocol(request.tokens("Sec-WebSocket-Protocol"))
+        if protocol is None:
+            spoken = " or ".join(c.PORTFORWARD_SUBPROTOCOLS)
+            raise _RefusedError(Refusal(400, "BadRequest", f"port-forward speaks {spoken}"))
         where = f"{route.namespace}/{route.name} port {route.port}"
         try:
             guest = self._dialer.dial(target.address, target.port, c.PORTFORWARD_DIAL_TIMEOUT)
@@ -889,7 +890,7 @@ class ConsoleServer:
                     f"{target.port}: {err.strerror or err}",
                 )
             ) from err
-        bridge = PortBridge(conn, guest)
+        bridge = PortBridge(conn, guest, half_close=protocol == c.PORTFORWARD_SUBPROTOCOL)
         with self._lock:
             self._bridges.add(bridge)
         started = time.monotonic()
@@ -901,7 +902,7 @@ class ConsoleServer:
                 target.address,
                 target.port,
             )
-            conn.sendall(switching_protocols(key))
+            conn.sendall(switching_protocols(key, protocol))
             why = bridge.run()
             log.info(
                 "console: %s's stream to %s ended: %s",

@@ -5,8 +5,13 @@ guest (`console/portforward.py`), dials it (`guest_dial.py`) and only then upgra
 refuses or does not answer is an HTTP error (502) rather than a stream that closes at once. Then
 this loop, on the connection's thread: the TLS socket, the guest's socket and a wake-up pipe in one
 `select`; the guest's bytes go out in binary frames, the client's binary (or text) frames go to the
-guest, pings as on the console. Either side's end ends both: WebSocket has no half-close, so the
-guest closing its side sends the close frame after the last bytes.
+guest, pings as on the console. WebSocket has no half-close of its own; in the port-forward
+subprotocol (`PORTFORWARD_SUBPROTOCOL`) an empty binary frame from the client stands for one: what
+the client sent is written to the guest, the guest connection's writing side is shut (the guest
+reads its end of input, as over TCP), and the guest's answer keeps flowing until the guest closes,
+which sends the close frame after the last bytes. Without it (the console's subprotocol, spoken by
+plugins of an earlier release) the client's close ends the stream at once, and an answer still
+on its way is lost.
 
 Backpressure: bytes for the guest wait in a buffer written as the guest's socket takes them, so a
 guest slow to read never stops its own output from being sent (an echo would otherwise stall on
@@ -27,6 +32,7 @@ from typing import Any
 from libvirt_provider import constants as c
 from libvirt_provider.console.framing import (
     CloseCode,
+    Frame,
     FrameReader,
     Opcode,
     ProtocolError,
@@ -52,9 +58,15 @@ def switching_protocols(key: str, protocol: str = c.CONSOLE_SUBPROTOCOL) -> byte
 class PortBridge:
     """The loop of one forwarded stream; `closed` (from any thread) ends it."""
 
-    def __init__(self, conn: ssl.SSLSocket, guest: socket.socket) -> None:
+    def __init__(
+        self, conn: socket.socket, guest: socket.socket, *, half_close: bool = False
+    ) -> None:
         self._conn = conn
         self._guest = guest
+        self._half_close = half_close
+        # The client said its input ended; then, once all it sent is written, the guest is told.
+        self._client_done = False
+        self._guest_told = False
         self._guest.setblocking(False)
         self._to_guest = bytearray()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -99,6 +111,9 @@ class PortBridge:
         heard = time.monotonic()
         pinged = heard
         while True:
+            if self._client_done and not self._to_guest and not self._guest_told:
+                self._guest_told = True
+                self._guest.shutdown(socket.SHUT_WR)
             now = time.monotonic()
             if now - heard > c.CONSOLE_PING_SECONDS * c.CONSOLE_SILENT_PINGS:
                 return self._close_with(CloseCode.GOING_AWAY, "the client stopped answering")
@@ -107,7 +122,8 @@ class PortBridge:
                 pinged = now
             wait = max(0.0, pinged + c.CONSOLE_PING_SECONDS - now)
             room = len(self._to_guest) < c.PORTFORWARD_BUFFER
-            if room and self._conn.pending():
+            # A TLS socket may hold decrypted bytes that `select` cannot see (a plain one never).
+            if room and getattr(self._conn, "pending", lambda: 0)():
                 ready: list[Any] = [self._conn]
                 writable: list[Any] = []
             else:
@@ -145,13 +161,26 @@ class PortBridge:
                 except ProtocolError as err:
                     self._close_with(err.code, str(err))
                     return f"protocol error: {err}"
-                for frame in frames:
-                    if frame.opcode in (Opcode.BINARY, Opcode.TEXT, Opcode.CONTINUATION):
-                        self._to_guest += frame.payload
-                    elif frame.opcode == Opcode.PING:
-                        self._send(Opcode.PONG, frame.payload)
-                    elif frame.opcode == Opcode.CLOSE:
-                        # What the client sent before it left still reaches the guest.
-                        self._flush_to_guest()
-                        self._close_with(CloseCode.NORMAL, "")
-                        return "the client closed the stream"
+                ended = self._take(frames)
+                if ended is not None:
+                    return ended
+
+    def _take(self, frames: list[Frame]) -> str | None:
+        """Act on the client's frames; why the stream ended, or None while it goes on."""
+        for frame in frames:
+            if frame.opcode in (Opcode.BINARY, Opcode.TEXT, Opcode.CONTINUATION):
+                if self._client_done and frame.payload:
+                    why = "data after the end of the client's input"
+                    self._close_with(CloseCode.PROTOCOL_ERROR, why)
+                    return f"protocol error: {why}"
+                if self._half_close and frame.opcode == Opcode.BINARY and frame.fin:
+                    self._client_done = self._client_done or not frame.payload
+                self._to_guest += frame.payload
+            elif frame.opcode == Opcode.PING:
+                self._send(Opcode.PONG, frame.payload)
+            elif frame.opcode == Opcode.CLOSE:
+                # What the client sent before it left still reaches the guest.
+                self._flush_to_guest()
+                self._close_with(CloseCode.NORMAL, "")
+                return "the client closed the stream"
+        return None

@@ -1,0 +1,290 @@
+"""The plugin's one-thread stream (`plugin/pump.py`) against the daemon's port-forward loop
+(`process/port_forward.py`), over real socket pairs: the half-close carries a guest's whole answer
+after the end of the input, big transfers both ways do not stall, and the plugin answers pings,
+leaves when told and gives up on a silent server. TLS is not in the way here: both loops take a
+plain socket as they take a TLS one (the e2e tests run them through the API server's TLS)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from libvirt_provider.adapters.plugin.pump import Pump
+from libvirt_provider.adapters.process.port_forward import PortBridge
+from libvirt_provider.console.framing import (
+    CloseCode,
+    Frame,
+    FrameReader,
+    Opcode,
+    close_payload,
+    encode_frame,
+)
+
+_DEADLINE = 20.0
+
+
+def _feed(data: bytes, *, close: bool = True) -> tuple[int, int]:
+    """A pipe whose read end holds `data`, written by a thread (it may exceed the pipe's size);
+    its write end is closed after unless told otherwise. The two descriptors."""
+    read_fd, write_fd = os.pipe()
+
+    def write() -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_fd, view[: 1 << 16]) :]
+        if close:
+            os.close(write_fd)
+
+    threading.Thread(target=write, daemon=True).start()
+    return read_fd, write_fd
+
+
+class _Guest:
+    """A guest's service on a real socket: reads until its input ends, answering as it reads
+    (`answer` of each chunk) and, once the input ended, `finally_` of all of it; then closes."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        answer: Callable[[bytes], bytes] = lambda data: b"",
+        finally_: Callable[[bytes], bytes] = lambda data: b"",
+    ) -> None:
+        self.received = bytearray()
+        self._sock = sock
+        self._answer = answer
+        self._finally = finally_
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with self._sock:
+            while chunk := self._sock.recv(1 << 16):
+                self.received += chunk
+                if answer := self._answer(chunk):
+                    self._sock.sendall(answer)
+            if last := self._finally(bytes(self.received)):
+                self._sock.sendall(last)
+
+    def join(self) -> None:
+        self._thread.join(_DEADLINE)
+        assert not self._thread.is_alive(), "the guest's service did not end"
+
+
+class _Daemon:
+    """The daemon's loop on a thread; `why` once it returned."""
+
+    def __init__(self, conn: socket.socket, guest: socket.socket, *, half_close: bool) -> None:
+        self.bridge = PortBridge(conn, guest, half_close=half_close)
+        self.why: str | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.why = self.bridge.run()
+
+    def join(self) -> str:
+        self._thread.join(_DEADLINE)
+        assert self.why is not None, "the daemon's loop did not end"
+        self.bridge.close()
+        return self.why
+
+
+@pytest.fixture
+def wires() -> Iterator[tuple[socket.socket, socket.socket, socket.socket, socket.socket]]:
+    """plugin <-> daemon, daemon <-> guest: two connected pairs."""
+    plugin, daemon = socket.socketpair()
+    bridge_end, guest_end = socket.socketpair()
+    yield plugin, daemon, bridge_end, guest_end
+    for sock in (plugin, daemon, bridge_end, guest_end):
+        sock.close()
+
+
+def _run_plugin(pump: Pump) -> str:
+    started = time.monotonic()
+    reason = pump.run()
+    assert time.monotonic() - started < _DEADLINE
+    return reason
+
+
+def test_the_half_close_brings_the_guests_whole_answer_after_the_input_ended(
+    wires: tuple[socket.socket, ...],
+) -> None:
+    plugin, daemon_conn, bridge_end, guest_end = wires
+    # The guest answers only once its input ended, as `cat` does on a pipe's end or an
+    # HTTP/1.0 server after the request: exactly what the close-at-EOF lost.
+    guest = _Guest(guest_end, finally_=lambda data: data.upper())
+    daemon = _Daemon(daemon_conn, bridge_end, half_close=True)
+    line = b"stdio-" + os.urandom(16).hex().encode() + b"\n"
+    source, _ = _feed(line)
+    out = bytearray()
+    pump = Pump(plugin, source=source, sink=out.extend, half_close=True)
+    reason = _run_plugin(pump)
+    guest.join()
+    assert bytes(guest.received) == line
+    assert bytes(out) == line.upper()
+    assert pump.closed_by_server
+    assert reason == "the guest closed the connection"
+    assert daemon.join() == "the guest closed the connection"
+    os.close(source)
+
+
+def test_megabytes_both_ways_at_once_do_not_stall_either_side(
+    wires: tuple[socket.socket, ...],
+) -> None:
+    """An echo answers as it reads, so both directions are full at once: with a reading thread
+    and a writing thread this held; one thread must never block on a write while the other
+    side waits for it to read."""
+    plugin, daemon_conn, bridge_end, guest_end = wires
+    for sock in wires:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
+    guest = _Guest(guest_end, answer=lambda chunk: chunk)
+    daemon = _Daemon(daemon_conn, bridge_end, half_close=True)
+    payload = os.urandom(8 << 20)
+    source, _ = _feed(payload)
+    out = bytearray()
+    _run_plugin(Pump(plugin, source=source, sink=out.extend, half_close=True))
+    guest.join()
+    assert len(out) == len(payload)
+    assert bytes(out) == payload
+    assert daemon.join() == "the guest closed the connection"
+    assert daemon.bridge.tally.to_guest == daemon.bridge.tally.from_guest == len(payload)
+    os.close(source)
+
+
+def test_without_the_half_close_the_end_of_input_closes_after_delivering_what_was_sent(
+    wires: tuple[socket.socket, ...],
+) -> None:
+    """A daemon of an earlier release (the console's subprotocol): the input's end is a close
+    frame, the daemon writes what came before it to the guest and closes."""
+    plugin, daemon_conn, bridge_end, guest_end = wires
+    guest = _Guest(guest_end)
+    daemon = _Daemon(daemon_conn, bridge_end, half_close=False)
+    source, _ = _feed(b"x" * 300_000)
+    pump = Pump(plugin, source=source, sink=lambda data: None, half_close=False)
+    _run_plugin(pump)
+    assert pump.closed_by_server
+    assert daemon.join() == "the client closed the stream"
+    guest.join()  # the daemon closed its end once the stream was over
+    assert len(guest.received) == 300_000
+    os.close(source)
+
+
+def test_data_after_the_half_close_is_a_protocol_error(
+    wires: tuple[socket.socket, ...],
+) -> None:
+    plugin, daemon_conn, bridge_end, _guest_end = wires
+    daemon = _Daemon(daemon_conn, bridge_end, half_close=True)
+    mask = b"\x01\x02\x03\x04"
+    plugin.sendall(encode_frame(Opcode.BINARY, b"", mask=mask))
+    plugin.sendall(encode_frame(Opcode.BINARY, b"late", mask=mask))
+    assert daemon.join() == "protocol error: data after the end of the client's input"
+    reader = FrameReader(max_payload=1 << 20, require_mask=False)
+    frames = []
+    plugin.settimeout(_DEADLINE)
+    while not any(f.opcode == Opcode.CLOSE for f in frames):
+        frames += reader.feed(plugin.recv(4096))
+    close = next(f for f in frames if f.opcode == Opcode.CLOSE)
+    assert close.payload[:2] == int(CloseCode.PROTOCOL_ERROR).to_bytes(2, "big")
+
+
+class _FakeServer:
+    """The server's side of a WebSocket written by hand from the framing module, to see exactly
+    what the plugin sends."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sock.settimeout(_DEADLINE)
+        self._reader = FrameReader(max_payload=1 << 20)
+        self._frames: list[Frame] = []
+
+    def send(self, opcode: Opcode, payload: bytes = b"") -> None:
+        self.sock.sendall(encode_frame(opcode, payload))
+
+    def next_frame(self) -> tuple[Opcode, bytes]:
+        while not self._frames:
+            data = self.sock.recv(4096)
+            assert data, "the plugin closed the connection"
+            self._frames += self._reader.feed(data)
+        frame = self._frames.pop(0)
+        return frame.opcode, frame.payload
+
+
+def _in_thread(pump: Pump) -> Callable[[], str]:
+    result: list[str] = []
+    thread = threading.Thread(target=lambda: result.append(pump.run()), daemon=True)
+    thread.start()
+
+    def join() -> str:
+        thread.join(_DEADLINE)
+        assert result, "the plugin's loop did not end"
+        return result[0]
+
+    return join
+
+
+def test_the_plugin_answers_pings_delivers_data_and_ends_on_the_servers_close() -> None:
+    plugin, server_end = socket.socketpair()
+    server = _FakeServer(server_end)
+    out = bytearray()
+    join = _in_thread(Pump(plugin, sink=out.extend))
+    server.send(Opcode.PING, b"vmapi")
+    assert server.next_frame() == (Opcode.PONG, b"vmapi")
+    server.send(Opcode.BINARY, b"hello")
+    server.send(Opcode.CLOSE, close_payload(CloseCode.NORMAL, "all sent"))
+    opcode, payload = server.next_frame()
+    assert (opcode, payload[:2]) == (Opcode.CLOSE, int(CloseCode.NORMAL).to_bytes(2, "big"))
+    assert join() == "all sent"
+    assert bytes(out) == b"hello"
+    plugin.close()
+    server_end.close()
+
+
+def test_leaving_sends_what_was_typed_then_a_close_and_waits_for_the_servers() -> None:
+    plugin, server_end = socket.socketpair()
+    server = _FakeServer(server_end)
+    source, write_end = _feed(b"ls\x1d", close=False)
+
+    def leave_at_escape(data: bytes) -> tuple[bytes, bool]:
+        head, escape, _ = data.partition(b"\x1d")
+        return head, bool(escape)
+
+    join = _in_thread(Pump(plugin, sink=lambda d: None, source=source, transform=leave_at_escape))
+    assert server.next_frame() == (Opcode.BINARY, b"ls")
+    opcode, _ = server.next_frame()
+    assert opcode == Opcode.CLOSE
+    server.send(Opcode.CLOSE, close_payload(CloseCode.NORMAL, "bye"))
+    assert join() == "bye"
+    for fd in (source, write_end):
+        os.close(fd)
+    plugin.close()
+    server_end.close()
+
+
+def test_a_silent_server_is_given_up_on() -> None:
+    plugin, server_end = socket.socketpair()
+    reason = Pump(plugin, sink=lambda d: None, silence=0.3).run()
+    assert reason == "the server stopped answering"
+    plugin.close()
+    server_end.close()
+
+
+def test_a_local_side_that_went_away_ends_the_stream_with_a_close() -> None:
+    plugin, server_end = socket.socketpair()
+    server = _FakeServer(server_end)
+
+    def broken(data: bytes) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    join = _in_thread(Pump(plugin, sink=broken))
+    server.send(Opcode.BINARY, b"nobody reads this")
+    opcode, _ = server.next_frame()
+    assert opcode == Opcode.CLOSE
+    server.send(Opcode.CLOSE, close_payload(CloseCode.NORMAL))
+    assert join() == ""
+    plugin.close()
+    server_end.close()
