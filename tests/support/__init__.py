@@ -31,10 +31,12 @@ Helpers live here instead, each module saying what it holds and why:
 - `snapshots`: LibvirtSnapshots as tests make and read them (one body, one read);
 - `prometheus`: a real Prometheus (Debian's package) on loopback, scraping daemons under test
   with deploy/monitoring/rules.yaml (each alert's `for:` shortened), and its alerts API.
+- `small_pool`: a transient libvirt pool over a small tmpfs in a lab libvirtd's mount namespace,
+  cheap to fill (the pool alerts, a snapshot's full pool).
 
 Helpers that only one directory's tests share stay beside them as plain modules (never a conftest
 or a test module): tests/unit/domainxml/cases.py and fields.py, tests/unit/images/qcow2_bytes.py,
-tests/e2e/monitoring/small_pool.py, tests/e2e/migration/moves.py.
+tests/e2e/migration/moves.py.
 
 Rules, checked by tests/unit/test_test_support.py: nothing imports a conftest or a test module;
 conftests hold fixtures and hooks only; this package imports from no other part of tests/ but the

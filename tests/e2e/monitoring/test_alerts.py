@@ -15,10 +15,10 @@ No guest is booted.
 
 from __future__ import annotations
 
-from tests.e2e.monitoring.small_pool import small_pool
 from tests.support.daemons import Daemon
 from tests.support.lab_access import LabInfo, host_libvirtd
 from tests.support.prometheus import Alert, Prometheus
+from tests.support.small_pool import small_pool
 from tests.support.waiting import eventually
 
 # The daemon notices at its next heartbeat pass (it reads libvirt's inventory once per 10 s

@@ -1,13 +1,16 @@
 """LibvirtSnapshot on the lab's busybox guest (no guest agent): a running machine is copied
 without being stopped (recorded as Crash-consistent), a stopped one too, the copies are overlays
 on the machine's image holding only what it wrote, they outlive the VM, and deleting the snapshot
-removes them. A missing or unlinked VM is reported with a reason and an Event. One guest is
-booted for the module. Cost: 22 s measured on the lab, 88 s while other labs loaded the cores
-(a daemon start, one boot, four snapshots, a power-off, the VM's and the snapshots' deletions).
+removes them. A missing or unlinked VM is reported with a reason and an Event; copies that do not
+fit their pool wait with `PoolFull`, writing nothing, and go on by themselves once there is room.
+One guest is booted for the module. Cost: 22 s measured on the lab, 88 s while other labs loaded
+the cores (a daemon start, one boot, four snapshots, a power-off, the VM's and the snapshots'
+deletions), plus the full pool's test (a stopped machine, no boot; see its docstring).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +18,7 @@ import libvirt
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 from lxml import etree
 
 from libvirt_provider.snapshot.names import snapshot_prefix
@@ -29,15 +33,20 @@ from tests.support.kube import (
     get,
     namespace,
     patch_vm,
+    vm_status,
     wait_ready,
 )
 from tests.support.lab_access import LabInfo
+from tests.support.small_pool import small_pool
 from tests.support.snapshots import create_snapshot, get_snapshot
 from tests.support.virt import machine_volumes
 from tests.support.waiting import eventually
 
 PLURAL = "libvirtsnapshots"
 VM = "snapped"
+SMALL_POOL = "vmapi-snapshot-small"
+TINY_CLASS = "vmapi-snapshot-tiny"
+MIB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +223,92 @@ def test_a_snapshot_of_a_missing_or_unlinked_source_says_why(
     cond = _reason(api_client, ns, "stray", "SourceNotLinked")
     assert "'ghost'" in cond["message"]
     _event(api_client, ns, "stray", "SourceNotLinked")
+
+
+def _pool_free(api: client.ApiClient, pool: str) -> int | None:
+    """`pool`'s free bytes as the host's LibvirtHost reports them (its heartbeat refreshes the
+    pool, which is also what the daemon's own check reads)."""
+    found = client.CustomObjectsApi(api).get_cluster_custom_object(GROUP, V, "libvirthosts", HOST)
+    for entry in ((found.get("status") or {}).get("capacity") or {}).get("pools") or []:
+        if entry["name"] == pool:
+            return int(parse_quantity(entry["available"]))
+    return None
+
+
+def _volumes_in(virt: libvirt.virConnect, pool: str) -> list[str]:
+    return [v.name() for v in virt.storagePoolLookupByName(pool).listAllVolumes(0)]
+
+
+def test_copies_that_do_not_fit_their_pool_wait_and_write_nothing_until_there_is_room(
+    api_client: client.ApiClient, virt: libvirt.virConnect, lab: LabInfo, machine: str
+) -> None:
+    """A stopped machine whose 1 GiB data disk is alone in a pool of a tmpfs in the lab's libvirtd
+    (`tests/support/small_pool.py`; the disk is admitted only where its whole size fits), then
+    filled behind libvirt's back to leave 12 MiB, less than a copy's headroom: its snapshot
+    reports `PoolFull` naming the pool, with an Event, and no copy exists in either pool; once
+    the pool is emptied the same snapshot is taken by itself. The fill holds about 1 GiB of
+    memory for a few seconds. Cost: a machine built without booting, one snapshot, up to a
+    heartbeat (10 s) for the host to see each change of the pool, and the daemon's backoff."""
+    ns = machine
+    custom = client.CustomObjectsApi(api_client)
+    with small_pool(lab, None, SMALL_POOL, size=1024 * MIB + 32 * MIB) as pool:
+        storage_class = {
+            "apiVersion": f"{GROUP}/{V}",
+            "kind": "LibvirtStorageClass",
+            "metadata": {"name": TINY_CLASS},
+            "spec": {"pool": SMALL_POOL, "volumeFormat": "qcow2"},
+        }
+        custom.create_cluster_custom_object(GROUP, V, "libvirtstorageclasses", storage_class)
+        try:
+            disks = [
+                {
+                    "name": "tight",
+                    "source": {"blank": True},
+                    "sizeGiB": 1,
+                    "storageClassName": TINY_CLASS,
+                }
+            ]
+            spec = {"powerState": "PoweredOff", "disks": disks}
+            create(api_client, pair(ns, "cramped", vm_spec=spec))
+            eventually(
+                lambda: vm_status(api_client, ns, "cramped").get("powerState") == "PoweredOff",
+                timeout=120,
+                what="the machine with a disk in the small pool built",
+            )
+            pool.leave(12 * MIB)
+            eventually(
+                lambda: (
+                    (free := _pool_free(api_client, SMALL_POOL)) is not None and free < 16 * MIB
+                ),
+                timeout=60,
+                what=f"{HOST} reporting pool {SMALL_POOL} nearly full",
+            )
+
+            create_snapshot(api_client, ns, "crammed", "cramped")
+            cond = _reason(api_client, ns, "crammed", "PoolFull")
+            assert SMALL_POOL in cond["message"], cond
+            assert SMALL_POOL in _event(api_client, ns, "crammed", "PoolFull")
+            waiting = get_snapshot(api_client, ns, "crammed") or {}
+            assert not (waiting.get("status") or {}).get("readyToUse")
+            prefix = snapshot_prefix(waiting["metadata"]["uid"])
+            assert not [v for v in _pool_volumes(virt, lab) if v.startswith(prefix)]
+            assert not [v for v in _volumes_in(virt, SMALL_POOL) if v.startswith(prefix)]
+
+            pool.empty()
+            taken = _ready(api_client, ns, "crammed")["status"]
+            assert {d["name"] for d in taken["disks"]} == {"bootDisk", "tight"}
+            tight = next(d for d in taken["disks"] if d["name"] == "tight")
+            assert tight["volume"] in _volumes_in(virt, SMALL_POOL)
+            assert tight["volume"].startswith(prefix)
+        finally:
+            # The snapshot's copy and the machine's disk live in the small pool: both go before it.
+            with contextlib.suppress(ApiException):
+                custom.delete_namespaced_custom_object(GROUP, V, ns, PLURAL, "crammed")
+            eventually(
+                lambda: get_snapshot(api_client, ns, "crammed") is None,
+                timeout=60,
+                what="snapshot crammed gone",
+            )
+            if get(api_client, ns, "cramped", vm=True) is not None:
+                delete_vm_and_wait(api_client, ns, "cramped", what="the cramped machine deleted")
+            custom.delete_cluster_custom_object(GROUP, V, "libvirtstorageclasses", TINY_CLASS)

@@ -1,5 +1,6 @@
-"""A storage pool that is cheap to fill, on one of the lab's extra hosts: a transient directory
-pool over a 16 MiB tmpfs, for the pool alerts' e2e test.
+"""A storage pool that is cheap to fill, on the lab's host or one of its extra hosts: a transient
+directory pool over a small tmpfs (16 MiB unless told), for the pool alerts' e2e test and the
+snapshots' full pool.
 
 Why a tmpfs in libvirtd's own mount namespace: each lab libvirtd runs in a private mount namespace
 (docs/lab.md), so a file system mounted anywhere else is not what it sees; mounted there (with
@@ -28,9 +29,12 @@ SIZE_BYTES = 16 * 2**20
 FILL_NAME = "filler.raw"
 
 
-def _libvirtd_pid(lab: LabInfo, host: LabHost) -> int:
-    """The host's running libvirtd, as the lab recorded it (it changes when libvirtd restarts)."""
+def _libvirtd_pid(lab: LabInfo, host: LabHost | None) -> int:
+    """The host's running libvirtd (None: the lab's own host), as the lab recorded it (it changes
+    when libvirtd restarts)."""
     state = json.loads((lab.dir / "state.json").read_text())
+    if host is None:
+        return int(state["libvirtd_pid"])
     entry = next(h for h in state["hosts"] if h.get("netns") == host.netns)
     return int(entry["libvirtd_pid"])
 
@@ -52,34 +56,43 @@ class SmallPool:
     name: str
     path: Path
     pid: int
+    size: int = SIZE_BYTES
 
     def fill(self, fraction: float) -> None:
         """Take `fraction` of the pool's file system with one file (fallocate: no bytes written)."""
-        size = int(SIZE_BYTES * fraction)
+        size = int(self.size * fraction)
         _in_libvirtd_mounts(self.pid, "fallocate", f"--length={size}", str(self.path / FILL_NAME))
+
+    def leave(self, free: int) -> None:
+        """Fill the pool's file system but for about `free` bytes (less what volumes hold)."""
+        _in_libvirtd_mounts(
+            self.pid, "fallocate", f"--length={self.size - free}", str(self.path / FILL_NAME)
+        )
 
     def empty(self) -> None:
         _in_libvirtd_mounts(self.pid, "rm", "-f", str(self.path / FILL_NAME))
 
 
 @contextlib.contextmanager
-def small_pool(lab: LabInfo, host: LabHost, name: str) -> Iterator[SmallPool]:
-    """The pool `name`, active on `host` until the block ends; then it, its file system and the
-    mount point are removed."""
+def small_pool(
+    lab: LabInfo, host: LabHost | None, name: str, *, size: int = SIZE_BYTES
+) -> Iterator[SmallPool]:
+    """The pool `name` of `size` bytes, active on `host` (None: the lab's own host) until the
+    block ends; then it, its file system and the mount point are removed."""
     pid = _libvirtd_pid(lab, host)
-    path = lab.dir / f"small-pool-{host.name}"
+    path = lab.dir / f"small-pool-{host.name if host else 'lab'}-{name}"
     path.mkdir(exist_ok=True)
-    conn = libvirt.open(host.uri)
+    conn = libvirt.open(host.uri if host else lab.libvirt_uri)
     pool: libvirt.virStoragePool | None = None
     try:
         _in_libvirtd_mounts(
-            pid, "mount", "-t", "tmpfs", "-o", f"size={SIZE_BYTES},mode=0755", name, str(path)
+            pid, "mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", name, str(path)
         )
         # Transient: a libvirtd restarted meanwhile does not bring it back.
         pool = conn.storagePoolCreateXML(
             f"<pool type='dir'><name>{name}</name><target><path>{path}</path></target></pool>", 0
         )
-        yield SmallPool(name, path, pid)
+        yield SmallPool(name, path, pid, size)
     finally:
         if pool is not None:
             with contextlib.suppress(libvirt.libvirtError):
