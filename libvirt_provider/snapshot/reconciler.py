@@ -486,7 +486,8 @@ class SnapshotReconciler:
                 snap,
                 c.SNAPSHOT_REASON_IN_USE,
                 f"deletion waits: {len(using)} volume(s) on host {self._host} are overlays on "
-                f"this snapshot's copies (delete the machines cloned from it first): {shown}{more}",
+                f"this snapshot's copies (the machines cloned from it or restored to it go first): "
+                f"{shown}{more}",
                 retry=False,
                 mine=True,
             )

@@ -60,6 +60,10 @@ def register_apiservice(lab: LabInfo, api_client: client.ApiClient, port: int) -
     core = client.CoreV1Api(api_client)
     reg = client.ApiregistrationV1Api(api_client)
     unregister_apiservice(api_client)
+    # deploy/'s namespace and the ClusterRoles users are bound to, which a module run on its
+    # own (its daemon not started by `start_console_daemon`) may not have yet.
+    deploy = REPO / "deploy"
+    apply(lab, deploy / "namespace.yaml", deploy / "console-rbac.yaml")
     core.create_namespaced_service(
         SERVICE_NAMESPACE,
         {

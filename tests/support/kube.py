@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from generic.conditions import find_condition
+from libvirt_provider import constants as c
 from libvirt_provider import naming
 from tests.support.lab_access import REPO, LabInfo
 from tests.support.waiting import eventually
@@ -184,7 +185,32 @@ def namespace(api_client: client.ApiClient) -> Iterator[str]:
             timeout=120,
             what=f"every machine of namespace {name} gone",
         )
+        # Snapshots and restores hold finalizers and volumes: left to the namespace's deletion,
+        # they would outlive the daemon that releases them (a snapshot with dependents is
+        # released only once the machines above are gone, at its next look: within seconds).
+        kinds = (c.RESTORE_PLURAL, c.SNAPSHOT_PLURAL)
+        for plural in kinds:
+            for item in _listed(custom, name, plural):
+                delete_quietly(custom, GROUP, name, plural, item["metadata"]["name"])
+        eventually(
+            lambda: not any(_listed(custom, name, plural) for plural in kinds),
+            timeout=60,
+            what=f"every snapshot and restore of namespace {name} gone",
+        )
         core.delete_namespace(name)
+
+
+def _listed(custom: client.CustomObjectsApi, ns: str, plural: str) -> list[dict[str, Any]]:
+    """The namespace's objects of `plural`; none when its CRD is not installed."""
+    try:
+        items: list[dict[str, Any]] = custom.list_namespaced_custom_object(GROUP, V, ns, plural)[
+            "items"
+        ]
+    except ApiException as err:
+        if err.status == 404:
+            return []
+        raise
+    return items
 
 
 def delete_quietly(

@@ -1,4 +1,5 @@
-"""LibvirtSnapshots as the e2e tests make and read them: one body, one read that says "gone"."""
+"""LibvirtSnapshots and LibvirtRestores as the e2e tests make and read them: one body each, one
+read that says "gone"."""
 
 from __future__ import annotations
 
@@ -34,4 +35,24 @@ def get_snapshot(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | 
         if err.status == 404:
             return None
         raise
+    return found
+
+
+def create_restore(api: client.ApiClient, ns: str, name: str, snapshot: str, vm: str) -> None:
+    """A LibvirtRestore `name` rolling VM `vm` back to its snapshot `snapshot`."""
+    body = {
+        "apiVersion": f"{GROUP}/{V}",
+        "kind": c.RESTORE_KIND,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"snapshotName": snapshot, "virtualMachineName": vm},
+    }
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, V, ns, c.RESTORE_PLURAL, body
+    )
+
+
+def get_restore(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, V, ns, c.RESTORE_PLURAL, name
+    )
     return found

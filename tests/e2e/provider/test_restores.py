@@ -45,7 +45,7 @@ from tests.support.kube import (
     wait_ready,
 )
 from tests.support.lab_access import LabInfo
-from tests.support.snapshots import create_snapshot, get_snapshot
+from tests.support.snapshots import create_restore, create_snapshot, get_restore, get_snapshot
 from tests.support.virt import machine_volumes
 from tests.support.waiting import TimedOutError, eventually
 
@@ -61,28 +61,6 @@ class Guest:
     ns: str
     domain: str
     log: Path
-
-
-def _restore_body(ns: str, name: str, snapshot: str, vm: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{V}",
-        "kind": c.RESTORE_KIND,
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"snapshotName": snapshot, "virtualMachineName": vm},
-    }
-
-
-def _create_restore(api: client.ApiClient, ns: str, name: str, snapshot: str, vm: str) -> None:
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        GROUP, V, ns, c.RESTORE_PLURAL, _restore_body(ns, name, snapshot, vm)
-    )
-
-
-def _get_restore(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-        GROUP, V, ns, c.RESTORE_PLURAL, name
-    )
-    return found
 
 
 def _type(virt: libvirt.virConnect, guest: Guest, command: str) -> None:
@@ -193,7 +171,7 @@ def _ready_snapshot(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]
 def _finished(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
     restore: dict[str, Any] = eventually(
         lambda: (
-            (r := _get_restore(api, ns, name))
+            (r := get_restore(api, ns, name))
             and (r.get("status") or {}).get("phase") in ("Succeeded", "Failed")
             and r
         ),
@@ -230,10 +208,10 @@ def test_bad_input_is_refused_with_a_reason_and_changes_nothing(
     ns = guest.ns
     before = _volume_files(virt, lab, guest.domain)
     # A snapshot that does not exist (a name has no namespace: another one's cannot be named).
-    _create_restore(api_client, ns, "nowhere", "missing", VM)
+    create_restore(api_client, ns, "nowhere", "missing", VM)
     cond = eventually(
         lambda: (
-            (cd := condition(_get_restore(api_client, ns, "nowhere"), "Succeeded")).get("reason")
+            (cd := condition(get_restore(api_client, ns, "nowhere"), "Succeeded")).get("reason")
             == c.RESTORE_REASON_SNAPSHOT_NOT_FOUND
             and cd
         ),
@@ -250,7 +228,7 @@ def test_bad_input_is_refused_with_a_reason_and_changes_nothing(
     )
     create_snapshot(api_client, ns, "theirs", OTHER)
     _ready_snapshot(api_client, ns, "theirs")
-    _create_restore(api_client, ns, "mixup", "theirs", VM)
+    create_restore(api_client, ns, "mixup", "theirs", VM)
     done = _finished(api_client, ns, "mixup")
     assert done["status"]["phase"] == "Failed"
     cond = condition(done, "Succeeded")
@@ -283,8 +261,8 @@ def test_a_running_machine_is_rolled_back_in_place(
     boots = guest.log.read_text(errors="replace").count("VMAPI-GUEST-BOOTED")
 
     # Two restores at once: the second waits for the first, then runs too.
-    _create_restore(api_client, ns, "first", SNAP, VM)
-    _create_restore(api_client, ns, "second", SNAP, VM)
+    create_restore(api_client, ns, "first", SNAP, VM)
+    create_restore(api_client, ns, "second", SNAP, VM)
     first = _finished(api_client, ns, "first")
     second = _finished(api_client, ns, "second")
     assert c.RESTORE_REASON_ANOTHER_RESTORE in {
