@@ -186,6 +186,8 @@ LIBVIRT_HOST = CrdSpec(
         PrinterColumn("Memory", ".status.summary.memory", description="allocated/allocatable"),
         PrinterColumn("Machines", ".status.allocated.machines", type="integer"),
         PrinterColumn("Zone", ".metadata.labels.topology\\.kubernetes\\.io/zone"),
+        PrinterColumn("Drain", ".status.drain.phase"),
+        PrinterColumn("Progress", ".status.drain.message", priority=1),
         PrinterColumn("Libvirt", ".status.versions.libvirt", priority=1),
         PrinterColumn("Qemu", ".status.versions.hypervisor", priority=1),
     ),
