@@ -415,8 +415,10 @@ def _cancelled(host: str, before: HostDrainStatus, moves: Sequence[Move]) -> Dra
         return DrainPass(
             status=None, condition=None, events=[DrainEvent(c.EVENT_DRAIN_CLEARED, message)]
         )
+    mine = f"{c.DRAIN_MIGRATION_PREFIX}{before.id}-"
     running = sorted(
-        (m for m in moves if m.phase in _MIGRATION_RUNNING), key=lambda m: (m.namespace, m.name)
+        (m for m in moves if m.phase in _MIGRATION_RUNNING and m.name.startswith(mine)),
+        key=lambda m: (m.namespace, m.name),
     )
     names = ", ".join(f"{m.namespace}/{m.name}" for m in running)
     actions: list[Action] = []

@@ -99,6 +99,7 @@ class HostAgent:
         events: HostEvents | None = None,
         on_admission_change: Callable[[], None] = lambda: None,
         preemptible: Allocations = lambda: (Demand(), 0),
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor; and
         # its LibvirtHost is the user's declaration: deleted, it must stay deleted.
@@ -122,8 +123,12 @@ class HostAgent:
         self._admission_change = on_admission_change
         self._admission_terms: object = None
 
+        # Told of every change of the host's object (its drain follows spec.drain); bound late.
+        self.on_change = on_change
+
         def changed(_type: str, obj: dict[str, Any] | None) -> None:
             self._loop.wake()
+            self.on_change()
             terms = admission_terms(obj)
             if terms != self._admission_terms:
                 self._admission_terms = terms
