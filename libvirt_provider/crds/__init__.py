@@ -171,8 +171,8 @@ LIBVIRT_HOST = CrdSpec(
         "A KVM host that runs libvirt machines: what it has (capacity), what may be placed there "
         "(allocatable, after overcommit and reservations), what is placed there (allocated) and "
         "whether its daemon is alive (Ready, and a heartbeat Lease). Created and kept current by "
-        "the host's daemon; the spec (cordon, overcommit, reservations) and labels (a zone) are "
-        "the user's. Cluster-scoped."
+        "the host's daemon; the spec (cordon, drain, overcommit, reservations) and labels (a "
+        "zone) are the user's. Cluster-scoped."
     ),
     spec_model=LibvirtHostSpec,
     status_model=LibvirtHostStatus,
