@@ -8,9 +8,10 @@ host's domains remotely. A pass runs when the host's object or any migration cha
 few seconds while a drain is on; a pass whose plan and condition equal the object's writes
 nothing.
 
-The status (`status.drain` and the Drained condition) is written before anything is done, and
-conditioned on the host's resourceVersion: a pass that lost the race does nothing and the next
-one starts again from what the object shows.
+The status (`status.drain` and the Drained condition) is written before anything is done (a
+cancel's aborts excepted: those come first, so a lost write repeats them), and conditioned on
+the host's resourceVersion: a pass that lost the race does nothing and the next one starts again
+from what the object shows.
 """
 
 from __future__ import annotations
@@ -164,13 +165,21 @@ class DrainController:
             generation=int(meta.get("generation") or 0),
             now=format_time(self._clock()),
         )
-        self._write(host, result)
+        if result.status is None:
+            # A cancel: the aborts first, so that a lost write leaves the drain's status to
+            # abort them again on the next pass (deleting a migration twice is harmless).
+            for action in result.actions:
+                self._act(action, raw)
+            self._write(host, result)
+        else:
+            # The plan is published before anything is done by it.
+            self._write(host, result)
+            for action in result.actions:
+                self._act(action, raw)
         for event in result.events:
             self._store.host_event(
                 host, reason=event.reason, message=event.message, warning=event.warning
             )
-        for action in result.actions:
-            self._act(action, raw)
         return result.status is not None and result.status.get("phase") not in (
             c.DRAIN_PHASE_DRAINED,
             c.DRAIN_PHASE_PLANNED,

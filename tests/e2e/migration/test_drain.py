@@ -7,10 +7,12 @@ against two daemons set up to migrate between their hosts. Three busybox guests 
 for the module: `a` and `b` on the first host, `stay` (evictionStrategy None) on the second. The
 tests run in order and each starts where the previous left the guests: a dry run of the first
 host moves nothing; its drain moves `a` and `b` to the second host and reports Drained; a drain
-of the second host then moves them back and ends Blocked by `stay`.
+of the second host then moves them back and ends Blocked by `stay`; a drain of the first host
+whose slowed copies run is cancelled with --abort and leaves both where they were.
 
-Cost: about 60-90 s (61 s here: three guests booted together, ~25 s under TCG; four migrations
-of ~6-10 s, two at a time; the rest are API round trips of a few seconds).
+Cost: about 55-90 s (53 s here, beside a CI run: three guests booted together, ~20 s under
+TCG; four migrations of ~6-10 s, two at a time; two slowed copies aborted, ~8 s; the rest are
+API round trips of a few seconds).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
+import libvirt
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -214,3 +217,63 @@ def test_a_machine_with_eviction_strategy_none_blocks_the_drain_naming_it(
     assert c.EVENT_DRAIN_MACHINE_BLOCKED in events, events
     assert c.DRAIN_REASON_BLOCKED in events, events
     _clear(api_client, second)
+
+
+def test_cancelling_with_abort_stops_the_drains_copies_and_the_machines_stay(
+    guests: str, lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    """`a` and `b`, slowed to 1 MiB/s, are being copied off the first host when the drain is
+    cancelled with --abort: the daemon deletes the drain's migrations, each copy is aborted, and
+    both machines keep running where they were; the host stays cordoned."""
+    first = lab.hosts[0].name
+    conn = libvirt.open(lab.hosts[0].uri)
+    try:
+        doms = []
+        for name in MACHINES:
+            machine = get(api_client, guests, name, vm=False) or {}
+            assert machine["spec"]["host"] == first
+            doms.append(conn.lookupByUUIDString(machine["metadata"]["uid"]))
+        for dom in doms:
+            dom.migrateSetMaxSpeed(1, 0)
+        started = _plugin(lab, first, "--timeout", "60")
+        assert started.returncode == 0, (started.stdout, started.stderr)
+        drain_id = _drain(api_client, first)["id"]
+        mine = f"drain-{drain_id}-"
+
+        def copying() -> bool:
+            return any(
+                ((m.get("status") or {}).get("progress") or {}).get("memoryProcessed")
+                for m in _drain_migrations(api_client, guests, first)
+                if m["metadata"]["name"].startswith(mine)
+            )
+
+        eventually(copying, timeout=120, what="a drain's slowed copy under way")
+        cancelled = _plugin(lab, first, "--cancel", "--abort", timeout=120)
+        assert cancelled.returncode == 0, (cancelled.stdout, cancelled.stderr)
+        assert "running migrations aborted" in cancelled.stdout
+        eventually(
+            lambda: (
+                not [
+                    m
+                    for m in _drain_migrations(api_client, guests, first)
+                    if m["metadata"]["name"].startswith(mine)
+                ]
+            ),
+            timeout=120,
+            what="the drain's aborted migrations gone",
+        )
+        for dom in doms:
+            assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+            dom.migrateSetMaxSpeed(0, 0)
+    finally:
+        conn.close()
+    for name in MACHINES:
+        assert _host_of(api_client, guests, name) == first
+    assert not _drain(api_client, first)
+    host = host_object(api_client, first) or {}
+    assert host["spec"]["unschedulable"] is True
+    assert "Drained" not in [x["type"] for x in host["status"]["conditions"]]
+    assert c.EVENT_DRAIN_CANCELLED in _host_events(api_client, first)
+    for name in MACHINES:
+        wait_ready(api_client, guests, name, what=f"{name} Ready on {first}")
+    patch_host(api_client, first, {"spec": {"unschedulable": False}})
