@@ -3,14 +3,15 @@ drain that cannot finish ends Blocked naming what holds it (docs/migration.md, "
 host").
 
 Why: host maintenance (issue 27, item 5) through `kubectl vm drain`, as an operator runs it,
-against two daemons set up to migrate between their hosts. Three busybox guests are booted once
-for the module: `a` and `b` on the first host, `stay` (evictionStrategy None) on the second. The
-tests run in order and each starts where the previous left the guests: a dry run of the first
-host moves nothing; its drain moves `a` and `b` to the second host and reports Drained; a drain
-of the second host then moves them back and ends Blocked by `stay`; a drain of the first host
-whose slowed copies run is cancelled with --abort and leaves both where they were.
+against two daemons set up to migrate between their hosts. Four busybox guests are booted once
+for the module: `a` and `b` on the first host, `stay` (evictionStrategy None) and `p` (PowerOff)
+on the second. The tests run in order and each starts where the previous left the guests: a dry
+run of the first host moves nothing; its drain moves `a` and `b` to the second host and reports
+Drained; a drain of the second host then moves them back, powers `p` off and ends Blocked by
+`stay`; a drain of the first host whose slowed copies run is cancelled with --abort and leaves
+both where they were.
 
-Cost: about 55-90 s (53 s here, beside a CI run: three guests booted together, ~20 s under
+Cost: about 55-90 s (76 s here, beside a CI run: the four guests booted together, ~20 s under
 TCG; four migrations of ~6-10 s, two at a time; two slowed copies aborted, ~8 s; the rest are
 API round trips of a few seconds).
 """
@@ -84,11 +85,18 @@ def _clear(api: client.ApiClient, host: str) -> None:
 
 @pytest.fixture(scope="module")
 def guests(fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str) -> Iterator[str]:
-    """`a` and `b` running on the first host, `stay` (evictionStrategy None) on the second."""
+    """`a` and `b` running on the first host; `stay` (evictionStrategy None) and `p`
+    (PowerOff) on the second."""
     first, second = lab.hosts[0].name, lab.hosts[1].name
     docs: list[dict[str, Any]] = []
-    for name, host, strategy in (("a", first, None), ("b", first, None), ("stay", second, "None")):
-        vm, lm = pair(ns, name)
+    for name, host, strategy in (
+        ("a", first, None),
+        ("b", first, None),
+        ("stay", second, "None"),
+        ("p", second, "PowerOff"),
+    ):
+        # `p`'s user chose a hard power-off: the drain powers it off as the user would.
+        vm, lm = pair(ns, name, vm_spec={"powerOffMode": "Hard"} if name == "p" else None)
         lm["metadata"]["labels"][c.HOST_LABEL] = host
         lm["spec"]["host"] = host
         if strategy is not None:
@@ -96,7 +104,7 @@ def guests(fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str) ->
         docs += [vm, lm]
     create(api_client, docs)
     try:
-        for name in (*MACHINES, "stay"):
+        for name in (*MACHINES, "stay", "p"):
             wait_ready(api_client, ns, name, what=f"{name} Ready")
         yield ns
     finally:
@@ -194,18 +202,27 @@ def test_a_drain_moves_both_running_machines_and_the_host_reports_drained(
 def test_a_machine_with_eviction_strategy_none_blocks_the_drain_naming_it(
     guests: str, lab: LabInfo, api_client: client.ApiClient
 ) -> None:
+    """`a` and `b` move back, `p` is powered off and stays, `stay` blocks the drain."""
     first, second = lab.hosts[0].name, lab.hosts[1].name
     done = _plugin(lab, second, "--wait", "--timeout", "240")
     assert done.returncode == 1, (done.stdout, done.stderr)
     reason = f"{guests}/stay (evictionStrategy None: it stays, and the host is not drained)"
     assert done.stdout.splitlines()[-1] == (
-        f"{c.DRAIN_PHASE_BLOCKED}: 2 of 3 moved, 1 blocked: {reason}"
+        f"{c.DRAIN_PHASE_BLOCKED}: 2 of 4 moved, 1 powered off, 1 blocked: {reason}"
     ), done.stdout
+    assert f"  {guests}/p (PowerOff, Pending): power off (stays on the host)" in done.stdout
+    powered = get(api_client, guests, "p", vm=False) or {}
+    assert powered["spec"]["host"] == second
+    assert powered["status"]["powerState"] == "PoweredOff"
+    vm = get(api_client, guests, "p", vm=True) or {}
+    assert vm["spec"]["powerState"] == "PoweredOff"
     assert f"  {guests}/stay (None, Blocked): blocked: evictionStrategy None" in done.stdout
     drain = _drain(api_client, second)
     assert drain["phase"] == c.DRAIN_PHASE_BLOCKED, drain
     stay = next(m for m in drain["machines"] if m["name"] == "stay")
     assert stay["state"] == c.DRAIN_MACHINE_BLOCKED, stay
+    p = next(m for m in drain["machines"] if m["name"] == "p")
+    assert p["state"] == c.DRAIN_MACHINE_POWERED_OFF, p
     for name in MACHINES:
         assert _host_of(api_client, guests, name) == first
     assert _host_of(api_client, guests, "stay") == second
@@ -215,6 +232,7 @@ def test_a_machine_with_eviction_strategy_none_blocks_the_drain_naming_it(
     assert reason in drained["message"]
     events = _host_events(api_client, second)
     assert c.EVENT_DRAIN_MACHINE_BLOCKED in events, events
+    assert c.EVENT_DRAIN_POWER_OFF in events, events
     assert c.DRAIN_REASON_BLOCKED in events, events
     _clear(api_client, second)
 
