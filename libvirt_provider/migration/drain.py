@@ -77,7 +77,7 @@ class MachineOnHost:
     name: str
     strategy: str = c.EVICTION_LIVE_MIGRATE
     powered_off: bool = False
-    """Its status says PoweredOff (nothing runs to move)."""
+    """Nothing runs to move: its status says PoweredOff, or no domain was built for it here."""
     locked_by: str | None = None
     """The LibvirtMigration holding its lock (status.migration), the drain's or another's."""
 

@@ -59,7 +59,9 @@ def _machine_on_host(obj: Obj) -> MachineOnHost:
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),
         strategy=str(spec.get("evictionStrategy") or c.EVICTION_LIVE_MIGRATE),
-        powered_off=status.get("powerState") == vmapi.POWERED_OFF,
+        # Nothing runs to move: powered off, or no domain built here (a machine pinned to the
+        # host after the cordon is never admitted); one that starts later joins the drain then.
+        powered_off=status.get("powerState") == vmapi.POWERED_OFF or not status.get("providerID"),
         locked_by=str(lock["name"]) if lock.get("name") else None,
     )
 
@@ -145,7 +147,12 @@ class DrainController:
             if isinstance(wanted, dict)
             else None
         )
-        listed = self._store.machines_on_host() if request is not None else []
+        # A machine being deleted is leaving by itself: not the drain's.
+        listed = [
+            m
+            for m in (self._store.machines_on_host() if request is not None else [])
+            if not (m.get("metadata") or {}).get("deletionTimestamp")
+        ]
         raw = {
             (str((m.get("metadata") or {}).get("namespace")), str(m["metadata"]["name"])): m
             for m in listed

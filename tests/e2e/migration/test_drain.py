@@ -11,7 +11,7 @@ Drained; a drain of the second host then moves them back, powers `p` off and end
 `stay`; a drain of the first host whose slowed copies run is cancelled with --abort and leaves
 both where they were.
 
-Cost: about 55-90 s (76 s here, beside a CI run: the four guests booted together, ~20 s under
+Cost: about 55-90 s (76 s here, beside a CI run: the four guests booted together, ~25 s under
 TCG; four migrations of ~6-10 s, two at a time; two slowed copies aborted, ~8 s; the rest are
 API round trips of a few seconds).
 """

@@ -55,7 +55,7 @@ def _machine(name: str, **spec: Any) -> dict[str, Any]:
             "annotations": {"vm-api.io/virtual-machine": f"vm-{name}"},
         },
         "spec": {"host": "h1", **spec},
-        "status": {"powerState": "PoweredOn"},
+        "status": {"powerState": "PoweredOn", "providerID": f"libvirt://h1/{name}"},
     }
 
 
@@ -116,3 +116,18 @@ def test_a_cleared_drain_with_abort_deletes_its_running_migration() -> None:
     assert ("delete", "ns", "drain-4-1-a") in store.calls
     assert store.host["status"]["drain"] is None
     assert [x["type"] for x in store.host["status"]["conditions"]] == ["Ready"]
+
+
+def test_machines_being_deleted_or_never_built_here_are_not_moved() -> None:
+    leaving = _machine("gone")
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-04T18:00:00Z"
+    unbuilt = _machine("pinned")
+    unbuilt["status"] = {}
+    store = Store(_host({}), [leaving, unbuilt])
+    controller = _controller(store)
+    controller.run_pass()
+    controller.run_pass()
+    assert not [call for call in store.calls if call[0] == "create"]
+    drain = store.host["status"]["drain"]
+    assert [(m["name"], m["state"]) for m in drain["machines"]] == [("pinned", "Stopped")]
+    assert drain["phase"] == c.DRAIN_PHASE_DRAINED
