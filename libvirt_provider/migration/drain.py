@@ -374,8 +374,11 @@ def _machine_step(
 def _left_host(
     entry: DrainedMachine, by_name: Mapping[tuple[str, str], Move], drain_id: int
 ) -> DrainedMachine:
-    """A planned machine no longer bound to the host: moved by the drain, or gone otherwise."""
-    if entry.state in _DONE:
+    """A planned machine no longer bound to the host: moved by the drain, or gone otherwise.
+
+    The source binds the machine to the target before the target records the end (`Succeeded`):
+    in between, the machine is already off the host and its migration still runs."""
+    if entry.state == c.DRAIN_MACHINE_MOVED:
         return entry
     name = migration_name(drain_id, entry.attempts + 1, entry.name)
     move = by_name.get((entry.namespace, name))
@@ -386,6 +389,14 @@ def _left_host(
                 "migration": name,
                 "target": move.target or entry.target,
                 "reason": None,
+            }
+        )
+    if move is not None and move.phase in _MIGRATION_RUNNING:
+        return entry.model_copy(
+            update={
+                "state": c.DRAIN_MACHINE_MIGRATING,
+                "migration": name,
+                "target": move.target or entry.target,
             }
         )
     return entry.model_copy(

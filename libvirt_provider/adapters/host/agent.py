@@ -99,7 +99,6 @@ class HostAgent:
         events: HostEvents | None = None,
         on_admission_change: Callable[[], None] = lambda: None,
         preemptible: Allocations = lambda: (Demand(), 0),
-        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor; and
         # its LibvirtHost is the user's declaration: deleted, it must stay deleted.
@@ -124,7 +123,7 @@ class HostAgent:
         self._admission_terms: object = None
 
         # Told of every change of the host's object (its drain follows spec.drain); bound late.
-        self.on_change = on_change
+        self.on_change: Callable[[], None] = lambda: None
 
         def changed(_type: str, obj: dict[str, Any] | None) -> None:
             self._loop.wake()

@@ -96,9 +96,12 @@ class DrainController:
         store: DrainApi,
         host: str,
         choose: Callable[[Obj], Choice],
+        read_host: Callable[[], Obj | None] | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self._store = store
+        # The host's object: the agent's watched copy (an idle host costs no request), or a read.
+        self._read_host = read_host or (lambda: store.get_host(host))
         self._host = host
         self._choose = choose
         self._clock = clock
@@ -131,7 +134,7 @@ class DrainController:
 
     def run_pass(self) -> bool:
         """One pass; True while a drain is on (a shorter wait till the next)."""
-        host = self._store.get_host(self._host)
+        host = self._read_host()
         if host is None:
             return False
         meta = host.get("metadata") or {}

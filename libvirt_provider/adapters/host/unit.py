@@ -210,6 +210,7 @@ class HostUnit:
                 store=DrainApi(api, host=host, lease_namespace=settings.lease_namespace),
                 host=host,
                 choose=migration_reconciler.choose_for,
+                read_host=lambda: self.agent.informer.get(host),
             )
             self.agent.on_change = self.drain.wake
             self.migrations.on_change = self.drain.wake

@@ -192,6 +192,20 @@ class TestMoves:
         assert result.condition is not None
         assert result.condition[0] == "True"
 
+    def test_a_machine_handed_over_before_its_migration_ended_is_still_migrating(self) -> None:
+        """The source binds it to the target, the target records Succeeded after."""
+        status = run(machines=[A], previous=_draining([A])).status
+        handing = [Move("ns", "drain-7-1-a", c.MIGRATION_PHASE_MIGRATING, target="h2")]
+        result = run(machines=[], previous=status, moves=handing)
+        assert entry(result, "a")["state"] == c.DRAIN_MACHINE_MIGRATING
+        assert result.status is not None
+        assert result.status["phase"] == c.DRAIN_PHASE_DRAINING
+        done = [Move("ns", "drain-7-1-a", c.MIGRATION_PHASE_SUCCEEDED, target="h2")]
+        result = run(machines=[], previous=result.status, moves=done)
+        assert entry(result, "a")["state"] == c.DRAIN_MACHINE_MOVED
+        assert result.status is not None
+        assert result.status["phase"] == c.DRAIN_PHASE_DRAINED
+
     def test_a_machine_gone_otherwise_does_not_hold_the_drain(self) -> None:
         status = run(machines=[A], previous=_draining([A])).status
         result = run(machines=[], previous=status)
