@@ -182,8 +182,12 @@ class DrainController:
                 self._act(action, raw)
             self._write(host, result)
         else:
-            # The plan is published before anything is done by it.
-            self._write(host, result)
+            # The plan is published before anything is done by it. Without a write (nothing
+            # changed), the host's copy must still be the API server's: a copy older than a
+            # cancel must not start moves.
+            wrote = self._write(host, result)
+            if result.actions and not wrote and not self._current(host):
+                return True
             for action in result.actions:
                 self._act(action, raw)
         for event in result.events:
@@ -195,7 +199,14 @@ class DrainController:
             c.DRAIN_PHASE_PLANNED,
         )
 
-    def _write(self, host: Obj, result: DrainPass) -> None:
+    def _current(self, host: Obj) -> bool:
+        """Whether `host` is the API server's version of the object."""
+        fresh = self._store.get_host(self._host)
+        version = (host.get("metadata") or {}).get("resourceVersion")
+        return fresh is not None and (fresh.get("metadata") or {}).get("resourceVersion") == version
+
+    def _write(self, host: Obj, result: DrainPass) -> bool:
+        """Write the drain's status and condition if they changed; whether it wrote."""
         status = host.get("status") or {}
         current = [x for x in status.get("conditions") or [] if isinstance(x, dict)]
         others = [x for x in current if x.get("type") != c.HOST_CONDITION_DRAINED]
@@ -219,8 +230,9 @@ class DrainController:
                 ).model_dump(by_alias=True, exclude_none=True, mode="json"),
             ]
         if status.get("drain") == result.status and conditions == current:
-            return
+            return False
         self._store.patch_host_status(host, {"drain": result.status, "conditions": conditions})
+        return True
 
     def _act(
         self, action: CreateMigration | PowerOff | Abort, raw: dict[tuple[str, str], Obj]

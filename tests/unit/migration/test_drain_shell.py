@@ -32,7 +32,13 @@ class Store:
 
     def patch_host_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
         self.calls.append(("status",))
-        self.host = {**obj, "status": {**(obj.get("status") or {}), **status}}
+        meta = obj["metadata"]
+        version = str(int(meta["resourceVersion"]) + 1)
+        self.host = {
+            **obj,
+            "metadata": {**meta, "resourceVersion": version},
+            "status": {**(obj.get("status") or {}), **status},
+        }
 
     def host_event(self, obj: Any, *, reason: str, message: str, warning: bool = False) -> None:
         self.calls.append(("event", reason))
@@ -131,3 +137,26 @@ def test_machines_being_deleted_or_never_built_here_are_not_moved() -> None:
     drain = store.host["status"]["drain"]
     assert [(m["name"], m["state"]) for m in drain["machines"]] == [("pinned", "Stopped")]
     assert drain["phase"] == c.DRAIN_PHASE_DRAINED
+
+
+def test_a_stale_copy_of_the_host_starts_nothing() -> None:
+    store = Store(_host({}), [_machine("p", evictionStrategy="PowerOff")])
+    first = _controller(store)
+    first.run_pass()
+    first.run_pass()
+    assert ("power_off", "ns", "vm-p") in store.calls
+    seen = store.host
+    store.host = {**seen, "metadata": {**seen["metadata"], "resourceVersion": "99"}}
+    stale = DrainController(
+        store=cast(DrainApi, store),
+        host="h1",
+        choose=lambda _m: Choice("h2"),
+        read_host=lambda: seen,
+        clock=lambda: NOW,
+    )
+    store.calls.clear()
+    assert stale.run_pass()
+    assert store.calls == []
+    store.calls.clear()
+    assert first.run_pass()
+    assert store.calls == [("power_off", "ns", "vm-p")]
