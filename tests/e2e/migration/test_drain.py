@@ -11,9 +11,9 @@ Drained; a drain of the second host then moves them back, powers `p` off and end
 `stay`; a drain of the first host whose slowed copies run is cancelled with --abort and leaves
 both where they were.
 
-Cost: about 55-90 s (76 s here, beside a CI run: the four guests booted together, ~25 s under
-TCG; four migrations of ~6-10 s, two at a time; two slowed copies aborted, ~8 s; the rest are
-API round trips of a few seconds).
+Cost: about 55-95 s (53 to 93 s in ten runs here, beside a CI run: the four guests booted
+together, ~25 s under TCG; four migrations of ~6-10 s, two at a time; two slowed copies
+aborted, ~8 s; the rest are API round trips of a few seconds).
 """
 
 from __future__ import annotations
