@@ -206,6 +206,12 @@ class LibvirtMachineSpec(KubeModel):
         "(Soft) or forcing it (TrySoft).",
     )
     hotplug: Hotplug | None = Field(default=None, description="Headroom for live resizing.")
+    eviction_strategy: Literal["LiveMigrate", "PowerOff", "None"] = Field(
+        default="LiveMigrate",
+        description="What a drain of its host does with it: LiveMigrate (move it, running, to "
+        "another host), PowerOff (power it off and leave it on the host) or None (it blocks the "
+        "drain).",
+    )
 
 
 class MachineAddress(Address):

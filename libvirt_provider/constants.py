@@ -50,6 +50,31 @@ __all__ = [
     "DEFAULT_HOST_QPS",
     "DEFAULT_MAX_CONCURRENT_OPERATIONS",
     "DEFAULT_SHUTDOWN_TIMEOUT_SECONDS",
+    "DRAIN_ACTIVE_SECONDS",
+    "DRAIN_HOST_LABEL",
+    "DRAIN_IDLE_SECONDS",
+    "DRAIN_MACHINE_BLOCKED",
+    "DRAIN_MACHINE_GONE",
+    "DRAIN_MACHINE_MIGRATING",
+    "DRAIN_MACHINE_MOVED",
+    "DRAIN_MACHINE_PENDING",
+    "DRAIN_MACHINE_POWERED_OFF",
+    "DRAIN_MACHINE_POWERING_OFF",
+    "DRAIN_MACHINE_STOPPED",
+    "DRAIN_MAX_ATTEMPTS",
+    "DRAIN_MIGRATION_PREFIX",
+    "DRAIN_ON_CANCEL_ABORT",
+    "DRAIN_ON_CANCEL_FINISH",
+    "DRAIN_PHASE_BLOCKED",
+    "DRAIN_PHASE_DRAINED",
+    "DRAIN_PHASE_DRAINING",
+    "DRAIN_PHASE_PLANNED",
+    "DRAIN_PHASE_PLANNING",
+    "DRAIN_REASON_BLOCKED",
+    "DRAIN_REASON_DRAINED",
+    "DRAIN_REASON_DRAINING",
+    "DRAIN_REASON_DRY_RUN",
+    "DRAIN_REASON_PLANNING",
     "EVENT_ADDRESS_CLAIMED",
     "EVENT_ADDRESS_RELEASED",
     "EVENT_CLEANUP_FAILED",
@@ -58,6 +83,13 @@ __all__ = [
     "EVENT_CONSOLE_TAKEN_OVER",
     "EVENT_DEFINED",
     "EVENT_DISK_GROWN",
+    "EVENT_DRAIN_CANCELLED",
+    "EVENT_DRAIN_CLEARED",
+    "EVENT_DRAIN_MACHINE_BLOCKED",
+    "EVENT_DRAIN_MIGRATION_ABORTED",
+    "EVENT_DRAIN_MIGRATION_CREATED",
+    "EVENT_DRAIN_POWER_OFF",
+    "EVENT_DRAIN_RETRY",
     "EVENT_LIVE_UPDATE_FAILED",
     "EVENT_MACHINE_MIGRATED",
     "EVENT_MIGRATION_SCHEDULED",
@@ -90,6 +122,9 @@ __all__ = [
     "EVENT_VOLUME_CREATED",
     "EVENT_VOLUME_DELETED",
     "EVENT_WOKEN",
+    "EVICTION_LIVE_MIGRATE",
+    "EVICTION_NONE",
+    "EVICTION_POWER_OFF",
     "FINALIZER",
     "GROUP",
     "GUEST_AGENT_CHANNEL",
@@ -97,6 +132,7 @@ __all__ = [
     "HEARTBEAT_LEASE_PREFIX",
     "HEARTBEAT_SECONDS",
     "HOST_CONDITION_CONNECTED",
+    "HOST_CONDITION_DRAINED",
     "HOST_CONDITION_READY",
     "HOST_FIELD",
     "HOST_KIND",
@@ -796,3 +832,55 @@ VNC_SCREENSHOT_TIMEOUT: Final = 30.0
 # The audit trail of VNC sessions on the LibvirtMachine (as the console's).
 EVENT_VNC_ATTACHED: Final = "VncAttached"
 EVENT_VNC_DETACHED: Final = "VncDetached"
+
+# -- Host drain (docs/migration.md, "Draining a host") ---------------------------------------------
+# The phases of `LibvirtHost.status.drain.phase`: the plan is published first (Planning), or only
+# the plan (Planned, a dry run); then the machines go (Draining) until every one is moved, powered
+# off or left stopped (Drained), or the ones left cannot go on (Blocked).
+DRAIN_PHASE_PLANNING: Final = "Planning"
+DRAIN_PHASE_PLANNED: Final = "Planned"
+DRAIN_PHASE_DRAINING: Final = "Draining"
+DRAIN_PHASE_DRAINED: Final = "Drained"
+DRAIN_PHASE_BLOCKED: Final = "Blocked"
+# Each machine's state in the drain's plan (`status.drain.machines[].state`).
+DRAIN_MACHINE_PENDING: Final = "Pending"
+DRAIN_MACHINE_MIGRATING: Final = "Migrating"
+DRAIN_MACHINE_POWERING_OFF: Final = "PoweringOff"
+DRAIN_MACHINE_MOVED: Final = "Moved"
+DRAIN_MACHINE_POWERED_OFF: Final = "PoweredOff"
+DRAIN_MACHINE_STOPPED: Final = "Stopped"
+DRAIN_MACHINE_GONE: Final = "Gone"
+DRAIN_MACHINE_BLOCKED: Final = "Blocked"
+# `LibvirtMachine.spec.evictionStrategy`: what a drain of its host does with it.
+EVICTION_LIVE_MIGRATE: Final = "LiveMigrate"
+EVICTION_POWER_OFF: Final = "PowerOff"
+EVICTION_NONE: Final = "None"
+# `LibvirtHost.spec.drain.onCancel`: what a cleared drain does with its running migrations.
+DRAIN_ON_CANCEL_FINISH: Final = "Finish"
+DRAIN_ON_CANCEL_ABORT: Final = "Abort"
+# Failed migrations of one machine before the drain gives it up (Blocked).
+DRAIN_MAX_ATTEMPTS: Final = 3
+# A drain's LibvirtMigrations carry the drained host's name under this label (and their names
+# start with `drain-`), so `kubectl get lvmig -A -l infrastructure.vm-api.io/drain-host=h1`
+# lists them.
+DRAIN_HOST_LABEL: Final = f"{GROUP}/drain-host"
+DRAIN_MIGRATION_PREFIX: Final = "drain-"
+# Seconds between two passes of an active drain when nothing wakes it (the migrations' and the
+# host's watches wake it sooner).
+DRAIN_ACTIVE_SECONDS: Final = 3.0
+DRAIN_IDLE_SECONDS: Final = 10.0
+# The LibvirtHost's condition for its drain (absent when no drain was asked), and its reasons.
+HOST_CONDITION_DRAINED: Final = "Drained"
+DRAIN_REASON_PLANNING: Final = "DrainPlanning"
+DRAIN_REASON_DRY_RUN: Final = "DrainDryRun"
+DRAIN_REASON_DRAINING: Final = "Draining"
+DRAIN_REASON_DRAINED: Final = "Drained"
+DRAIN_REASON_BLOCKED: Final = "DrainBlocked"
+# Events on the LibvirtHost besides the condition's reasons (posted when the phase changes).
+EVENT_DRAIN_CANCELLED: Final = "DrainCancelled"
+EVENT_DRAIN_CLEARED: Final = "DrainCleared"
+EVENT_DRAIN_MIGRATION_CREATED: Final = "DrainMigrationCreated"
+EVENT_DRAIN_RETRY: Final = "DrainRetry"
+EVENT_DRAIN_POWER_OFF: Final = "DrainPowerOff"
+EVENT_DRAIN_MACHINE_BLOCKED: Final = "DrainMachineBlocked"
+EVENT_DRAIN_MIGRATION_ABORTED: Final = "DrainMigrationAborted"

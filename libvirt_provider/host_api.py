@@ -9,9 +9,9 @@ well and a few bytes of drift never cause a write.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from catalog.base import KubeModel
 from catalog.quantity import QUANTITY_SCHEMA, parse_quantity
@@ -20,15 +20,20 @@ from libvirt_provider.constants import (
     DEFAULT_HOST_BURST,
     DEFAULT_HOST_QPS,
     DEFAULT_MAX_CONCURRENT_OPERATIONS,
+    DRAIN_MAX_ATTEMPTS,
 )
 
 __all__ = [
     "DEFAULT_CPU_OVERCOMMIT",
     "DEFAULT_MEMORY_OVERCOMMIT",
+    "DrainCounts",
+    "DrainedMachine",
     "HostAllocatable",
     "HostAllocated",
     "HostCapacity",
     "HostConnection",
+    "HostDrain",
+    "HostDrainStatus",
     "HostOffers",
     "HostPreemptible",
     "HostSummary",
@@ -129,8 +134,35 @@ class RateLimit(KubeModel):
     )
 
 
+class HostDrain(KubeModel):
+    """Empty the host: every machine on it moves, powers off or blocks, by its evictionStrategy
+    (docs/migration.md, "Draining a host"). Clearing it cancels the drain; the cordon stays."""
+
+    dry_run: bool = Field(
+        default=False,
+        description="Publish only the plan (status.drain): nothing moves, nothing powers off.",
+    )
+    on_cancel: Literal["Finish", "Abort"] = Field(
+        default="Finish",
+        description="When the drain is cleared: Finish lets its running migrations end; Abort "
+        "deletes them (each running copy is aborted, the machine keeps running here).",
+    )
+
+
 class LibvirtHostSpec(KubeModel):
     """The user's settings for the host; the daemon never writes them."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.drain) || (has(self.unschedulable) && self.unschedulable)",
+                    "message": "a drain needs the host cordoned: set spec.unschedulable: true "
+                    "with spec.drain (and clear spec.drain before uncordoning)",
+                }
+            ]
+        }
+    )
 
     unschedulable: bool = Field(
         default=False,
@@ -152,6 +184,11 @@ class LibvirtHostSpec(KubeModel):
         le=256,
         description="libvirt calls in flight at once toward this host. Default "
         f"{DEFAULT_MAX_CONCURRENT_OPERATIONS}.",
+    )
+    drain: HostDrain | None = Field(
+        default=None,
+        description="Set to drain the host (it must be cordoned too); cleared, the drain is "
+        "cancelled. `kubectl vm drain HOST` sets both.",
     )
 
 
@@ -221,6 +258,75 @@ class HostSummary(KubeModel):
     memory: str = Field(default="", max_length=64, description="Memory allocated/allocatable.")
 
 
+Name = Annotated[str, Field(max_length=253)]
+Text = Annotated[str, Field(max_length=1024)]
+
+
+class DrainedMachine(KubeModel):
+    """One machine of the drain's plan: where it goes, or why it cannot, and how far it got."""
+
+    namespace: Name = Field(description="The LibvirtMachine's namespace.")
+    name: Name = Field(description="The LibvirtMachine's name.")
+    strategy: Literal["LiveMigrate", "PowerOff", "None"] = Field(
+        description="Its evictionStrategy."
+    )
+    state: Literal[
+        "Pending", "Migrating", "PoweringOff", "Moved", "PoweredOff", "Stopped", "Gone", "Blocked"
+    ] = Field(
+        description="Pending (to move), Migrating, PoweringOff, then Moved, PoweredOff, Stopped "
+        "(not running: left on the host) or Gone (deleted, or moved by someone else); Blocked "
+        "with the reason."
+    )
+    target: Name | None = Field(
+        default=None,
+        description="Where placement's filters send it (planned; the source's daemon chooses "
+        "again when the migration starts), or where it went.",
+    )
+    reason: Text | None = Field(default=None, description="Why it cannot go, or waits.")
+    migration: Name | None = Field(
+        default=None, description="The drain's current LibvirtMigration of it (its namespace)."
+    )
+    attempts: int = Field(
+        default=0,
+        ge=0,
+        description=f"Migrations of it that failed (at {DRAIN_MAX_ATTEMPTS} it is Blocked).",
+    )
+
+
+class DrainCounts(KubeModel):
+    total: int = Field(default=0, ge=0, description="Machines in the plan.")
+    moved: int = Field(default=0, ge=0, description="Moved to another host.")
+    migrating: int = Field(default=0, ge=0, description="Migrating now (or waiting for a slot).")
+    pending: int = Field(default=0, ge=0, description="Not started yet.")
+    powered_off: int = Field(
+        default=0, ge=0, description="Powered off (PowerOff), or powering off."
+    )
+    left: int = Field(default=0, ge=0, description="Left on the host: not running, or gone.")
+    blocked: int = Field(default=0, ge=0, description="Cannot go (see each machine's reason).")
+
+
+class HostDrainStatus(KubeModel):
+    """The drain's plan and progress, written by the host's own daemon."""
+
+    phase: Literal["Planning", "Planned", "Draining", "Drained", "Blocked"] = Field(
+        description="Planning (the plan is published, nothing moved yet), Planned (a dry run), "
+        "Draining, Drained or Blocked."
+    )
+    id: int = Field(
+        ge=0, description="The host's generation when the drain began (names its migrations)."
+    )
+    dry_run: bool = Field(default=False, description="As spec.drain.dryRun was last seen.")
+    on_cancel: Literal["Finish", "Abort"] = Field(
+        default="Finish", description="As spec.drain.onCancel was last seen."
+    )
+    start_time: str | None = Field(default=None, description="When the drain began.")
+    message: Text = Field(default="", description="Progress: '7 of 10 moved, 2 migrating, ...'.")
+    counts: DrainCounts = Field(default_factory=DrainCounts, description="The plan's figures.")
+    machines: list[DrainedMachine] = Field(
+        default_factory=list, max_length=1024, description="The plan: one entry per machine."
+    )
+
+
 class LibvirtHostStatus(KubeModel):
     """Written by the host's daemon only; a user's edit is put back on its next pass."""
 
@@ -238,8 +344,9 @@ class LibvirtHostStatus(KubeModel):
     conditions: list[Condition] | None = Field(
         default=None,
         max_length=8,
-        description="Ready: the daemon runs and reaches libvirtd. Connected: why it does or "
-        "does not reach it (AuthenticationFailed, HostKeyMismatch, Unreachable, SecretNotFound, "
+        description="Ready: the daemon runs and reaches libvirtd. Drained: the drain's state "
+        "(spec.drain). Connected: why it does or does not reach it (AuthenticationFailed, "
+        "HostKeyMismatch, Unreachable, SecretNotFound, "
         "ProtocolError, InvalidConnection, InvalidSecret, SecretNotAllowed).",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
@@ -248,4 +355,8 @@ class LibvirtHostStatus(KubeModel):
     )
     observed_generation: int | None = Field(
         default=None, ge=0, description="The spec generation the allocatable figures reflect."
+    )
+    drain: HostDrainStatus | None = Field(
+        default=None,
+        description="The drain's plan and progress (spec.drain); the Drained condition follows it.",
     )

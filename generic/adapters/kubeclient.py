@@ -480,6 +480,25 @@ class KubeApi:
             request_timeout=_request_timeout,
         )
 
+    def patch_cluster_custom_object(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        name: str,
+        body: object,
+        *,
+        _request_timeout: Timeout = None,
+    ) -> Any:
+        return self._call(
+            "PATCH",
+            "/apis/{group}/{version}/{plural}/{name}",
+            _custom(group, version, plural, name=name),
+            body=body,
+            content_type=_MERGE_PATCH,
+            request_timeout=_request_timeout,
+        )
+
     def patch_cluster_custom_object_status(
         self,
         group: str,

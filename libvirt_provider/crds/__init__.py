@@ -171,8 +171,8 @@ LIBVIRT_HOST = CrdSpec(
         "A KVM host that runs libvirt machines: what it has (capacity), what may be placed there "
         "(allocatable, after overcommit and reservations), what is placed there (allocated) and "
         "whether its daemon is alive (Ready, and a heartbeat Lease). Created and kept current by "
-        "the host's daemon; the spec (cordon, overcommit, reservations) and labels (a zone) are "
-        "the user's. Cluster-scoped."
+        "the host's daemon; the spec (cordon, drain, overcommit, reservations) and labels (a "
+        "zone) are the user's. Cluster-scoped."
     ),
     spec_model=LibvirtHostSpec,
     status_model=LibvirtHostStatus,
@@ -186,6 +186,8 @@ LIBVIRT_HOST = CrdSpec(
         PrinterColumn("Memory", ".status.summary.memory", description="allocated/allocatable"),
         PrinterColumn("Machines", ".status.allocated.machines", type="integer"),
         PrinterColumn("Zone", ".metadata.labels.topology\\.kubernetes\\.io/zone"),
+        PrinterColumn("Drain", ".status.drain.phase"),
+        PrinterColumn("Progress", ".status.drain.message", priority=1),
         PrinterColumn("Libvirt", ".status.versions.libvirt", priority=1),
         PrinterColumn("Qemu", ".status.versions.hypervisor", priority=1),
     ),

@@ -18,6 +18,9 @@ from libvirt_provider.constants import (
     HOST_CONDITION_CONNECTED as CONDITION_CONNECTED,
 )
 from libvirt_provider.constants import (
+    HOST_CONDITION_DRAINED as CONDITION_DRAINED,
+)
+from libvirt_provider.constants import (
     HOST_CONDITION_READY as CONDITION_READY,
 )
 from libvirt_provider.constants import (
@@ -266,6 +269,11 @@ def host_status(
                 last_transition_time=link_since,
             ).model_dump(by_alias=True, exclude_none=True, mode="json")
         )
+    # The drain's condition (and status.drain, kept with the rest of `previous`) are the drain
+    # controller's (`adapters/host/drain.py`): carried as the object shows them.
+    drained = old.get(CONDITION_DRAINED)
+    if drained is not None:
+        body["conditions"].append(drained.model_dump(by_alias=True, exclude_none=True, mode="json"))
     # Through the model, so that every default the API server fills in (the CRD is generated
     # from the same model) is already here: a status equal to the object's means no write.
     status_model = LibvirtHostStatus.model_validate(

@@ -400,6 +400,21 @@ class MigrationReconciler:
         )
         return DONE
 
+    def choose_for(self, machine: Obj) -> Choice:
+        """Where a migration of `machine` (this host's) that names no target would go now: a
+        drain's plan (`migration/drain.py`) shows it."""
+        ref = self._hv.lookup(uuid=str(_meta(machine).get("uid")), name=self._domain_name(machine))
+        if ref is None:
+            return Choice(None, f"its domain is not on host {self._host}")
+        networks, pools = domain_needs(self._hv.domain_xml(ref.uuid, inactive=True))
+        vm_name = (_meta(machine).get("annotations") or {}).get(vmapi.LINK_ANNOTATION)
+        vm = (
+            self._store.get_virtual_machine(str(_meta(machine).get("namespace")), str(vm_name))
+            if vm_name
+            else None
+        )
+        return self._choose(machine, vm, ref.uuid, networks, pools)
+
     def _choose(
         self,
         machine: Obj,

@@ -92,12 +92,14 @@ def leave_100mi(api: client.ApiClient, host: str) -> None:
 
 
 def reset_host(api: client.ApiClient, name: str) -> None:
-    """Back to defaults: schedulable, default overcommit, nothing reserved, no zone label."""
+    """Back to defaults: no drain, schedulable, default overcommit, nothing reserved, no zone
+    label."""
     obj = host_object(api, name)
     if obj is None:
         return
     labels = {k: None for k in (obj["metadata"].get("labels") or {})}
     defaults = {
+        "drain": None,
         "unschedulable": False,
         "overcommit": {"cpu": 4.0, "memory": 1.0},
         "reserved": {"cpus": 0, "memory": "0"},

@@ -122,8 +122,12 @@ class HostAgent:
         self._admission_change = on_admission_change
         self._admission_terms: object = None
 
+        # Told of every change of the host's object (its drain follows spec.drain); bound late.
+        self.on_change: Callable[[], None] = lambda: None
+
         def changed(_type: str, obj: dict[str, Any] | None) -> None:
             self._loop.wake()
+            self.on_change()
             terms = admission_terms(obj)
             if terms != self._admission_terms:
                 self._admission_terms = terms

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -41,6 +42,8 @@ class MigrationController:
         workers: int | None = None,
         resync_seconds: float = 60.0,
     ) -> None:
+        # Told of every migration event (the host's drain follows its migrations).
+        self.on_change: Callable[[], None] = lambda: None
         self._known: set[MigrationKey] = set()
         self._lock = threading.Lock()
         self._reconciler = reconciler
@@ -75,6 +78,7 @@ class MigrationController:
             self.queue.forget(key)
         else:
             self.queue.add(key)
+        self.on_change()
         if deleted or ended:
             # A slot may have freed: those waiting for one look again (a few keys at most).
             for waiting in self._reconciler.waiting():

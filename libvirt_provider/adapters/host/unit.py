@@ -28,10 +28,12 @@ from libvirt_provider.adapters.host.controller import (
 )
 from libvirt_provider.adapters.host.controller import register as register_provider
 from libvirt_provider.adapters.host.credentials import HostCredentials
+from libvirt_provider.adapters.host.drain import DrainController
 from libvirt_provider.adapters.host.migrations import MigrationController, register_migrations
 from libvirt_provider.adapters.host.restores import RestoreController, register_restores
 from libvirt_provider.adapters.host.snapshots import SnapshotController, register_snapshots
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
+from libvirt_provider.adapters.kube.drains import DrainApi
 from libvirt_provider.adapters.kube.migrations import MigrationApi
 from libvirt_provider.adapters.kube.restores import RestoreApi
 from libvirt_provider.adapters.kube.snapshots import SnapshotApi
@@ -186,21 +188,32 @@ class HostUnit:
         hypervisor.add_reconnect_listener(self.restores.wake_all)
         # This host's steps of live migrations (docs/migration.md), on the same operator: a
         # remote host's daemon runs elsewhere, so only a local host takes part.
-        self.migrations = MigrationController(
-            MigrationReconciler(
-                store=MigrationApi(api, host=host, lease_namespace=settings.lease_namespace),
-                hypervisor=hypervisor,
-                host=host,
-                prepare=reconciler.prepare_incoming,
-                released=reconciler.release,
-                migration_uri=None if remote else settings.migration_uri,
-                pkipath=None if remote else settings.migration_pkipath,
-                zone=self.agent.zone,
-                console_log_dir=None if remote else settings.console_log_dir,
-                limits=settings.migration_limits,
-            )
+        migration_reconciler = MigrationReconciler(
+            store=MigrationApi(api, host=host, lease_namespace=settings.lease_namespace),
+            hypervisor=hypervisor,
+            host=host,
+            prepare=reconciler.prepare_incoming,
+            released=reconciler.release,
+            migration_uri=None if remote else settings.migration_uri,
+            pkipath=None if remote else settings.migration_pkipath,
+            zone=self.agent.zone,
+            console_log_dir=None if remote else settings.console_log_dir,
+            limits=settings.migration_limits,
         )
+        self.migrations = MigrationController(migration_reconciler)
         register_migrations(registry, controller=self.migrations)
+        # The drain of this host (docs/migration.md, "Draining a host"): its own daemon runs it,
+        # as it sends the host's migrations; a remote host's daemon sends none.
+        self.drain: DrainController | None = None
+        if not remote:
+            self.drain = DrainController(
+                store=DrainApi(api, host=host, lease_namespace=settings.lease_namespace),
+                host=host,
+                choose=migration_reconciler.choose_for,
+                read_host=lambda: self.agent.informer.get(host),
+            )
+            self.agent.on_change = self.drain.wake
+            self.migrations.on_change = self.drain.wake
         kopf_settings = kopf.OperatorSettings()
         configure_provider_settings(kopf_settings, host=host)
         self._listeners = {
@@ -236,6 +249,8 @@ class HostUnit:
         self.operator.start()
         self.agent.start()
         self.cache.start()
+        if self.drain is not None:
+            self.drain.start()
 
     def alive(self) -> bool:
         return self.operator.alive()
@@ -247,12 +262,15 @@ class HostUnit:
             for plural, listener in self._listeners.items():
                 self._catalog.remove(plural, listener)
 
-        return [
+        steps: list[Step] = [
             (f"the LibvirtMachine controller of {self.host}", self.operator.stop),
             (f"the image cache of {self.host}", self.cache.stop),
             (f"the host agent of {self.host}", self.agent.stop),
             (f"the catalog listeners of {self.host}", forget_catalog),
         ]
+        if self.drain is not None:
+            steps.append((f"the drain of {self.host}", self.drain.stop))
+        return steps
 
     def close(self) -> None:
         """After `stop_steps`: the connection, and a remote host's credential files."""

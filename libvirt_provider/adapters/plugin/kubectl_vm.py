@@ -19,9 +19,10 @@ is a rate (`console/top.py` says how it is computed).
 `kubectl vm port-forward NAME LOCAL:REMOTE` and `kubectl vm ssh [USER@]NAME` carry TCP to a port
 of the guest (`plugin/port_forward.py`).
 `kubectl vm migrate NAME [--to HOST] [--wait]` creates a LibvirtMigration and follows it
-(`plugin/migrate.py`). `kubectl vm completion bash|zsh` prints a completion script, and
-`complete_main` is `kubectl_complete-vm`, which kubectl runs to complete `kubectl vm <TAB>`
-(`plugin/completion.py`).
+(`plugin/migrate.py`); `kubectl vm drain HOST [--dry-run] [--wait] [--cancel [--abort]]`
+cordons and drains a LibvirtHost (`plugin/drain.py`). `kubectl vm completion bash|zsh` prints
+a completion script, and `complete_main` is `kubectl_complete-vm`, which kubectl runs to
+complete `kubectl vm <TAB>` (`plugin/completion.py`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from kubernetes import client, config
 
 from generic.adapters.kubeclient import API_ERRORS, KubeApi, failure_message
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.plugin import completion, migrate, vnc
+from libvirt_provider.adapters.plugin import completion, drain, migrate, vnc
 from libvirt_provider.adapters.plugin.port_forward import (
     add_commands,
     run_port_forward,
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     vnc.add_commands(commands)
     add_commands(commands)
     migrate.add_commands(commands)
+    drain.add_commands(commands)
     completion.add_commands(commands)
     return parser
 
@@ -363,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "migrate":
         configuration, default_namespace = _configuration(args)
         return migrate.run_migrate(args, configuration, args.namespace or default_namespace)
+    if args.command == "drain":
+        configuration, _namespace = _configuration(args)
+        return drain.run_drain(args, configuration)
     if args.command == "completion":
         return completion.run_completion(args, parser)
     parser.print_help()

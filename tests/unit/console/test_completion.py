@@ -29,7 +29,17 @@ from libvirt_provider.console.completion import (
 )
 
 TREE = tree_of(build_parser())
-COMMANDS = ("console", "top", "vnc", "screenshot", "port-forward", "ssh", "migrate", "completion")
+COMMANDS = (
+    "console",
+    "top",
+    "vnc",
+    "screenshot",
+    "port-forward",
+    "ssh",
+    "migrate",
+    "drain",
+    "completion",
+)
 
 
 def test_the_tree_has_every_command_of_the_parser() -> None:

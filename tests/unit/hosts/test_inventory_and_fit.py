@@ -286,3 +286,27 @@ class TestResolverFit:
         assert fit(view("h1")) == Misfit("lacks snapshot s1")
         assert isinstance(fit(view("h2")), Demand)
         assert fit(view("h3")) == Misfit("lacks snapshot s1")
+
+
+class TestTheDrainIsNotTheAgents:
+    """`status.drain` and the Drained condition are the drain controller's: the agent's status
+    carries them as the object shows them, so its merge patch never removes them."""
+
+    def test_the_drain_and_its_condition_are_kept(self) -> None:
+        drained = {
+            "type": "Drained",
+            "status": "False",
+            "reason": "Draining",
+            "message": "0 of 1 moved, 1 migrating",
+            "lastTransitionTime": NOW,
+        }
+        drain = {"phase": "Draining", "id": 3, "message": "0 of 1 moved, 1 migrating"}
+        first = status()
+        previous = LibvirtHostStatus.model_validate(
+            {**first, "conditions": [*first["conditions"], drained], "drain": drain}
+        )
+        body = status(previous=previous, now="2026-12-02T00:01:00Z")
+        assert [x["type"] for x in body["conditions"]] == ["Ready", "Drained"]
+        assert body["conditions"][1] == drained
+        assert body["drain"]["phase"] == "Draining"
+        assert body["drain"]["id"] == 3
