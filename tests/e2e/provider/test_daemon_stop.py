@@ -28,7 +28,10 @@ from tests.support.lab_access import LabInfo
 from tests.support.waiting import eventually
 
 STOP_HOST = "stop-host"
-STARTS = 30
+# 10 in `make test` (a few seconds each; 30 cost two minutes of a loaded run). The race this
+# guards against was seen once, in one clean-clone run: no count that fits in `make test` proves
+# it gone, so a soak sets VMAPI_STOP_STARTS higher; every run still proves the stop path clean.
+STARTS = int(os.environ.get("VMAPI_STOP_STARTS", "10"))
 GRACE_SECONDS = 30
 
 
@@ -75,7 +78,7 @@ def _start(lab: LabInfo, ns: str, log_name: str) -> tuple[subprocess.Popen[bytes
     return proc, log, base
 
 
-def test_thirty_starts_and_stops_all_exit_zero(
+def test_repeated_starts_and_stops_all_exit_zero(
     lab: LabInfo, api_client: client.ApiClient, stop_ns: str
 ) -> None:
     codes = []
