@@ -290,12 +290,7 @@ class MigrationReconciler:
         if ref is not None:
             running = self._hv.status(ref.uuid).state is DomainState.RUNNING
             networks, pools = domain_needs(self._hv.domain_xml(ref.uuid, inactive=True))
-        vm_name = (_meta(machine).get("annotations") or {}).get(vmapi.LINK_ANNOTATION)
-        vm = (
-            self._store.get_virtual_machine(str(_meta(obj).get("namespace")), str(vm_name))
-            if vm_name
-            else None
-        )
+        vm = self._linked_vm(machine)
         if not target and ref is not None and running:
             choice = self._choose(machine, vm, ref.uuid, networks, pools)
             if choice.host is None:
@@ -407,13 +402,14 @@ class MigrationReconciler:
         if ref is None:
             return Choice(None, f"its domain is not on host {self._host}")
         networks, pools = domain_needs(self._hv.domain_xml(ref.uuid, inactive=True))
+        return self._choose(machine, self._linked_vm(machine), ref.uuid, networks, pools)
+
+    def _linked_vm(self, machine: Obj) -> Obj | None:
+        """The VirtualMachine the machine is linked to (a migration is in its namespace)."""
         vm_name = (_meta(machine).get("annotations") or {}).get(vmapi.LINK_ANNOTATION)
-        vm = (
-            self._store.get_virtual_machine(str(_meta(machine).get("namespace")), str(vm_name))
-            if vm_name
-            else None
-        )
-        return self._choose(machine, vm, ref.uuid, networks, pools)
+        if not vm_name:
+            return None
+        return self._store.get_virtual_machine(str(_meta(machine).get("namespace")), str(vm_name))
 
     def _choose(
         self,

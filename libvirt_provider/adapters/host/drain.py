@@ -24,6 +24,7 @@ from typing import Any
 from generic import constants as vmapi
 from generic.api import Condition
 from generic.background import BackgroundLoop
+from generic.conditions import find_condition
 from generic.formats import format_time
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.kube.drains import DrainApi
@@ -69,14 +70,7 @@ def _machine_on_host(obj: Obj) -> MachineOnHost:
 def _move(obj: Obj) -> Move:
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
-    cond = next(
-        (
-            x
-            for x in status.get("conditions") or []
-            if isinstance(x, dict) and x.get("type") == c.MIGRATION_CONDITION_SUCCEEDED
-        ),
-        {},
-    )
+    cond = find_condition(status.get("conditions"), c.MIGRATION_CONDITION_SUCCEEDED) or {}
     return Move(
         namespace=str(meta.get("namespace")),
         name=str(meta.get("name")),

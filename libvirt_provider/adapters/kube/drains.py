@@ -6,7 +6,7 @@ condition. Everything a migration's choice of target reads comes from `Migration
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
 
@@ -31,33 +31,11 @@ class DrainApi(MigrationApi):
 
     def machines_on_host(self) -> list[Obj]:
         """Every LibvirtMachine bound to this host (`spec.host`), in every namespace."""
-        with translated():
-            listing = cast(
-                Obj,
-                self._api.list_cluster_custom_object(
-                    c.GROUP,
-                    c.VERSION,
-                    c.MACHINE_PLURAL,
-                    field_selector=f"{c.HOST_FIELD}={self._host}",
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-            )
-        return list(listing.get("items") or [])
+        return self._list(c.MACHINE_PLURAL, field_selector=f"{c.HOST_FIELD}={self._host}")
 
     def drain_migrations(self) -> list[Obj]:
         """The LibvirtMigrations of this host's drains, in every namespace."""
-        with translated():
-            listing = cast(
-                Obj,
-                self._api.list_cluster_custom_object(
-                    c.GROUP,
-                    c.VERSION,
-                    c.MIGRATION_PLURAL,
-                    label_selector=f"{c.DRAIN_HOST_LABEL}={self._host}",
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-            )
-        return list(listing.get("items") or [])
+        return self._list(c.MIGRATION_PLURAL, label_selector=f"{c.DRAIN_HOST_LABEL}={self._host}")
 
     def create_migration(self, namespace: str, name: str, machine: str) -> None:
         """The drain's migration of `machine` (no target: the source's daemon chooses); one that

@@ -36,14 +36,7 @@ class MigrationApi(NamespacedStore):
         return self._get(c.GROUP, c.MIGRATION_PLURAL, namespace, name)
 
     def list_migrations(self) -> list[Obj]:
-        with translated():
-            listing = cast(
-                Obj,
-                self._api.list_cluster_custom_object(
-                    c.GROUP, c.VERSION, c.MIGRATION_PLURAL, _request_timeout=REQUEST_TIMEOUT
-                ),
-            )
-        return list(listing.get("items") or [])
+        return self._list(c.MIGRATION_PLURAL)
 
     def get_host(self, name: str) -> Obj | None:
         try:
@@ -58,14 +51,7 @@ class MigrationApi(NamespacedStore):
             return None
 
     def list_hosts(self) -> list[Obj]:
-        with translated():
-            listing = cast(
-                Obj,
-                self._api.list_cluster_custom_object(
-                    c.GROUP, c.VERSION, c.HOST_PLURAL, _request_timeout=REQUEST_TIMEOUT
-                ),
-            )
-        return list(listing.get("items") or [])
+        return self._list(c.HOST_PLURAL)
 
     def heartbeats(self) -> dict[str, dt.datetime]:
         with translated():

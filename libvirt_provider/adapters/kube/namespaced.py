@@ -1,5 +1,6 @@
 """What the stores of the few, short-lived kinds (snapshots, restores, migrations) share: fresh
-reads of namespaced objects, status patches, the one finalizer patch, and Events.
+reads of namespaced objects, lists across namespaces, status patches, the one finalizer patch,
+and Events.
 
 These kinds are read afresh on every pass (no copies to keep), so each store is a thin list of
 the calls its loop makes; the calls themselves are written once here.
@@ -46,6 +47,24 @@ class NamespacedStore:
                 )
         except NotFoundError:
             return None
+
+    def _list(
+        self, plural: str, *, field_selector: str | None = None, label_selector: str | None = None
+    ) -> list[Obj]:
+        """Every object of `plural` (this project's group) in every namespace, as selected."""
+        with translated():
+            listing = cast(
+                Obj,
+                self._api.list_cluster_custom_object(
+                    c.GROUP,
+                    c.VERSION,
+                    plural,
+                    field_selector=field_selector,
+                    label_selector=label_selector,
+                    _request_timeout=REQUEST_TIMEOUT,
+                ),
+            )
+        return list(listing.get("items") or [])
 
     def get_virtual_machine(self, namespace: str, name: str) -> Obj | None:
         return self._get(vmapi.GROUP, vmapi.PLURAL, namespace, name)

@@ -17,6 +17,7 @@ from kubernetes import client
 
 from generic.adapters.kubeclient import API_ERRORS, ApiFailure, KubeApi, failure_message, failure_of
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.plugin.migrate import POLL_SECONDS, REQUEST_TIMEOUT
 from libvirt_provider.console.drain import (
     abort_patch,
     cancel_patch,
@@ -29,9 +30,6 @@ from libvirt_provider.console.drain import (
 )
 
 __all__ = ["add_commands", "run_drain"]
-
-POLL_SECONDS = 1.0
-REQUEST_TIMEOUT = 30.0
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -28,7 +28,7 @@ from libvirt_provider.console.migrate import (
     progress_line,
 )
 
-__all__ = ["add_commands", "run_migrate"]
+__all__ = ["POLL_SECONDS", "REQUEST_TIMEOUT", "add_commands", "run_migrate"]
 
 # Seconds between two reads of a followed migration (its source reports every second).
 POLL_SECONDS = 1.0

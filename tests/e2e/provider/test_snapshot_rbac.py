@@ -2,13 +2,16 @@
 lab's controller-manager into Kubernetes' own `edit` and `view` roles, checked against the lab's
 RBAC-enforcing API server. A ServiceAccount bound to nothing is refused (403) a LibvirtSnapshot, a
 LibvirtRestore and a LibvirtMigration; bound to `edit` in its namespace it creates each; bound to
-`view` it lists them and is refused creating one. No daemon and no guest: the objects are only
+`view` it lists them and is refused creating one. A namespace editor cannot drain a host
+(`kubectl vm drain`: Forbidden). No daemon and no guest: the objects are only
 written and read.
 Cost: about 3 s on an idle lab.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
+from tests.support.console import plugin_command
 from tests.support.kube import (
     GROUP,
     V,
@@ -141,3 +145,35 @@ def test_only_editors_take_and_restore_snapshots_and_viewers_read_them(
         client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
             GROUP, V, ns, plural, body["metadata"]["name"]
         )
+
+
+def test_a_namespace_editor_cannot_drain_a_host(
+    lab: LabInfo, api_client: client.ApiClient, tenant_ns: str, tmp_path: Path
+) -> None:
+    """A drain is a patch of the cluster-scoped LibvirtHost: `edit` in a namespace does not give
+    it. `kubectl vm drain` says Forbidden and exits 1; the patch itself is refused with 403."""
+    ns = tenant_ns
+    editor = _as(lab, api_client, ns, "tenant", tmp_path)
+    _bind(api_client, ns, "tenant", "edit")
+    kubeconfig = tmp_path / "tenant.kubeconfig"
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    done = subprocess.run(
+        plugin_command(kubeconfig, "drain", "lab-host"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+        cwd=REPO,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "Forbidden" in done.stderr, done.stderr
+    with pytest.raises(ApiException) as refused:
+        editor.patch_cluster_custom_object(
+            GROUP,
+            V,
+            c.HOST_PLURAL,
+            "lab-host",
+            {"spec": {"unschedulable": True, "drain": {"dryRun": True}}},
+        )
+    assert refused.value.status == 403
