@@ -27,6 +27,16 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _heartbeat_grace(text: str) -> float:
+    value = float(text)
+    if value < c.HEARTBEAT_GRACE_MIN_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {c.HEARTBEAT_GRACE_MIN_SECONDS:g} seconds (the heartbeat is "
+            "renewed every quarter of it)"
+        )
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -211,6 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
         f"off (default {c.PREEMPTION_GRACE_SECONDS})",
     )
     parser.add_argument(
+        "--heartbeat-grace",
+        type=_heartbeat_grace,
+        default=c.HEARTBEAT_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="how long a host's heartbeat vouches for it: placement avoids a host that has not "
+        "renewed it for this long, and then reports its machines HostNotReady; renewed every "
+        f"quarter of it, at most every {c.HEARTBEAT_SECONDS:g} s (default "
+        f"{c.HEARTBEAT_GRACE_SECONDS:g}; give every daemon the same)",
+    )
+    parser.add_argument(
         "--migration-uri",
         default=None,
         metavar="URI",
@@ -370,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             remote=args.remote,
             identity=args.identity or "",
             credentials_dir=args.credentials_dir,
+            heartbeat_grace=args.heartbeat_grace,
         )
     )
 

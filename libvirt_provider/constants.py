@@ -128,6 +128,7 @@ __all__ = [
     "FINALIZER",
     "GROUP",
     "GUEST_AGENT_CHANNEL",
+    "HEARTBEAT_GRACE_MIN_SECONDS",
     "HEARTBEAT_GRACE_SECONDS",
     "HEARTBEAT_LEASE_PREFIX",
     "HEARTBEAT_SECONDS",
@@ -345,6 +346,8 @@ HOST_NAME_MAX_LENGTH: Final = 63
 HOST_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 HEARTBEAT_SECONDS: Final = 10.0
 HEARTBEAT_GRACE_SECONDS: Final = 40.0
+# The least --heartbeat-grace: renewed every quarter of it, a beat is then at most 1 s apart.
+HEARTBEAT_GRACE_MIN_SECONDS: Final = 4.0
 
 # Remote hosts (a LibvirtHost with spec.connection): served by a daemon in remote mode, which holds
 # the host's heartbeat Lease as its claim; another replica takes the host over once the Lease is

@@ -1,7 +1,8 @@
 """A host's heartbeat as the placing daemon judges it (pure).
 
-Each daemon renews a Lease every `HEARTBEAT_SECONDS`. A heartbeat renewed within
-`HEARTBEAT_GRACE_SECONDS` is fresh; placement puts nothing new on a host whose heartbeat is not.
+Each daemon renews a Lease every `HEARTBEAT_SECONDS`. A heartbeat renewed within the grace
+(`--heartbeat-grace`, `HEARTBEAT_GRACE_SECONDS` by default; every daemon of a cluster is given the
+same) is fresh; placement puts nothing new on a host whose heartbeat is not.
 
 Declaring a host's machines stranded (`HostNotReady`) waits longer: only once the placer has had
 the API server answer it for a heartbeat grace without a break. After a term begins, and after
@@ -19,7 +20,12 @@ from collections.abc import Set as AbstractSet
 from generic.conditions import find_condition
 from generic.constants import CONDITION_INFRASTRUCTURE_READY
 from generic.formats import parse_time
-from libvirt_provider.constants import HEARTBEAT_GRACE_SECONDS, HOST_LABEL, REASON_HOST_NOT_READY
+from libvirt_provider.constants import (
+    HEARTBEAT_GRACE_SECONDS,
+    HEARTBEAT_SECONDS,
+    HOST_LABEL,
+    REASON_HOST_NOT_READY,
+)
 from libvirt_provider.hosts.placement import HostView
 from libvirt_provider.hosts.report import Report
 
@@ -27,6 +33,7 @@ __all__ = [
     "HEARTBEATS_FRESH_SECONDS",
     "Answered",
     "fresh",
+    "heartbeat_interval",
     "host_not_ready",
     "list_again",
     "renewals",
@@ -40,9 +47,17 @@ against 40 s: a few seconds of age change nothing)."""
 _STAYS = "the machine's state is unknown; it stays on its host and is not recreated elsewhere"
 
 
-def fresh(renewed: dt.datetime | None, now: dt.datetime) -> bool:
+def heartbeat_interval(grace: float) -> float:
+    """How often a host renews its heartbeat: a quarter of the grace, so three renewals in a row
+    may fail before placement counts the host out, and at most every `HEARTBEAT_SECONDS`."""
+    return min(HEARTBEAT_SECONDS, grace / 4)
+
+
+def fresh(
+    renewed: dt.datetime | None, now: dt.datetime, grace: float = HEARTBEAT_GRACE_SECONDS
+) -> bool:
     """A heartbeat renewed at `renewed` still vouches for its host at `now`."""
-    return renewed is not None and (now - renewed).total_seconds() <= HEARTBEAT_GRACE_SECONDS
+    return renewed is not None and (now - renewed).total_seconds() <= grace
 
 
 def takeover_refused(
@@ -51,6 +66,8 @@ def takeover_refused(
     renewed: dt.datetime | None,
     duration: object,
     now: dt.datetime,
+    *,
+    grace: float = HEARTBEAT_GRACE_SECONDS,
 ) -> str | None:
     """Why this host's daemon must not take its heartbeat Lease, or None when it may renew it.
 
@@ -62,8 +79,8 @@ def takeover_refused(
     """
     if not holder or holder == host:
         return None
-    grace = duration if isinstance(duration, int) and duration > 0 else HEARTBEAT_GRACE_SECONDS
-    if renewed is None or (now - renewed).total_seconds() > grace:
+    held_for = duration if isinstance(duration, int) and duration > 0 else grace
+    if renewed is None or (now - renewed).total_seconds() > held_for:
         return None
     return (
         f"the heartbeat Lease of host {host} is held by {holder}, renewed "
@@ -96,8 +113,9 @@ def renewals(leases: Iterable[tuple[Mapping[str, str] | None, object]]) -> dict[
 class Answered:
     """Since when (monotonic seconds) the API server has answered the placer without a break."""
 
-    def __init__(self, since: float) -> None:
+    def __init__(self, since: float, grace: float = HEARTBEAT_GRACE_SECONDS) -> None:
         self.since = since
+        self.grace = grace
 
     def broken(self, at: float) -> None:
         """A term began, or the API server failed to answer a pass: count again from `at`."""
@@ -105,7 +123,7 @@ class Answered:
 
     def for_a_grace(self, now: float) -> bool:
         """Long enough that a stale heartbeat is news about its host, not about the API server."""
-        return now - self.since >= HEARTBEAT_GRACE_SECONDS
+        return now - self.since >= self.grace
 
 
 def host_not_ready(
@@ -117,13 +135,15 @@ def host_not_ready(
     now: dt.datetime,
     answered: bool,
     conditions: object,
+    grace: float = HEARTBEAT_GRACE_SECONDS,
 ) -> Report | None:
     """What to report (`HostNotReady`) on a machine placed on `host`, or None.
 
     `view` is the host as placement sees it (None while its LibvirtHost has no inventory, or
     there is none: `registered` says which), `created` the machine's creationTimestamp, `answered`
     whether the API server has answered for a grace (`Answered.for_a_grace`), `conditions` the
-    machine's current ones: a machine that already says `HostNotReady` is not told again.
+    machine's current ones: a machine that already says `HostNotReady` is not told again;
+    `grace` the heartbeat grace.
     """
     if view is not None:
         if view.ready or not view.heartbeat_lost:
@@ -132,16 +152,13 @@ def host_not_ready(
             # The host may not have been able to renew either. Placement still avoids it (it
             # is not ready), but its machines are not declared stranded yet.
             return None
-        message = (
-            f"host {host} has not renewed its heartbeat for over "
-            f"{int(HEARTBEAT_GRACE_SECONDS)} s: {_STAYS}"
-        )
+        message = f"host {host} has not renewed its heartbeat for over {grace:g} s: {_STAYS}"
     elif registered:
         return None  # its daemon has not written a first inventory yet
     else:
         # A host's daemon creates its LibvirtHost as it starts: give a new machine the time.
         since = parse_time(created)
-        if since is None or (now - since).total_seconds() <= HEARTBEAT_GRACE_SECONDS:
+        if since is None or (now - since).total_seconds() <= grace:
             return None
         message = (
             f"no LibvirtHost named {host} exists (its daemon never ran, or the host was "

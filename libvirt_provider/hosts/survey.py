@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from generic.formats import parse_time
+from libvirt_provider.constants import HEARTBEAT_GRACE_SECONDS
 from libvirt_provider.hosts.assumed import Assumed
 from libvirt_provider.hosts.heartbeat import host_not_ready
 from libvirt_provider.hosts.inventory import Demand
@@ -80,12 +81,13 @@ def survey(
     wall: dt.datetime,
     preempting: Mapping[str, str] | None = None,
     restarting: AbstractSet[str] = frozenset(),
+    grace: float = HEARTBEAT_GRACE_SECONDS,
 ) -> Survey:
     """`objs` every LibvirtMachine, `views` every host with an inventory, `registered` the name
     of every LibvirtHost; `demand` what a placed machine takes on its host; `answered` whether
     the API server has answered for a heartbeat grace; `now` monotonic, `wall` UTC time;
     `preempting` the machines this placer preempted (when) and `restarting` those it started
-    again, whichever the copies do not show yet."""
+    again, whichever the copies do not show yet; `grace` the heartbeat grace."""
     preempting = preempting or {}
 
     def since(obj: Obj) -> str | None:
@@ -116,6 +118,7 @@ def survey(
             now=wall,
             answered=answered,
             conditions=(obj.get("status") or {}).get("conditions"),
+            grace=grace,
         )
         if record is not None or report is not None:
             fixes.append(Fix(obj, record, report))

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from generic.conditions import find_condition
-from libvirt_provider.constants import HOST_CONDITION_READY
+from libvirt_provider.constants import HEARTBEAT_GRACE_SECONDS, HOST_CONDITION_READY
 from libvirt_provider.host_api import LibvirtHostSpec
 from libvirt_provider.hosts.heartbeat import fresh
 from libvirt_provider.hosts.inventory import allocatable_of_status, parse_size
@@ -19,7 +19,10 @@ __all__ = ["host_view", "host_views"]
 
 
 def host_view(
-    obj: Mapping[str, Any], heartbeat: dt.datetime | None, now: dt.datetime
+    obj: Mapping[str, Any],
+    heartbeat: dt.datetime | None,
+    now: dt.datetime,
+    grace: float = HEARTBEAT_GRACE_SECONDS,
 ) -> HostView | None:
     """A LibvirtHost and its heartbeat (the Lease's last renewal) as placement compares them;
     None before its daemon has written a first inventory. Ready only with a fresh heartbeat and
@@ -35,7 +38,7 @@ def host_view(
     except ValidationError:
         spec = LibvirtHostSpec()
     ready_condition = find_condition(status.get("conditions"), HOST_CONDITION_READY) or {}
-    beating = fresh(heartbeat, now)
+    beating = fresh(heartbeat, now, grace)
     pools = {
         str(p.get("name")): parse_size(p.get("available"))
         for p in (status.get("capacity") or {}).get("pools") or []
@@ -57,13 +60,16 @@ def host_view(
 
 
 def host_views(
-    hosts: Iterable[Mapping[str, Any]], heartbeats: Mapping[str, dt.datetime], now: dt.datetime
+    hosts: Iterable[Mapping[str, Any]],
+    heartbeats: Mapping[str, dt.datetime],
+    now: dt.datetime,
+    grace: float = HEARTBEAT_GRACE_SECONDS,
 ) -> list[HostView]:
     """Every LibvirtHost with an inventory, by name, each with its heartbeat from `heartbeats`
-    (renewal time by host name)."""
+    (renewal time by host name) judged against `grace`."""
     views = []
     for obj in hosts:
-        view = host_view(obj, heartbeats.get(str(obj["metadata"]["name"])), now)
+        view = host_view(obj, heartbeats.get(str(obj["metadata"]["name"])), now, grace)
         if view is not None:
             views.append(view)
     return sorted(views, key=lambda v: v.name)

@@ -137,8 +137,10 @@ class MigrationReconciler:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         progress_seconds: float = c.MIGRATION_PROGRESS_SECONDS,
         limits: MigrationLimits | None = None,
+        heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS,
     ) -> None:
         self._store = store
+        self._grace = heartbeat_grace
         self._hv = hypervisor
         self._host = host
         self._prepare = prepare
@@ -422,7 +424,7 @@ class MigrationReconciler:
         """The target for a migration that names none: placement's filters for a new machine
         (`migration/target_choice.py`), never this host."""
         now = self._clock()
-        views = host_views(self._store.list_hosts(), self._store.heartbeats(), now)
+        views = host_views(self._store.list_hosts(), self._store.heartbeats(), now, self._grace)
         allocated = {}
         for obj in self._store.list_hosts():
             figures = _status(obj).get("allocated") or {}

@@ -19,6 +19,7 @@ from generic.adapters.lease import LeaseElector
 from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.adapters.operator import register as register_generic
 from generic.adapters.operator import register_login
+from libvirt_provider import constants as c
 from libvirt_provider.adapters.cluster.placer import Placer
 from libvirt_provider.adapters.kube.adapter import KubeAdapter
 from libvirt_provider.adapters.runtime.kopf_thread import OperatorThread
@@ -41,6 +42,8 @@ class LeaderSettings:
     workers: int
     # Namespace patterns the generic controller serves; empty: the whole cluster.
     generic_namespaces: tuple[str, ...] = ()
+    # How long a host's heartbeat vouches for it (--heartbeat-grace).
+    heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS
 
 
 class GenericLeader:
@@ -104,7 +107,10 @@ class GenericLeader:
         self._operator = OperatorThread("generic-operator", registry, settings)
         self._operator.start()
         self._placer = Placer(
-            self._api, store=self._store, lease_namespace=self._settings.lease_namespace
+            self._api,
+            store=self._store,
+            lease_namespace=self._settings.lease_namespace,
+            heartbeat_grace=self._settings.heartbeat_grace,
         )
         self._placer.start()
 

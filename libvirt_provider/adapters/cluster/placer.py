@@ -79,9 +79,6 @@ Obj = dict[str, Any]
 WAITING_PASS_SECONDS = 10.0
 # Concurrent binding writes.
 BINDERS = 4
-# Otherwise this often: a heartbeat that turned stale changes nothing in the copies, and a host
-# that stopped must be reported within a reasonable time (one LIST of the Leases per pass).
-IDLE_PASS_SECONDS = c.HEARTBEAT_GRACE_SECONDS / 2
 # How long a preemption (or its end) this placer wrote is remembered while the copies do not show
 # it yet, as assumed bindings are.
 PREEMPTION_ECHO_SECONDS = 60.0
@@ -98,7 +95,14 @@ def _where(meta: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
 class Placer:
     """Places unplaced LibvirtMachines on LibvirtHosts, on a thread of its own."""
 
-    def __init__(self, api: client.ApiClient, *, store: KubeAdapter, lease_namespace: str) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        store: KubeAdapter,
+        lease_namespace: str,
+        heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS,
+    ) -> None:
         self._custom = self._leases = KubeApi(api)
         self._store = store
         self._namespace = lease_namespace
@@ -112,7 +116,8 @@ class Placer:
         self._binder = ThreadPoolExecutor(max_workers=BINDERS, thread_name_prefix="binder")
         self._beats: tuple[float, dict[str, dt.datetime]] | None = None
         self._started = time.monotonic()
-        self._answered = heartbeat.Answered(self._started)
+        self._grace = heartbeat_grace
+        self._answered = heartbeat.Answered(self._started, heartbeat_grace)
         self._demands = Demands()
         self._reported = Reported()
         self._waiting_for = Waiting(self._started)
@@ -205,7 +210,10 @@ class Placer:
             except Exception:  # a bug must not end placement for good
                 log.exception("placement pass failed")
                 self._waiting = True
-            loop.wait(WAITING_PASS_SECONDS if self._waiting else IDLE_PASS_SECONDS)
+            # Otherwise every half grace: a heartbeat that turned stale changes nothing in the
+            # copies, and a host that stopped must be reported in time (one LIST of the Leases
+            # per pass).
+            loop.wait(WAITING_PASS_SECONDS if self._waiting else self._grace / 2)
 
     # -- one pass ----------------------------------------------------------------------------
 
@@ -228,6 +236,7 @@ class Placer:
             wall=dt.datetime.now(dt.UTC),
             preempting={key: at for key, (at, _) in self._preempting.items()},
             restarting=set(self._restarting),
+            grace=self._grace,
         )
         for fix in found.fixes:
             if fix.record is not None:
@@ -306,7 +315,7 @@ class Placer:
                 for lease in leases.get("items") or []
             )
             self._beats = (time.monotonic(), beats)
-        return host_views(hosts, beats, dt.datetime.now(dt.UTC))
+        return host_views(hosts, beats, dt.datetime.now(dt.UTC), self._grace)
 
     def _demand(
         self, obj: Obj, host: HostView | None, catalog: Any, pools: frozenset[str]

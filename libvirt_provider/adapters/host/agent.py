@@ -99,6 +99,7 @@ class HostAgent:
         events: HostEvents | None = None,
         on_admission_change: Callable[[], None] = lambda: None,
         preemptible: Allocations = lambda: (Demand(), 0),
+        grace: float = c.HEARTBEAT_GRACE_SECONDS,
     ) -> None:
         # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor; and
         # its LibvirtHost is the user's declaration: deleted, it must stay deleted.
@@ -113,6 +114,7 @@ class HostAgent:
         self._namespace = lease_namespace
         self._allocations = allocations
         self._preemptible = preemptible
+        self._grace = grace
         self._interval = interval
         self._last_inventory: tuple[float, HostInventory] | None = None
         # Why the heartbeat Lease is not ours (held, fresh, by someone else), or None.
@@ -210,7 +212,7 @@ class HostAgent:
         name = heartbeat_lease_name(self._host)
         spec = {
             "holderIdentity": self._host,
-            "leaseDurationSeconds": int(c.HEARTBEAT_GRACE_SECONDS),
+            "leaseDurationSeconds": max(1, round(self._grace)),
             "renewTime": now,
         }
         try:
@@ -229,6 +231,7 @@ class HostAgent:
                 parse_micro_time(held.get("renewTime")),
                 held.get("leaseDurationSeconds"),
                 now,
+                grace=self._grace,
             )
             # Logged once per holder (the message's age moves with every beat).
             holder = str(held.get("holderIdentity")) if refused is not None else None

@@ -43,6 +43,7 @@ from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.driver.limits import Limits
 from libvirt_provider.errors import ProviderError
 from libvirt_provider.host_api import LibvirtHostSpec
+from libvirt_provider.hosts.heartbeat import heartbeat_interval
 from libvirt_provider.hosts.inventory import Demand
 from libvirt_provider.images.cache import ImageCache
 from libvirt_provider.images.importer import ImageImporter
@@ -74,6 +75,8 @@ class UnitSettings:
     migration_uri: str | None = None
     migration_pkipath: str | None = None
     migration_limits: MigrationLimits = field(default_factory=MigrationLimits)
+    # How long a heartbeat vouches for its host (the Lease's duration; --heartbeat-grace).
+    heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS
 
 
 class HostUnit:
@@ -146,6 +149,8 @@ class HostUnit:
             on_spec=self.apply_spec,
             events=host_event if remote else None,
             on_admission_change=lambda: controller.wake(reconciler.refused()),
+            grace=settings.heartbeat_grace,
+            interval=heartbeat_interval(settings.heartbeat_grace),
         )
         reconciler = MachineReconciler(
             store=self.store,
@@ -199,6 +204,7 @@ class HostUnit:
             zone=self.agent.zone,
             console_log_dir=None if remote else settings.console_log_dir,
             limits=settings.migration_limits,
+            heartbeat_grace=settings.heartbeat_grace,
         )
         self.migrations = MigrationController(migration_reconciler)
         register_migrations(registry, controller=self.migrations)

@@ -129,6 +129,9 @@ class DaemonConfig:
     # Seconds a stop may take before the daemon leaves without the parts still blocked; under
     # the DaemonSet's 30 s termination grace period.
     stop_deadline: float = 25.0
+    # How long a host's heartbeat vouches for it: the heartbeat Lease's duration, and the grace
+    # the leader's placer judges every host by (give every daemon the same).
+    heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -405,6 +408,7 @@ def leader_settings(cfg: DaemonConfig, name: str) -> LeaderSettings:
         kubeconfig=cfg.kubeconfig,
         workers=cfg.workers,
         generic_namespaces=cfg.generic_namespaces,
+        heartbeat_grace=cfg.heartbeat_grace,
     )
 
 
@@ -422,6 +426,7 @@ def unit_settings(cfg: DaemonConfig) -> UnitSettings:
         migration_uri=cfg.migration_uri,
         migration_pkipath=cfg.migration_pkipath,
         migration_limits=cfg.migration_limits,
+        heartbeat_grace=cfg.heartbeat_grace,
     )
 
 

@@ -153,3 +153,10 @@ def test_the_migration_limits_default_to_kubevirts_and_refuse_zero() -> None:
     assert (args.migration_max_per_host, args.migration_deadline_per_gib) == (1, 9.0)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--migration-max-per-cluster=0"])
+
+
+def test_the_heartbeat_grace_defaults_to_forty_seconds_and_refuses_less_than_four() -> None:
+    assert build_parser().parse_args([]).heartbeat_grace == c.HEARTBEAT_GRACE_SECONDS == 40
+    assert build_parser().parse_args(["--heartbeat-grace=12"]).heartbeat_grace == 12.0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--heartbeat-grace=3"])

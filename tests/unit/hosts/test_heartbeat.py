@@ -11,6 +11,7 @@ from libvirt_provider.hosts.heartbeat import (
     HEARTBEATS_FRESH_SECONDS,
     Answered,
     fresh,
+    heartbeat_interval,
     host_not_ready,
     list_again,
     renewals,
@@ -181,3 +182,38 @@ def test_a_lease_is_refused_only_while_another_holder_keeps_it_fresh() -> None:
     # Its own duration counts; without one, the heartbeat grace.
     assert takeover_refused("h1", "replica-a", recent, 3, now) is None
     assert takeover_refused("h1", "replica-a", recent, None, now) is not None
+
+
+class TestAShorterGrace:
+    """--heartbeat-grace: the same rules against another grace (every daemon given the same)."""
+
+    def test_freshness_follows_the_grace(self) -> None:
+        assert fresh(ago(12), WALL, grace=12.0)
+        assert not fresh(ago(12.5), WALL, grace=12.0)
+
+    def test_the_term_answers_for_its_own_grace(self) -> None:
+        answered = Answered(since=1000.0, grace=12.0)
+        assert not answered.for_a_grace(1011.9)
+        assert answered.for_a_grace(1012.0)
+
+    def test_the_report_names_the_grace(self) -> None:
+        said = judge(STALE, grace=12.0)
+        assert said == Report(
+            "HostNotReady", f"host kvm-a has not renewed its heartbeat for over 12 s: {STAYS}"
+        )
+
+    def test_a_missing_host_is_reported_a_grace_after_the_machine_was_made(self) -> None:
+        assert judge(None, registered=False, created=stamp(ago(11)), grace=12.0) is None
+        said = judge(None, registered=False, created=stamp(ago(13)), grace=12.0)
+        assert said is not None and said.reason == "HostNotReady"
+
+    def test_a_lease_naming_no_duration_is_held_for_the_grace(self) -> None:
+        assert takeover_refused("h", "other", ago(11), None, WALL, grace=12.0) is not None
+        assert takeover_refused("h", "other", ago(13), None, WALL, grace=12.0) is None
+        # The Lease's own duration wins over the reader's grace.
+        assert takeover_refused("h", "other", ago(13), 40, WALL, grace=12.0) is not None
+
+    def test_renewed_every_quarter_grace_and_at_most_every_ten_seconds(self) -> None:
+        assert heartbeat_interval(12.0) == 3.0
+        assert heartbeat_interval(40.0) == 10.0
+        assert heartbeat_interval(300.0) == 10.0
