@@ -253,6 +253,7 @@ def start_remote_daemon(
     generic: bool = True,
     kubeconfig: str | None = None,
     lease_namespace: str = SYSTEM_NAMESPACE,
+    extra_args: tuple[str, ...] = (),
 ) -> RemoteDaemon:
     """`libvirt-provider --remote` in the lab's client namespace, its output in a fresh log."""
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "VMAPI_CRASH_POINT")}
@@ -278,6 +279,7 @@ def start_remote_daemon(
     ]
     if not generic:
         args.append("--no-generic")
+    args.extend(extra_args)
     with log.open("wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
     daemon = RemoteDaemon(identity, proc, log)

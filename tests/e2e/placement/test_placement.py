@@ -35,6 +35,10 @@ from tests.support.virt import connections, hosts_defining
 from tests.support.waiting import eventually
 
 ZONE = "topology.kubernetes.io/zone"
+# Half the usual heartbeat grace: the dead-host and missing-host cases wait out a grace (and up
+# to half of one more for the placer's idle pass), 20 s less each; renewals every 5 s keep a
+# live host fresh through a loaded API server.
+DAEMON_ARGS = ("--heartbeat-grace=20",)
 
 
 def uid_domain(api: client.ApiClient, ns: str, name: str) -> str:

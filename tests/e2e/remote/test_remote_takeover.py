@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.host.remote import TAKEOVER_SECONDS
+from libvirt_provider.adapters.host.remote import takeover_seconds
 from tests.support.daemons import RemoteDaemon, start_remote_daemon
 from tests.support.factories import remote_pair
 from tests.support.hosts import (
@@ -27,6 +27,9 @@ from tests.support.lab_access import LabInfo, LabRemote
 from tests.support.waiting import eventually
 
 SECRET = "e2e-remote-takeover"
+# Half the usual grace: the takeover waits out the dead holder's Lease, 20 s less.
+GRACE = 20.0
+TAKEOVER_SECONDS = takeover_seconds(GRACE)
 
 
 @pytest.fixture
@@ -36,7 +39,8 @@ def replicas(
     put_secret(remote_api, SECRET, ssh_data(remote))
     set_host(remote_api, remote, {"uri": remote.ssh_uri, "secretRef": {"name": SECRET}})
     running = {
-        name: start_remote_daemon(lab, remote, name) for name in ("e2e-replica-a", "e2e-replica-b")
+        name: start_remote_daemon(lab, remote, name, extra_args=(f"--heartbeat-grace={GRACE:g}",))
+        for name in ("e2e-replica-a", "e2e-replica-b")
     }
     try:
         yield running

@@ -205,7 +205,8 @@ class TestAShorterGrace:
     def test_a_missing_host_is_reported_a_grace_after_the_machine_was_made(self) -> None:
         assert judge(None, registered=False, created=stamp(ago(11)), grace=12.0) is None
         said = judge(None, registered=False, created=stamp(ago(13)), grace=12.0)
-        assert said is not None and said.reason == "HostNotReady"
+        assert said is not None
+        assert said.reason == "HostNotReady"
 
     def test_a_lease_naming_no_duration_is_held_for_the_grace(self) -> None:
         assert takeover_refused("h", "other", ago(11), None, WALL, grace=12.0) is not None
