@@ -31,11 +31,20 @@ __all__ = [
     "Reported",
     "conditions_patch",
     "placed_events",
+    "startup_grace",
     "unplaced_report",
 ]
 
 STARTUP_GRACE_SECONDS = 15.0
-"""How long after a term begins a machine that fits nowhere is only retried, not reported."""
+"""How long after a term begins a machine that fits nowhere is only retried, not reported (with
+the default heartbeat grace)."""
+
+
+def startup_grace(heartbeat_interval: float) -> float:
+    """`STARTUP_GRACE_SECONDS` for hosts that renew every `heartbeat_interval` (10 s by default):
+    a host whose daemon starts with the placer has written its LibvirtHost and a heartbeat well
+    within one and a half of its intervals."""
+    return 1.5 * heartbeat_interval
 
 
 @dataclass(frozen=True)
@@ -47,14 +56,19 @@ class Report:
 
 
 def unplaced_report(
-    problems: Sequence[Problem], decision: Decision, *, term_age: float
+    problems: Sequence[Problem],
+    decision: Decision,
+    *,
+    term_age: float,
+    grace: float = STARTUP_GRACE_SECONDS,
 ) -> Report | None:
     """What to say on a machine no host took: what is wrong with its spec (the same on every host),
     else why each host was passed over; nothing in the first seconds of a term, when hosts are
-    still registering as their daemons start with the placer (that is not news for the user)."""
+    still registering as their daemons start with the placer (that is not news for the user):
+    `grace`, `startup_grace`)."""
     if problems:
         return Report(problems[0].reason, "; ".join(str(p) for p in problems))
-    if term_age >= STARTUP_GRACE_SECONDS:
+    if term_age >= grace:
         return Report(REASON_WAITING_FOR_CAPACITY, decision.message)
     return None
 

@@ -339,6 +339,7 @@ class Daemons:
         host_prefix: str,
         log_prefix: str,
         declare: bool = True,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         shared = urlsplit(uri).scheme != "test"
         host_spec = (SHARED_HOST_SPEC if shared else PROCESS_HOST_SPEC) if declare else None
@@ -351,7 +352,11 @@ class Daemons:
             host = f"{host_prefix}{i}"
             started = time.monotonic()
             proc, log = start_daemon(
-                test_lab, host=host, log_name=f"{log_prefix}{host}.log", host_spec=host_spec
+                test_lab,
+                host=host,
+                log_name=f"{log_prefix}{host}.log",
+                host_spec=host_spec,
+                extra_args=extra_args,
             )
             self.items.append(Daemon(host, proc, log, started))
         self._stop = threading.Event()

@@ -60,6 +60,7 @@ from libvirt_provider.hosts.report import (
     Reported,
     conditions_patch,
     placed_events,
+    startup_grace,
     unplaced_report,
 )
 from libvirt_provider.hosts.survey import survey
@@ -117,6 +118,10 @@ class Placer:
         self._beats: tuple[float, dict[str, dt.datetime]] | None = None
         self._started = time.monotonic()
         self._grace = heartbeat_grace
+        self._startup_grace = startup_grace(heartbeat.heartbeat_interval(heartbeat_grace))
+        # Set while a machine's report waits for the term's startup grace: the next pass then
+        # comes as that grace ends, not a whole waiting pass later.
+        self._deferred = False
         self._answered = heartbeat.Answered(self._started, heartbeat_grace)
         self._demands = Demands()
         self._reported = Reported()
@@ -213,7 +218,10 @@ class Placer:
             # Otherwise every half grace: a heartbeat that turned stale changes nothing in the
             # copies, and a host that stopped must be reported in time (one LIST of the Leases
             # per pass).
-            loop.wait(WAITING_PASS_SECONDS if self._waiting else self._grace / 2)
+            wait = WAITING_PASS_SECONDS if self._waiting else self._grace / 2
+            if self._deferred:
+                wait = min(wait, self._started + self._startup_grace - time.monotonic())
+            loop.wait(max(0.0, wait))
 
     # -- one pass ----------------------------------------------------------------------------
 
@@ -225,6 +233,7 @@ class Placer:
         catalog = self._catalog.catalog()
         pools = machines.per_host_pools(catalog)
         self._forget_echoed(objs, now)
+        self._deferred = False
         found = survey(
             objs,
             views,
@@ -371,8 +380,11 @@ class Placer:
                 decision = Decision(preemption.host, preemption.demand)
         if decision.host is None:
             age = time.monotonic() - self._started
-            report = unplaced_report(asked.fit.problems, decision, term_age=age)
+            report = unplaced_report(
+                asked.fit.problems, decision, term_age=age, grace=self._startup_grace
+            )
             if report is None:  # too early in the term to say: looked at again
+                self._deferred = True
                 return None
             self._say(obj, vmapi.STATUS_FALSE, report, once=True)
             return False

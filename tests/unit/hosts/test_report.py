@@ -10,6 +10,7 @@ from libvirt_provider.hosts.report import (
     Reported,
     conditions_patch,
     placed_events,
+    startup_grace,
     unplaced_report,
 )
 from libvirt_provider.resolve.context import Problem
@@ -115,3 +116,9 @@ class TestPlacedEvents:
                 warning=True,
             ),
         )
+
+
+def test_the_startup_grace_is_one_and_a_half_heartbeats() -> None:
+    assert startup_grace(10.0) == STARTUP_GRACE_SECONDS
+    assert unplaced_report((), NOBODY, term_age=2.9, grace=startup_grace(2.0)) is None
+    assert unplaced_report((), NOBODY, term_age=3.0, grace=startup_grace(2.0)) is not None
