@@ -22,9 +22,9 @@ anyone's help (docs/migration.md, "Faults", has the table this module proves):
 
 Two busybox guests: `roamer` moves back and forth through the cases; `doomed` is deleted.
 
-Cost: 98 s, 124 s and 143 s in three runs here, beside two other labs (the two guests booted
-together, 16-36 s; the link case 32-39 s, the API server's restart 14-20 s, each other case
-4-16 s).
+Cost: 98 s, 124 s, 143 s and 128 s in four runs here, beside two other labs (the two guests
+booted together, 16-36 s; the link case 32-39 s, the API server's restart 14-25 s, each other
+case 4-16 s).
 """
 
 from __future__ import annotations
