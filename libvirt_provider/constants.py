@@ -181,6 +181,7 @@ __all__ = [
     "MIGRATION_REASON_DEADLINE_EXCEEDED",
     "MIGRATION_REASON_HANDING_OVER",
     "MIGRATION_REASON_HOST_LIMIT",
+    "MIGRATION_REASON_MACHINE_DELETED",
     "MIGRATION_REASON_MACHINE_NOT_BOUND",
     "MIGRATION_REASON_MACHINE_NOT_FOUND",
     "MIGRATION_REASON_MACHINE_NOT_RUNNING",
@@ -789,6 +790,8 @@ MIGRATION_REASON_TARGET_NOT_MIGRATABLE: Final = "TargetNotSetUpForMigration"
 MIGRATION_REASON_ALREADY_MIGRATING: Final = "AlreadyMigrating"
 MIGRATION_REASON_MIGRATION_FAILED: Final = "MigrationFailed"
 MIGRATION_REASON_CANCELLED: Final = "Cancelled"
+# Cancelled because the machine is being deleted: moving it on would only delay its deletion.
+MIGRATION_REASON_MACHINE_DELETED: Final = "MachineDeleted"
 # Waiting (phase Pending) for a slot: the source host's outbound migrations, or the cluster's.
 MIGRATION_REASON_HOST_LIMIT: Final = "WaitingForHostSlot"
 MIGRATION_REASON_CLUSTER_LIMIT: Final = "WaitingForClusterSlot"

@@ -19,9 +19,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from libvirt_provider import constants as c
+from libvirt_provider.driver.types import DomainState
 from libvirt_provider.migration_api import MigrationPhase
 
-__all__ = ["Facts", "Role", "Step", "next_step", "role_of", "succeeded_condition", "terminal"]
+__all__ = [
+    "Facts",
+    "Leftover",
+    "Role",
+    "Step",
+    "leftover",
+    "next_step",
+    "role_of",
+    "succeeded_condition",
+    "terminal",
+]
 
 _TERMINAL = frozenset({MigrationPhase.SUCCEEDED, MigrationPhase.FAILED, MigrationPhase.CANCELLED})
 
@@ -106,6 +117,30 @@ def next_step(role: Role, facts: Facts) -> Step:
     if facts.deleting and terminal(phase) and not leftovers:
         return Step.RELEASE
     return Step.WAIT
+
+
+class Leftover(enum.StrEnum):
+    """What the target does with a domain of the machine it finds after a migration that did
+    not succeed."""
+
+    NONE = "none"
+    """No domain: delete the prepared volumes."""
+    KEEP = "keep"
+    """It runs: libvirt finished the job as it was failed; the volumes are its disks."""
+    REMOVE = "remove"
+    """The unfinished incoming copy (paused, or stopped): remove it, then the volumes."""
+
+
+def leftover(state: DomainState | None) -> Leftover:
+    """An incoming domain runs only once libvirt finished the copy; before that qemu holds it
+    paused. A migration whose source's libvirtd failed the job (the target's libvirtd killed or
+    unreachable meanwhile) can leave that paused domain behind until the target's libvirtd
+    notices, and it must not keep the volumes alive."""
+    if state is None:
+        return Leftover.NONE
+    if state is DomainState.RUNNING:
+        return Leftover.KEEP
+    return Leftover.REMOVE
 
 
 def succeeded_condition(

@@ -9,6 +9,7 @@ previous one (or a restart) left. The decisions are pure (`phases`, `refusals`, 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -37,8 +38,10 @@ from libvirt_provider.machine.teardown import Teardown
 from libvirt_provider.migration.limits import MigrationLimits, Verdict, Watchdog, over_limit
 from libvirt_provider.migration.phases import (
     Facts,
+    Leftover,
     Role,
     Step,
+    leftover,
     next_step,
     role_of,
     succeeded_condition,
@@ -104,6 +107,27 @@ def _figures(result: dict[str, int]) -> str:
     if "diskProcessed" in result:
         parts.append(f"{result['diskProcessed']} bytes of disk sent")
     return f": {', '.join(parts)}" if parts else ""
+
+
+def _ns_name(obj: Obj) -> tuple[str, str]:
+    meta = _meta(obj)
+    return str(meta.get("namespace")), str(meta.get("name"))
+
+
+@dataclasses.dataclass
+class _Watch:
+    """What the passes over one running copy learned so far."""
+
+    last: dict[str, int] = dataclasses.field(default_factory=dict)
+    aborted: bool = False
+    machine_gone: bool = False
+    given_up: Verdict | None = None
+    _watchdog: Watchdog | None = None
+
+    def watchdog(self, limits: MigrationLimits, now: dt.datetime) -> Watchdog:
+        if self._watchdog is None:
+            self._watchdog = Watchdog(limits, started=now)
+        return self._watchdog
 
 
 def _target_facts(host: Obj | None) -> TargetFacts | None:
@@ -498,12 +522,24 @@ class MigrationReconciler:
     # -- source: copy and hand over ----------------------------------------------------------
 
     def _migrate(self, obj: Obj, machine: Obj | None) -> Outcome:
-        assert machine is not None
         status = _status(obj)
-        uid = str(status.get("machineUid") or _meta(machine).get("uid"))
+        uid = str(status.get("machineUid") or _meta(machine or {}).get("uid"))
         target = str(status.get("target"))
-        ref = self._hv.lookup(uuid=uid, name=self._domain_name(machine))
-        if ref is not None:
+        going = machine is None or bool(_meta(machine).get("deletionTimestamp"))
+        name = self._domain_name(machine) if machine is not None else f"uuid-{uid}"
+        ref = self._hv.lookup(uuid=uid, name=name)
+        if ref is not None and self._hv.job_stats(uid) is not None:
+            # libvirt still runs a copy this daemon started before it was restarted (or before
+            # an error ended its pass): a second migrateToURI3 would fail at once while the
+            # copy went on unwatched, so follow the running job instead.
+            log.info("migration %s/%s: following the copy libvirt runs already", *_ns_name(obj))
+            outcome = self._follow(obj, uid, name, going=going)
+            if outcome is not None:
+                return outcome
+            obj = self._store.get_migration(*_ns_name(obj)) or obj
+        elif ref is not None and going:
+            return self._machine_deleted(obj, copying=False)
+        elif ref is not None:
             volumes = {
                 str(v.get("volume")): (str(v.get("pool")), str(v.get("path")))
                 for v in status.get("preparedVolumes") or []
@@ -528,17 +564,16 @@ class MigrationReconciler:
             outcome = self._copy(obj, uid, uri, dest, persist)
             if outcome is not None:
                 return outcome
-            obj = (
-                self._store.get_migration(
-                    str(_meta(obj).get("namespace")), str(_meta(obj).get("name"))
-                )
-                or obj
-            )
+            obj = self._store.get_migration(*_ns_name(obj)) or obj
+        if machine is None:
+            # Neither the domain nor the machine is here: nothing left to hand over.
+            return self._machine_deleted(obj, copying=False)
         return self._hand_over(obj, machine, uid, target)
 
     def _copy(self, obj: Obj, uid: str, uri: str, dest: str, persist: str) -> Outcome | None:
         """Run the migration, writing the source's job statistics into the status meanwhile and
-        aborting it when the migration is deleted; None once the domain runs on the target."""
+        aborting it when the migration (or the machine) is deleted; None once the domain runs
+        on the target."""
         errors: list[ProviderError] = []
 
         auto_converge = bool((obj.get("spec") or {}).get("autoConverge"))
@@ -553,34 +588,95 @@ class MigrationReconciler:
 
         thread = threading.Thread(target=run, name=f"migrate-{uid[:8]}", daemon=True)
         thread.start()
-        last: dict[str, int] = {}
-        aborted = False
-        given_up: Verdict | None = None
-        watchdog = Watchdog(self.limits, started=self._clock())
-        ns, name = str(_meta(obj).get("namespace")), str(_meta(obj).get("name"))
+        watch = _Watch()
         while thread.is_alive():
             thread.join(self._progress_seconds)
             if not thread.is_alive():
                 break
+            obj = self._tick(obj, uid, watch)
+        return self._copy_outcome(obj, watch, failed=errors[0] if errors else None)
+
+    def _follow(self, obj: Obj, uid: str, name: str, *, going: bool) -> Outcome | None:
+        """Watch a copy libvirt runs already, as `_copy` watches its own, until libvirt's job
+        ends (aborted at once when the machine is being deleted); None once the domain left
+        this host."""
+        watch = _Watch()
+        if going:
+            self._hv.abort_job(uid)
+            watch.aborted = watch.machine_gone = True
+        pause = threading.Event()
+        while True:
             try:
-                stats = self._hv.job_stats(uid)
-                if stats:
-                    last = progress_of(stats)
-                    obj = self._store.patch_migration_status(obj, {"progress": last})
-                verdict = watchdog.observe(self._clock(), stats)
-                current = self._store.get_migration(ns, name)
-                if not aborted and (current is None or _meta(current).get("deletionTimestamp")):
-                    log.info("migration %s/%s deleted while it runs: aborting", ns, name)
-                    self._hv.abort_job(uid)
-                    aborted = True
-                elif not aborted and given_up is None and verdict is not None:
-                    log.warning("migration %s/%s: %s", ns, name, verdict.message)
-                    given_up = verdict
-                    self._hv.abort_job(uid)
+                if self._hv.job_stats(uid) is None:
+                    break
             except ProviderError as err:
-                log.warning("migration %s/%s: reading its progress: %s", ns, name, err)
+                log.warning("migration %s/%s: reading its job: %s", *_ns_name(obj), err)
+            obj = self._tick(obj, uid, watch)
+            pause.wait(self._progress_seconds)
+        if self._hv.lookup(uuid=uid, name=name) is None:
+            return None
+        still = ProviderError(
+            f"the copy libvirt was running when this daemon looked again ended with the domain "
+            f"still on host {self._host}"
+        )
+        return self._copy_outcome(obj, watch, failed=still)
+
+    def _tick(self, obj: Obj, uid: str, watch: _Watch) -> Obj:
+        """One look at a running copy: its progress into the status; aborted when the migration
+        or the machine is deleted, or when the watchdog gives up on it."""
+        ns, name = _ns_name(obj)
+        try:
+            stats = self._hv.job_stats(uid)
+            if stats:
+                watch.last = progress_of(stats)
+                obj = self._store.patch_migration_status(obj, {"progress": watch.last})
+            verdict = watch.watchdog(self.limits, self._clock()).observe(self._clock(), stats)
+            current = self._store.get_migration(ns, name)
+            if watch.aborted:
+                return obj
+            if current is None or _meta(current).get("deletionTimestamp"):
+                log.info("migration %s/%s deleted while it runs: aborting", ns, name)
+                self._hv.abort_job(uid)
+                watch.aborted = True
+            elif self._machine_going(current or obj):
+                log.info("migration %s/%s: its machine is being deleted: aborting", ns, name)
+                self._hv.abort_job(uid)
+                watch.aborted = watch.machine_gone = True
+            elif watch.given_up is None and verdict is not None:
+                log.warning("migration %s/%s: %s", ns, name, verdict.message)
+                watch.given_up = verdict
+                self._hv.abort_job(uid)
+        except ProviderError as err:
+            log.warning("migration %s/%s: reading its progress: %s", ns, name, err)
+        return obj
+
+    def _machine_going(self, obj: Obj) -> bool:
+        machine = self._store.get_machine(
+            str(_meta(obj).get("namespace")), str((obj.get("spec") or {}).get("machineName"))
+        )
+        return machine is None or bool(_meta(machine).get("deletionTimestamp"))
+
+    def _machine_deleted(self, obj: Obj, *, copying: bool) -> Outcome:
+        done = "the copy was aborted" if copying else "nothing was copied"
+        return self._fail(
+            obj,
+            c.MIGRATION_REASON_MACHINE_DELETED,
+            f"cancelled: the machine is being deleted; {done}, and it is deleted on host "
+            f"{self._host}",
+            phase=MigrationPhase.CANCELLED,
+        )
+
+    def _copy_outcome(
+        self, obj: Obj, watch: _Watch, *, failed: ProviderError | None
+    ) -> Outcome | None:
+        """How a watched copy ended: None when it moved the domain, otherwise the migration's
+        end (the watchdog's verdict, a cancel, or libvirt's failure)."""
+        given_up, aborted, last = watch.given_up, watch.aborted, watch.last
+        errors = [failed] if failed is not None else []
         if last:
             obj = self._store.patch_migration_status(obj, {"progress": last})
+        if errors and watch.machine_gone:
+            return self._machine_deleted(obj, copying=True)
         if errors:
             if given_up is not None and not aborted:
                 return self._fail(
@@ -677,11 +773,16 @@ class MigrationReconciler:
     def _clean_target(self, obj: Obj, machine: Obj | None) -> Outcome:
         status = _status(obj)
         uid = str(status.get("machineUid"))
-        if self._hv.lookup(uuid=uid, name=f"uuid-{uid}") is not None:
+        ref = self._hv.lookup(uuid=uid, name=f"uuid-{uid}")
+        found = leftover(self._hv.status(ref.uuid).state if ref is not None else None)
+        if found is Leftover.KEEP:
             # The domain runs here after all (a job libvirt finished as it was failed): the
             # volumes are its disks now.
-            log.warning("migration of %s failed, but its domain is on this host: kept", uid)
+            log.warning("migration of %s failed, but its domain runs on this host: kept", uid)
         else:
+            if found is Leftover.REMOVE and ref is not None:
+                log.warning("migration of %s failed: removing its unfinished incoming domain", uid)
+                self._remove_domain(ref.uuid)
             for volume in status.get("preparedVolumes") or []:
                 with contextlib.suppress(NotFoundError):
                     self._hv.delete_volume(str(volume.get("pool")), str(volume.get("volume")))
@@ -692,6 +793,14 @@ class MigrationReconciler:
             )
         self._store.patch_migration_status(obj, {"targetCleaned": True})
         return DONE
+
+    def _remove_domain(self, uuid: str) -> None:
+        """Destroy (and undefine, if it was defined) a domain this host must not keep."""
+        with contextlib.suppress(NotFoundError):
+            self._hv.destroy(uuid)
+        with contextlib.suppress(NotFoundError):
+            if self._hv.lookup(uuid=uuid, name=f"uuid-{uuid}") is not None:
+                self._hv.undefine(uuid)
 
     def _release(self, obj: Obj, machine: Obj | None) -> Outcome:
         if machine is not None:

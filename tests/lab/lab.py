@@ -36,7 +36,11 @@ the product's container image with podman, `container-api` serves podman's Docke
 `remote-sshd-stop`, `remote-sshd-start`, `remote-rotate-host-key`, `remote-link-down`,
 `remote-link-up` and `remote-restart-libvirtd` act on the remote host for tests.
 `host-libvirtd-stop --host <name>` and `host-libvirtd-start --host <name>` stop an extra host's
-libvirtd and start it again, for tests of a host whose libvirtd is down.
+libvirtd and start it again, for tests of a host whose libvirtd is down; `host-libvirtd-kill
+--host <name>` kills it (SIGKILL: no shutdown of its own, as when it crashes).
+`migration-link-down --host <name>` and `migration-link-up --host <name>` take an extra host's
+migration link down (its end in the switch namespace) and up again, for tests of a migration
+whose network goes away.
 
 `down` stops the node if it runs (and fails if any of its processes, cgroups or mounts is left),
 kills every process in the lab's namespaces and the control plane, deletes the namespaces (and
@@ -1874,14 +1878,33 @@ def _host_entry(lab: Lab, name: str) -> tuple[ExtraHost, dict[str, object], dict
     return host, entry, state
 
 
-def stop_host_libvirtd(lab: Lab, name: str) -> None:
+def stop_host_libvirtd(lab: Lab, name: str, *, kill: bool = False) -> None:
     """Stop an extra host's libvirtd and leave it stopped (its networks' dnsmasq and any guest
     keep running), as when libvirtd dies on a real host: its daemon then reports the host not
-    Ready. `host-libvirtd-start` brings it back; until then the lab is not healthy."""
+    Ready. `host-libvirtd-start` brings it back; until then the lab is not healthy. `kill`:
+    SIGKILL at once, so libvirtd ends whatever it was doing (a migration's job) unfinished."""
     _, entry, _ = _host_entry(lab, name)
     pid = entry.get("libvirtd_pid")
     if isinstance(pid, int) and pid_alive(pid):
-        stop_pids([pid])
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not pid_alive(pid), timeout=10)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+        else:
+            stop_pids([pid])
+
+
+def set_migration_link(lab: Lab, name: str, *, up: bool) -> None:
+    """Take an extra host's migration link down (its end in the switch namespace: the host's
+    own end keeps its address, packets are lost, as when a cable is pulled) or up again."""
+    host, _, _ = _host_entry(lab, name)
+    state = "up" if up else "down"
+    run(
+        ["ip", "-n", lab.migration_netns, "link", "set", host.migration_switch_veth, state],
+        what=f"setting the migration link of {name} {state}",
+    )
 
 
 def start_host_libvirtd(lab: Lab, name: str) -> int:
@@ -1903,8 +1926,10 @@ def start_host_libvirtd(lab: Lab, name: str) -> int:
 def host_libvirtd_command(lab: Lab, command: str, name: str | None) -> None:
     if not name:
         raise LabError(f"{command} needs --host <name>")
-    if command == "host-libvirtd-stop":
-        stop_host_libvirtd(lab, name)
+    if command in ("host-libvirtd-stop", "host-libvirtd-kill"):
+        stop_host_libvirtd(lab, name, kill=command == "host-libvirtd-kill")
+    elif command in ("migration-link-down", "migration-link-up"):
+        set_migration_link(lab, name, up=command == "migration-link-up")
     else:
         print(f"lab: libvirtd of {name} runs (pid {start_host_libvirtd(lab, name)})")
 
@@ -2893,6 +2918,9 @@ def main(argv: list[str] | None = None) -> int:
             "remote-restart-libvirtd",
             "host-libvirtd-stop",
             "host-libvirtd-start",
+            "host-libvirtd-kill",
+            "migration-link-down",
+            "migration-link-up",
         ],
     )
     parser.add_argument(
@@ -2908,7 +2936,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--host",
-        help="with host-libvirtd-stop and host-libvirtd-start: the extra host (its namespace name)",
+        help="with host-libvirtd-stop, -start and -kill and migration-link-down and -up: the extra "
+        "host (its namespace name)",
     )
     args = parser.parse_args(argv)
     lab = Lab.from_env()
@@ -2943,7 +2972,13 @@ def main(argv: list[str] | None = None) -> int:
             print(rotate_host_key(lab))
         elif args.command in ("remote-link-down", "remote-link-up"):
             set_remote_link(lab, up=args.command == "remote-link-up")
-        elif args.command in ("host-libvirtd-stop", "host-libvirtd-start"):
+        elif args.command in (
+            "host-libvirtd-stop",
+            "host-libvirtd-start",
+            "host-libvirtd-kill",
+            "migration-link-down",
+            "migration-link-up",
+        ):
             host_libvirtd_command(lab, args.command, args.host)
         elif args.command == "remote-restart-libvirtd":
             pid = restart_remote_libvirtd(lab)

@@ -132,6 +132,18 @@ def host_libvirtd(name: str, *, up: bool) -> None:
     lab_command("host-libvirtd-start" if up else "host-libvirtd-stop", f"--host={name}")
 
 
+def kill_host_libvirtd(name: str) -> None:
+    """SIGKILL the extra lab host `name`'s libvirtd (its guests' qemu run on); `host_libvirtd(name,
+    up=True)` starts it again."""
+    lab_command("host-libvirtd-kill", f"--host={name}")
+
+
+def migration_link(name: str, *, up: bool) -> None:
+    """Take the extra lab host `name`'s migration link down (packets to and from it on the
+    migration network are lost) or up again."""
+    lab_command("migration-link-up" if up else "migration-link-down", f"--host={name}")
+
+
 @dataclass(frozen=True)
 class LabInfo:
     env: dict[str, str]

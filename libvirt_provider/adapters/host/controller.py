@@ -199,13 +199,15 @@ def machine_fingerprint(
 ) -> Hashable:
     """What of a LibvirtMachine its reconcile depends on, beyond its spec (whose changes move
     `generation`): its metadata, and of its status the parts others write, the placer's
-    preemption and a LibvirtRestore's hold. An event that changes none of it is the echo of a
-    status write (this daemon's own): reconciling on it would turn every failed pass into an
-    immediate retry."""
+    preemption, a LibvirtRestore's hold and a LibvirtMigration's lock (its release lets a
+    machine deleted during the migration go at once). An event that changes none of it is the
+    echo of a status write (this daemon's own): reconciling on it would turn every failed pass
+    into an immediate retry."""
     preemption = (status or {}).get("preemption")
     hold = (status or {}).get("restore")
     restore = hold.get("uid") if isinstance(hold, Mapping) else None
-    return (vm_fingerprint(meta), user_edit_mark(meta), repr(preemption), restore)
+    lock = (status or {}).get("migration")
+    return (vm_fingerprint(meta), user_edit_mark(meta), repr(preemption), restore, repr(lock))
 
 
 def _status_of(event: kopf.RawEvent) -> Mapping[str, Any] | None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from libvirt_provider.driver.types import DomainState
 from libvirt_provider.migration.phases import (
     Facts,
+    Leftover,
     Role,
     Step,
+    leftover,
     next_step,
     role_of,
     succeeded_condition,
@@ -106,3 +109,20 @@ def test_the_succeeded_condition_keeps_its_transition_time_while_its_status_hold
         later, status="True", reason="Migrated", message="c", generation=None, now="t3"
     )
     assert done[1]["lastTransitionTime"] == "t3"
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        (None, Leftover.NONE),
+        (DomainState.RUNNING, Leftover.KEEP),
+        # qemu holds an incoming domain paused until the copy is complete.
+        (DomainState.PAUSED, Leftover.REMOVE),
+        (DomainState.SHUTOFF, Leftover.REMOVE),
+        (DomainState.CRASHED, Leftover.REMOVE),
+    ],
+)
+def test_the_target_keeps_only_a_running_domain_after_a_failed_migration(
+    state: DomainState | None, expected: Leftover
+) -> None:
+    assert leftover(state) is expected

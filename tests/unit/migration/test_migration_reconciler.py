@@ -44,22 +44,39 @@ class MigratingHypervisor(FakeHypervisor):
     def migratable_xml(self, uuid: str, *, inactive: bool = False) -> str:
         return self.domain_xml(uuid, inactive=inactive)
 
+    # A paused incoming domain the failed copy leaves on the peer (its libvirtd gone meanwhile).
+    leave_incoming: bool = False
+    copying: bool = False
+
     def migrate(
         self, uuid: str, *, uri: str, dest_xml: str, persist_xml: str, auto_converge: bool = False
     ) -> None:
         self.auto_converge.append(auto_converge)
+        self.migrated.append((uuid, uri, dest_xml))
+        self.copying = True
+        try:
+            self._copy(uuid, dest_xml, persist_xml)
+        finally:
+            self.copying = False
+
+    def _copy(self, uuid: str, dest_xml: str, persist_xml: str) -> None:
         if self.stalled is not None:
             assert self.aborted.wait(10), "the stalled job was never aborted"
             raise PermanentError("operation aborted: migration out job: canceled by client")
         if self.fail_copy is not None:
+            if self.leave_incoming:
+                assert self.peer is not None
+                dom = self.domains[uuid]
+                self.peer.domains[uuid] = dataclasses.replace(
+                    dom, state=DomainState.PAUSED, live_xml=dest_xml, persistent=False
+                )
             raise self.fail_copy
         assert self.peer is not None
         dom = self.domains.pop(uuid)
         self.peer.domains[uuid] = dataclasses.replace(dom, xml=persist_xml, live_xml=dest_xml)
-        self.migrated.append((uuid, uri, dest_xml))
 
     def job_stats(self, uuid: str) -> dict[str, int] | None:
-        return dict(self.stalled) if self.stalled is not None else None
+        return dict(self.stalled) if self.stalled is not None and self.copying else None
 
     def completed_job_stats(self, uuid: str) -> dict[str, int] | None:
         if uuid not in self.domains:
@@ -379,7 +396,9 @@ def test_a_copy_past_its_deadline_is_aborted() -> None:
 
     a.stalled = {"memory_total": 2**28, "memory_remaining": 2**28}
     real_stats = a.job_stats
-    a.job_stats = lambda uuid: {**(real_stats(uuid) or {}), "memory_remaining": next(left)}  # type: ignore[method-assign]
+    a.job_stats = lambda uuid: (  # type: ignore[method-assign]
+        {**stats, "memory_remaining": next(left)} if (stats := real_stats(uuid)) else None
+    )
     limits = MigrationLimits(no_progress_seconds=1000, deadline_seconds_per_gib=0.1)
     _settle(_daemons(store, a, b, limits))
     status = store.migrations["m"]["status"]
@@ -413,3 +432,109 @@ def test_a_migration_waiting_for_a_slot_whose_machine_goes_is_failed() -> None:
     assert status["phase"] == c.MIGRATION_PHASE_FAILED
     assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_MACHINE_NOT_FOUND
     assert daemons["a"].waiting() == []
+
+
+def _prepared(store: Store, a: MigratingHypervisor, b: MigratingHypervisor) -> None:
+    """Accepted by the source and prepared by the target: the copy is next."""
+    daemons = _daemons(store, a, b)
+    daemons["a"].reconcile(MigrationKey(NS, "m"))
+    daemons["b"].reconcile(MigrationKey(NS, "m"))
+    assert store.migrations["m"]["status"]["preparedVolumes"]
+
+
+def test_a_restarted_source_daemon_follows_the_copy_libvirt_still_runs() -> None:
+    """Killed mid-copy, the daemon left libvirt's peer-to-peer job running; started again it
+    reports the job's progress instead of starting a second copy (which libvirt refuses), and
+    hands the machine over once libvirt moved the domain."""
+    store, a, b = _world()
+    _prepared(store, a, b)
+    store.migrations["m"]["status"]["phase"] = c.MIGRATION_PHASE_MIGRATING
+    left = iter([3, 2, 1])
+
+    def job_stats(uuid: str) -> dict[str, int] | None:
+        remaining = next(left, None)
+        if remaining is None:
+            # libvirt's job ends: the domain runs on the target, undefined here.
+            b.domains[uuid] = a.domains.pop(uuid)
+            return None
+        return {"memory_total": 8, "memory_remaining": remaining}
+
+    a.job_stats = job_stats  # type: ignore[method-assign]
+    _settle(_daemons(store, a, b))
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_SUCCEEDED, status
+    assert a.migrated == [], "a second copy was started"
+    assert status["result"]["memoryTotal"] == 100
+    assert UID in b.domains
+    assert UID not in a.domains
+    assert store.machines["web"]["spec"]["host"] == "b"
+    assert a.volume_names(POOL) == []
+
+
+def test_a_followed_copy_that_ends_with_the_domain_here_fails_truthfully() -> None:
+    store, a, b = _world()
+    _prepared(store, a, b)
+    store.migrations["m"]["status"]["phase"] = c.MIGRATION_PHASE_MIGRATING
+    left = iter([2, 1])
+    a.job_stats = lambda uuid: (  # type: ignore[method-assign]
+        None if (r := next(left, None)) is None else {"memory_total": 8, "memory_remaining": r}
+    )
+    _settle(_daemons(store, a, b))
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+    message = status["conditions"][0]["message"]
+    assert "ended with the domain still on host a" in message, message
+    assert a.migrated == []
+    assert status["targetCleaned"] is True
+    assert b.volume_names(POOL) == []
+    assert "migration" not in store.machines["web"]["status"]
+
+
+def test_deleting_the_machine_mid_copy_aborts_it_and_cancels_the_migration() -> None:
+    store, a, b = _world()
+    a.stalled = {"memory_total": 2**28, "memory_remaining": 2**27}
+    real_stats = a.job_stats
+
+    def job_stats(uuid: str) -> dict[str, int] | None:
+        if a.copying:
+            store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return real_stats(uuid)
+
+    a.job_stats = job_stats  # type: ignore[method-assign]
+    _settle(_daemons(store, a, b))
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_CANCELLED, status
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_MACHINE_DELETED
+    assert a.aborted.is_set()
+    assert status["targetCleaned"] is True
+    assert b.volume_names(POOL) == []
+    # The lock released: the machine's deletion goes on where its domain is.
+    assert "migration" not in store.machines["web"]["status"]
+    assert store.machines["web"]["spec"]["host"] == "a"
+
+
+def test_a_machine_deleted_before_the_copy_is_not_copied() -> None:
+    store, a, b = _world()
+    _prepared(store, a, b)
+    store.machines["web"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    _settle(_daemons(store, a, b))
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_CANCELLED, status
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_MACHINE_DELETED
+    assert a.migrated == []
+    assert b.volume_names(POOL) == []
+
+
+def test_the_target_removes_the_paused_incoming_domain_a_failed_copy_left() -> None:
+    """The source's libvirtd failed the job when the target's went away; the target's qemu
+    still holds the half-copied guest, paused. It is no copy of the machine to keep."""
+    store, a, b = _world()
+    a.fail_copy = PermanentError("End of file while reading data: Input/output error")
+    a.leave_incoming = True
+    _settle(_daemons(store, a, b))
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+    assert status["targetCleaned"] is True
+    assert UID not in b.domains
+    assert b.volume_names(POOL) == []
+    assert a.domains[UID].state is DomainState.RUNNING
