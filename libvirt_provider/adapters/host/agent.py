@@ -99,6 +99,7 @@ class HostAgent:
         events: HostEvents | None = None,
         on_admission_change: Callable[[], None] = lambda: None,
         preemptible: Allocations = lambda: (Demand(), 0),
+        hop_address: str | None = None,
     ) -> None:
         # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor; and
         # its LibvirtHost is the user's declaration: deleted, it must stay deleted.
@@ -114,6 +115,7 @@ class HostAgent:
         self._allocations = allocations
         self._preemptible = preemptible
         self._interval = interval
+        self._hop_address = hop_address
         self._last_inventory: tuple[float, HostInventory] | None = None
         # Why the heartbeat Lease is not ours (held, fresh, by someone else), or None.
         self._lease_refused: str | None = None
@@ -245,7 +247,11 @@ class HostAgent:
                 name,
                 self._namespace,
                 {
-                    "metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]},
+                    "metadata": {
+                        "resourceVersion": lease["metadata"]["resourceVersion"],
+                        # Null removes an address a former run of this daemon published.
+                        "annotations": {c.HOP_ADDRESS_ANNOTATION: self._hop_address},
+                    },
                     "spec": spec,
                 },
                 _request_timeout=REQUEST_TIMEOUT,
@@ -257,6 +263,11 @@ class HostAgent:
                 "name": name,
                 "labels": {c.HOST_LABEL: self._host},
                 "namespace": self._namespace,
+                **(
+                    {"annotations": {c.HOP_ADDRESS_ANNOTATION: self._hop_address}}
+                    if self._hop_address
+                    else {}
+                ),
             },
             "spec": {**spec, "acquireTime": now},
         }

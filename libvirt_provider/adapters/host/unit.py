@@ -74,6 +74,9 @@ class UnitSettings:
     migration_uri: str | None = None
     migration_pkipath: str | None = None
     migration_limits: MigrationLimits = field(default_factory=MigrationLimits)
+    # Where this daemon takes hops from the others ("ADDRESS:PORT", docs/console.md "Routing"),
+    # published in its hosts' heartbeat Leases; None: it takes none.
+    hop_address: str | None = None
 
 
 class HostUnit:
@@ -146,6 +149,7 @@ class HostUnit:
             on_spec=self.apply_spec,
             events=host_event if remote else None,
             on_admission_change=lambda: controller.wake(reconciler.refused()),
+            hop_address=None if remote else settings.hop_address,
         )
         reconciler = MachineReconciler(
             store=self.store,
