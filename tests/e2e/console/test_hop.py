@@ -33,12 +33,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
+from libvirt_provider.console.portforward import guest_address
 from tests.support.console import (
     Plugin,
+    PortForward,
     bind_console,
+    bind_portforward,
     direct_request,
     lab_pki,
     register_apiservice,
+    run_forward_stdio,
     unregister_apiservice,
     user_kubeconfig,
 )
@@ -55,6 +59,7 @@ from tests.support.kube import (
     service_account_kubeconfig,
 )
 from tests.support.lab_access import REPO, LabHost, LabInfo
+from tests.support.port_echo import echo_round
 from tests.support.waiting import GiveUp, eventually
 
 LEASES = "vm-api-system"
@@ -258,6 +263,61 @@ def test_a_console_on_daemon_bs_host_works_through_daemon_a(
 
 
 ADMIN_GROUPS = ("system:masters", "system:authenticated")
+
+
+ECHO_PORT = 7000
+ECHO_BYTES = 1 << 20
+
+
+def test_port_forward_to_the_guest_on_bs_host_works_through_daemon_a(
+    lab: LabInfo, api_client: client.ApiClient, daemons: Hops, guest_ns: str, tmp_path: Path
+) -> None:
+    """An echo server in the guest (started through the hop, on the console), reached with
+    `kubectl vm port-forward`: a line with `--stdio` (its half-close crosses the hop), then 1 MiB
+    both ways at once, which a relay that blocked on one direction would stall."""
+    console = Plugin(Path(lab.kubeconfig), guest_ns, "guest")
+    marker = "VMAPI-HOP-ECHO-" + uuid.uuid4().hex[:8]
+
+    def started() -> bool:
+        if console.process.poll() is not None:
+            raise GiveUp(f"kubectl vm console exited: {console.errors}")
+        if f"{marker}-42" in console.output:
+            return True
+        console.type(f"(nc -ll -p {ECHO_PORT} -e cat &) ; echo {marker}-$((6*7))\n")
+        return f"{marker}-42" in console.output
+
+    try:
+        eventually(started, timeout=60, interval=1.0, what="nc listening in the guest")
+    finally:
+        assert console.leave() == 0, console.errors
+    eventually(
+        lambda: guest_address(get(api_client, guest_ns, "guest", vm=False) or {}),
+        timeout=120,
+        what="the guest's address in its status",
+    )
+    kubeconfig = tmp_path / "forwarder.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=guest_ns, name="forwarder")
+    bind_portforward(api_client, guest_ns, user)
+    line = f"hop-{uuid.uuid4().hex}\n".encode()
+
+    def through() -> tuple[int, bytes, str] | None:
+        code, out, err = run_forward_stdio(kubeconfig, guest_ns, "guest", ECHO_PORT, line)
+        # The RoleBinding may need a moment to reach the authorizers; nothing else is retried.
+        return None if code == 1 and "(Forbidden)" in err else (code, out, err)
+
+    code, out, err = eventually(through, timeout=60, what="the RoleBinding honoured")
+    assert (code, out) == (0, line), err
+    forward = PortForward(kubeconfig, guest_ns, "guest", f":{ECHO_PORT}")
+    try:
+        with socket.create_connection(("127.0.0.1", forward.local), timeout=30) as sock:
+            seconds = echo_round(sock, ECHO_BYTES)
+        print(f"\n1 MiB echoed through the hop in {seconds:.2f} s")
+    finally:
+        forward.stop()
+    assert f"{user}'s GET" in daemons.a.log.read_text()
+    assert f"console: {user} forwards to {guest_ns}/guest port {ECHO_PORT}" in (
+        daemons.b.log.read_text()
+    )
 
 
 def _raw_hop(
