@@ -6,6 +6,8 @@ One thread per hop, both sockets non-blocking in one `select`: an OpenSSL connec
 for a read on one thread and a write on another, and a blocking write toward one end while the
 other end waits for us to read would stall both (a paste into the console while the guest
 answers). A write that could not finish is retried with the same first bytes, as OpenSSL wants.
+
+Both ends are TLS sockets in the daemon; plain ones work the same (the unit tests use them).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ __all__ = ["HopRelay"]
 
 
 class HopRelay:
-    def __init__(self, client: ssl.SSLSocket, upstream: ssl.SSLSocket) -> None:
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
         self._client = client
         self._upstream = upstream
         self._wake_r, self._wake_w = socket.socketpair()
@@ -58,7 +60,7 @@ class HopRelay:
         names = {self._client: "the client", self._upstream: "the target daemon"}
         other = {self._client: self._upstream, self._upstream: self._client}
         # Bytes waiting to be written to each end.
-        waiting: dict[ssl.SSLSocket, bytearray] = {end: bytearray() for end in ends}
+        waiting: dict[socket.socket, bytearray] = {end: bytearray() for end in ends}
         reading = {end: True for end in ends}
         ended: str | None = None
         flush_deadline = 0.0
@@ -76,7 +78,7 @@ class HopRelay:
                 end for end in ends if reading[end] and len(waiting[other[end]]) < c.HOP_BUFFER
             ]
             # Bytes OpenSSL already decrypted are invisible to select.
-            buffered = [end for end in readers if end.pending()]
+            buffered = [end for end in readers if isinstance(end, ssl.SSLSocket) and end.pending()]
             writers = [end for end in ends if waiting[end]]
             ready, writable, _ = select.select(
                 [*readers, self._wake_r], writers, [], 0 if buffered else 1.0
