@@ -243,17 +243,18 @@ class HostAgent:
             if refused is not None:
                 return
             # The version read: a claim taken meanwhile makes this write conflict, not win.
+            meta: dict[str, Any] = {"resourceVersion": lease["metadata"]["resourceVersion"]}
+            published = ((lease.get("metadata") or {}).get("annotations") or {}).get(
+                c.HOP_ADDRESS_ANNOTATION
+            )
+            if published != self._hop_address:
+                # Null removes an address a former run of this daemon, or another holder,
+                # published: a hop must not reach a daemon that no longer serves the host.
+                meta["annotations"] = {c.HOP_ADDRESS_ANNOTATION: self._hop_address}
             self._leases.patch_namespaced_lease(
                 name,
                 self._namespace,
-                {
-                    "metadata": {
-                        "resourceVersion": lease["metadata"]["resourceVersion"],
-                        # Null removes an address a former run of this daemon published.
-                        "annotations": {c.HOP_ADDRESS_ANNOTATION: self._hop_address},
-                    },
-                    "spec": spec,
-                },
+                {"metadata": meta, "spec": spec},
                 _request_timeout=REQUEST_TIMEOUT,
             )
             return
