@@ -572,6 +572,7 @@ class ConsoleServer:
             )
         except OSError as err:
             raise _RefusedError(_unreachable(target, err)) from err
+        _keepalive(raw)
         try:
             upstream = self._hop_client.wrap_socket(raw, server_hostname=c.HOP_PEER_NAME)
         except (ssl.SSLError, OSError) as err:
@@ -1338,6 +1339,16 @@ def _cut(sock: socket.socket) -> None:
     """End a connection from another thread: a read blocked on it returns at once."""
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """TCP keepalives on a hop's connection: a target that vanished (its node gone, the network
+    cut) sends nothing, not even a reset, so without them the relay would wait until its client
+    gives up; with them the kernel ends it in about a minute."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 def _unreachable(target: HopTarget, err: Exception) -> Refusal:
