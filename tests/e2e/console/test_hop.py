@@ -10,8 +10,8 @@ ServiceAccount (so deploy/'s RBAC, which lets them read each other's heartbeat L
 proven enough) and a certificate from the lab's console CA made for both server and client use,
 as a hop needs.
 
-Cost: 7 tests, 26 to 47 s warm in the runs so far on the shared 2-core machine, most of it the guest's boot
-and the two daemons' start.
+Cost: 7 tests, 26 to 47 s warm in the runs so far on the shared 2-core machine, most of it the
+guest's boot and the two daemons' start.
 """
 
 from __future__ import annotations
