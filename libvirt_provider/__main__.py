@@ -17,6 +17,7 @@ from libvirt_provider.adapters.process.startup import (
     check_config,
     check_host_name,
 )
+from libvirt_provider.console.hop import format_hop_address, parse_hop_address
 from libvirt_provider.migration.limits import MigrationLimits
 
 
@@ -156,6 +157,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="PEM private key of --console-cert-file",
+    )
+    parser.add_argument(
+        "--console-hop-port",
+        type=int,
+        default=None,
+        help="TLS port on which this daemon takes requests other daemons forward to it for the "
+        'machines of its hosts (mutual TLS, docs/console.md "Routing"); with it, this daemon '
+        "also forwards requests for other hosts' machines; default: no hops",
+    )
+    parser.add_argument(
+        "--console-hop-ca-file",
+        default=None,
+        metavar="FILE",
+        help="PEM CA that signed every daemon's --console-cert-file: a hop's peer must present a "
+        f"certificate from it naming {c.HOP_PEER_NAME}; required with --console-hop-port",
+    )
+    parser.add_argument(
+        "--console-advertise-address",
+        default=os.environ.get("POD_IP", ""),
+        metavar="IP",
+        help="IP address other daemons dial for hops, published with --console-hop-port in "
+        "this daemon's hosts' heartbeat Leases (default: $POD_IP, the downward API's pod IP)",
     )
     parser.add_argument(
         "--console-replay-bytes",
@@ -346,6 +369,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     if args.console_port is not None and not (args.console_cert_file and args.console_key_file):
         parser.error("--console-port needs --console-cert-file and --console-key-file")
+    if args.console_hop_port is not None:
+        if args.console_port is None or not args.console_hop_ca_file:
+            parser.error("--console-hop-port needs --console-port and --console-hop-ca-file")
+        if parse_hop_address(format_hop_address(args.console_advertise_address, 1)) is None:
+            parser.error(
+                "--console-hop-port needs --console-advertise-address (or $POD_IP) to be an IP "
+                f"address, not {args.console_advertise_address!r}"
+            )
     _configure_logging(args.log_level, args.log_format)
     domain_types = (
         frozenset(t.strip() for t in args.domain_types.split(",") if t.strip())
@@ -371,6 +402,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             console_address=args.console_address,
             console_cert_file=args.console_cert_file or "",
             console_key_file=args.console_key_file or "",
+            console_hop_port=args.console_hop_port,
+            console_hop_ca_file=args.console_hop_ca_file or "",
+            console_advertise_address=args.console_advertise_address,
             console_replay_bytes=args.console_replay_bytes,
             console_idle_timeout=args.console_idle_timeout,
             console_viewer_idle_timeout=args.console_viewer_idle_timeout,

@@ -132,6 +132,11 @@ __all__ = [
     "HEARTBEAT_GRACE_SECONDS",
     "HEARTBEAT_LEASE_PREFIX",
     "HEARTBEAT_SECONDS",
+    "HOP_ADDRESS_ANNOTATION",
+    "HOP_BUFFER",
+    "HOP_CONNECT_TIMEOUT",
+    "HOP_PEER_NAME",
+    "HOP_READ_CHUNK",
     "HOST_CONDITION_CONNECTED",
     "HOST_CONDITION_DRAINED",
     "HOST_CONDITION_READY",
@@ -655,6 +660,21 @@ SSH_PORT: Final = 22
 PORTFORWARD_SUBPROTOCOL: Final = "v1.portforward.infrastructure.vm-api.io"
 # What the plugin offers, preferred first.
 PORTFORWARD_SUBPROTOCOLS: Final = (PORTFORWARD_SUBPROTOCOL, CONSOLE_SUBPROTOCOL)
+
+# The hop between daemons (docs/console.md, "Routing"): a daemon that receives a request for a
+# machine on a host it does not serve forwards it, over mutual TLS, to the daemon serving that
+# host. Each daemon with --console-hop-port publishes where it takes hops in its hosts' heartbeat
+# Leases, under this annotation ("ADDRESS:PORT", "[IPv6]:PORT").
+HOP_ADDRESS_ANNOTATION: Final = "infrastructure.vm-api.io/console-hop-address"
+# The DNS name both ends of a hop must carry in their certificate (signed by --console-hop-ca-file):
+# the console Service's, which every daemon's serving certificate already names.
+HOP_PEER_NAME: Final = "libvirt-provider-console.vm-api-system.svc"
+# Seconds to connect to, and finish TLS with, the daemon serving the machine's host.
+HOP_CONNECT_TIMEOUT: Final = 5.0
+# Bytes read from either end of a hop per read, and bytes held for an end that is slow to read
+# (past them, reading from the other end pauses).
+HOP_READ_CHUNK: Final = 64 * 1024
+HOP_BUFFER: Final = 1 << 20
 
 # The plugin's side of its WebSockets: the largest frame it takes from the server, and seconds it
 # waits for the server's close frame after sending its own before it gives up on the stream.

@@ -100,6 +100,7 @@ class HostAgent:
         on_admission_change: Callable[[], None] = lambda: None,
         preemptible: Allocations = lambda: (Demand(), 0),
         grace: float = c.HEARTBEAT_GRACE_SECONDS,
+        hop_address: str | None = None,
     ) -> None:
         # A remote host's heartbeat Lease is its claim, renewed by the remote-mode supervisor; and
         # its LibvirtHost is the user's declaration: deleted, it must stay deleted.
@@ -116,6 +117,7 @@ class HostAgent:
         self._preemptible = preemptible
         self._grace = grace
         self._interval = interval
+        self._hop_address = hop_address
         self._last_inventory: tuple[float, HostInventory] | None = None
         # Why the heartbeat Lease is not ours (held, fresh, by someone else), or None.
         self._lease_refused: str | None = None
@@ -244,13 +246,18 @@ class HostAgent:
             if refused is not None:
                 return
             # The version read: a claim taken meanwhile makes this write conflict, not win.
+            meta: dict[str, Any] = {"resourceVersion": lease["metadata"]["resourceVersion"]}
+            published = ((lease.get("metadata") or {}).get("annotations") or {}).get(
+                c.HOP_ADDRESS_ANNOTATION
+            )
+            if published != self._hop_address:
+                # Null removes an address a former run of this daemon, or another holder,
+                # published: a hop must not reach a daemon that no longer serves the host.
+                meta["annotations"] = {c.HOP_ADDRESS_ANNOTATION: self._hop_address}
             self._leases.patch_namespaced_lease(
                 name,
                 self._namespace,
-                {
-                    "metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]},
-                    "spec": spec,
-                },
+                {"metadata": meta, "spec": spec},
                 _request_timeout=REQUEST_TIMEOUT,
             )
             return
@@ -260,6 +267,11 @@ class HostAgent:
                 "name": name,
                 "labels": {c.HOST_LABEL: self._host},
                 "namespace": self._namespace,
+                **(
+                    {"annotations": {c.HOP_ADDRESS_ANNOTATION: self._hop_address}}
+                    if self._hop_address
+                    else {}
+                ),
             },
             "spec": {**spec, "acquireTime": now},
         }

@@ -77,6 +77,9 @@ class UnitSettings:
     migration_limits: MigrationLimits = field(default_factory=MigrationLimits)
     # How long a heartbeat vouches for its host (the Lease's duration; --heartbeat-grace).
     heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS
+    # Where this daemon takes hops from the others ("ADDRESS:PORT", docs/console.md "Routing"),
+    # published in its hosts' heartbeat Leases; None: it takes none.
+    hop_address: str | None = None
 
 
 class HostUnit:
@@ -151,6 +154,7 @@ class HostUnit:
             on_admission_change=lambda: controller.wake(reconciler.refused()),
             grace=settings.heartbeat_grace,
             interval=heartbeat_interval(settings.heartbeat_grace),
+            hop_address=None if remote else settings.hop_address,
         )
         reconciler = MachineReconciler(
             store=self.store,

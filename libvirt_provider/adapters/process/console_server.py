@@ -35,6 +35,7 @@ Nothing here logs a header other than the user's name, and never a certificate o
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import queue
 import select
@@ -59,6 +60,7 @@ from generic.adapters.kubeclient import (
 )
 from generic.background import BackgroundLoop
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.host.agent import heartbeat_lease_name
 from libvirt_provider.adapters.process.console_share import (
     ConsoleHub,
     SharedConsole,
@@ -66,6 +68,7 @@ from libvirt_provider.adapters.process.console_share import (
     read_tail,
 )
 from libvirt_provider.adapters.process.guest_dial import GuestDialer
+from libvirt_provider.adapters.process.hop_relay import HopRelay
 from libvirt_provider.adapters.process.machine_metrics import HostSource, MachineStatsCollector
 from libvirt_provider.adapters.process.port_forward import PortBridge, switching_protocols
 from libvirt_provider.adapters.process.vnc_server import VncBridge, answer_png, choose_subprotocol
@@ -93,6 +96,15 @@ from libvirt_provider.console.framing import (
     ProtocolError,
     close_payload,
     encode_frame,
+)
+from libvirt_provider.console.hop import (
+    HopTarget,
+    certificate_names,
+    hop_host,
+    hop_identity,
+    hop_request_head,
+    hop_target,
+    no_second_hop,
 )
 from libvirt_provider.console.portforward import (
     PortForwardRoute,
@@ -138,7 +150,7 @@ from libvirt_provider.driver.types import DomainStats
 from libvirt_provider.errors import ProviderError
 from libvirt_provider.naming import console_log_file, machine_domain_name
 
-__all__ = ["ConsoleServer", "ConsoleSettings"]
+__all__ = ["ConsoleServer", "ConsoleSettings", "HopSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -147,18 +159,34 @@ _TRUST_ERRORS: tuple[type[Exception], ...] = (*API_ERRORS, ValueError)
 
 
 @dataclass(frozen=True)
+class HopSettings:
+    """The hop between daemons (docs/console.md, "Routing"): the port other daemons' hops come
+    in on, the CA both ends' certificates must verify against, and the namespace of the heartbeat
+    Leases that say where each host's daemon takes them."""
+
+    port: int
+    ca_file: str
+    lease_namespace: str
+
+
+@dataclass(frozen=True)
 class ConsoleSettings:
     address: str
     port: int
     cert_file: str
     key_file: str
+    hop: HopSettings | None = None
 
 
 class _Request:
-    def __init__(self, method: str, path: str, headers: list[tuple[str, str]]) -> None:
+    def __init__(
+        self, method: str, path: str, headers: list[tuple[str, str]], rest: bytes = b""
+    ) -> None:
         self.method = method
         self.path = path
         self.headers = headers
+        # Bytes read past the head (a hop passes them on).
+        self.rest = rest
 
     def header(self, name: str) -> str:
         low = name.lower()
@@ -172,6 +200,15 @@ class _RefusedError(Exception):
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(refusal.message)
         self.refusal = refusal
+
+
+class _HopNeededError(Exception):
+    """The request was authorized here, but the machine's host is another daemon's."""
+
+    def __init__(self, name: str, host: str) -> None:
+        super().__init__(f"{name} on {host}")
+        self.name = name
+        self.host = host
 
 
 class ConsoleServer:
@@ -206,11 +243,14 @@ class ConsoleServer:
         self._slots = threading.BoundedSemaphore(c.CONSOLE_MAX_CONNECTIONS)
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
+        self._hop_listener: socket.socket | None = None
+        self._hop_accept_thread: threading.Thread | None = None
+        self._hop_server, self._hop_client = self._hop_contexts(settings)
         self._stopping = threading.Event()
         self._refresh = BackgroundLoop("console-trust", self._refresh_loop)
         # The sessions open now: stopping ends each (the client is told) before the daemon
         # closes its libvirt connections under their streams.
-        self._bridges: set[_Bridge | VncBridge | PortBridge] = set()
+        self._bridges: set[_Bridge | VncBridge | PortBridge | HopRelay] = set()
         self._bridges_done = threading.Condition(self._lock)
 
     # -- life ------------------------------------------------------------------------------
@@ -219,16 +259,30 @@ class ConsoleServer:
     def port(self) -> int:
         return self._listener.getsockname()[1] if self._listener is not None else 0
 
+    @property
+    def hop_port(self) -> int:
+        return self._hop_listener.getsockname()[1] if self._hop_listener is not None else 0
+
     def start(self) -> None:
         self._load_trust()
-        listener = socket.create_server((self._settings.address, self._settings.port))
-        listener.settimeout(1.0)
-        self._listener = listener
-        self._accept_thread = threading.Thread(
-            target=self._accept_loop, name="console-accept", daemon=True
-        )
-        self._accept_thread.start()
+        self._listener, self._accept_thread = self._listen(self._settings.port, hopped=False)
+        if self._settings.hop is not None:
+            self._hop_listener, self._hop_accept_thread = self._listen(
+                self._settings.hop.port, hopped=True
+            )
         self._refresh.start()
+
+    def _listen(self, port: int, *, hopped: bool) -> tuple[socket.socket, threading.Thread]:
+        listener = socket.create_server((self._settings.address, port))
+        listener.settimeout(1.0)
+        thread = threading.Thread(
+            target=self._accept_loop,
+            args=(listener, hopped),
+            name="console-hop-accept" if hopped else "console-accept",
+            daemon=True,
+        )
+        thread.start()
+        return listener, thread
 
     def problem(self) -> str | None:
         """The readiness check: why no request could be served now, or None. The Service behind
@@ -236,6 +290,10 @@ class ConsoleServer:
         cannot tell the API server's front proxy from anyone else, is left out of it."""
         if self._accept_thread is None or not self._accept_thread.is_alive():
             return "the console endpoint is not accepting connections"
+        if self._settings.hop is not None and (
+            self._hop_accept_thread is None or not self._hop_accept_thread.is_alive()
+        ):
+            return "the console endpoint's hop port is not accepting connections"
         with self._lock:
             trust = self._trust
         if trust is None:
@@ -248,10 +306,12 @@ class ConsoleServer:
     def stop(self) -> None:
         self._stopping.set()
         self._refresh.stop(5.0)
-        if self._accept_thread is not None:
-            self._accept_thread.join(5.0)
-        if self._listener is not None:
-            self._listener.close()
+        for thread in (self._accept_thread, self._hop_accept_thread):
+            if thread is not None:
+                thread.join(5.0)
+        for listener in (self._listener, self._hop_listener):
+            if listener is not None:
+                listener.close()
         with self._lock:
             open_now = list(self._bridges)
         for bridge in open_now:
@@ -276,6 +336,26 @@ class ConsoleServer:
             # every request that came without a verified certificate.
             ctx.verify_mode = ssl.CERT_OPTIONAL
         return ctx
+
+    @staticmethod
+    def _hop_contexts(
+        settings: ConsoleSettings,
+    ) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+        """TLS for hops: as a server, a client certificate from the console CA is required (the
+        front proxy's CA is not trusted here); as a client, the target's certificate must verify
+        against the same CA for `HOP_PEER_NAME`. Both ends present the serving certificate."""
+        if settings.hop is None:
+            return None, None
+        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server.minimum_version = ssl.TLSVersion.TLSv1_2
+        server.load_cert_chain(settings.cert_file, settings.key_file)
+        server.load_verify_locations(cafile=settings.hop.ca_file)
+        server.verify_mode = ssl.CERT_REQUIRED
+        hop_client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        hop_client.minimum_version = ssl.TLSVersion.TLSv1_2
+        hop_client.load_cert_chain(settings.cert_file, settings.key_file)
+        hop_client.load_verify_locations(cafile=settings.hop.ca_file)
+        return server, hop_client
 
     def _load_trust(self) -> None:
         try:
@@ -312,11 +392,10 @@ class ConsoleServer:
 
     # -- connections -----------------------------------------------------------------------
 
-    def _accept_loop(self) -> None:
-        assert self._listener is not None
+    def _accept_loop(self, listener: socket.socket, hopped: bool) -> None:
         while not self._stopping.is_set():
             try:
-                conn, peer = self._listener.accept()
+                conn, peer = listener.accept()
             except TimeoutError:
                 continue
             except OSError:
@@ -327,10 +406,10 @@ class ConsoleServer:
                 conn.close()
                 continue
             threading.Thread(
-                target=self._serve, args=(conn, peer), name="console-conn", daemon=True
+                target=self._serve, args=(conn, peer, hopped), name="console-conn", daemon=True
             ).start()
 
-    def _serve(self, raw: socket.socket, peer: tuple[Any, ...]) -> None:
+    def _serve(self, raw: socket.socket, peer: tuple[Any, ...], hopped: bool) -> None:
         # The handshake and the request head have one deadline in all; per-read timeouts alone
         # would let a client that sends a byte now and then keep its slot for ever.
         head_deadline = threading.Timer(c.CONSOLE_HEAD_DEADLINE, _cut, args=(raw,))
@@ -339,14 +418,22 @@ class ConsoleServer:
             raw.settimeout(c.CONSOLE_IO_TIMEOUT)
             with self._lock:
                 context, trust = self._context, self._trust
+            if hopped:
+                assert self._hop_server is not None
+                context = self._hop_server
             head_deadline.start()
             try:
                 conn = context.wrap_socket(raw, server_side=True)
             except (ssl.SSLError, OSError) as err:
-                log.warning("console: TLS handshake with %s failed: %s", peer[0], err)
+                log.warning(
+                    "console: TLS handshake with %s%s failed: %s",
+                    peer[0],
+                    " (hop port)" if hopped else "",
+                    err,
+                )
                 return
             with conn:
-                self._handle(conn, trust, peer, head_deadline)
+                self._handle(conn, trust, peer, head_deadline, hopped=hopped)
         except Exception:
             log.exception("console: serving %s failed", peer[0])
         finally:
@@ -360,6 +447,8 @@ class ConsoleServer:
         trust: FrontProxyTrust | None,
         peer: tuple[Any, ...],
         head_deadline: threading.Timer,
+        *,
+        hopped: bool = False,
     ) -> None:
         request = _read_request(conn)
         head_deadline.cancel()
@@ -367,6 +456,7 @@ class ConsoleServer:
             return
         cert = conn.getpeercert()
         common_name = _common_name(cert) if cert else None
+        peer_names = certificate_names(cert) if hopped else frozenset()
         route = match_route(request.path)
         shot = match_screenshot_route(request.path) if route is None else None
         stats_route = match_stats_route(request.path) if route is None and shot is None else None
@@ -375,35 +465,48 @@ class ConsoleServer:
             if route is None and stats_route is None and shot is None
             else None
         )
+
+        def caller() -> Identity:
+            return self._identify(request, trust, common_name, peer_names if hopped else None)
+
+        identity: Identity | None = None
+        hop: _HopNeededError | None = None
         try:
-            if shot is not None:
-                identity = self._caller(request, trust, common_name, need_user=True)
+            try:
+                if shot is not None:
+                    identity = caller()
+                    self._screenshot(conn, request, shot, identity)
+                    return
+                if isinstance(forward, Refusal):
+                    raise _RefusedError(forward)
+                if forward is not None:
+                    identity = caller()
+                    self._port_forward(conn, request, forward, identity)
+                    return
+                if isinstance(stats_route, Refusal):
+                    raise _RefusedError(stats_route)
+                if stats_route is not None:
+                    identity = caller()
+                    self._serve_stats(conn, request, stats_route, identity)
+                    return
+                if route is None:
+                    if hopped:
+                        # Hops carry requests for one machine; discovery is the front proxy's.
+                        raise _RefusedError(Refusal(404, "NotFound", "not served on the hop port"))
+                    self._discovery(conn, request, trust, common_name)
+                    return
+                identity = caller()
+                if route.subresource == c.VNC_SUBRESOURCE:
+                    self._vnc(conn, request, route, identity)
+                    return
+                self._console(conn, request, route, identity)
+            except _HopNeededError as needed:
+                if hopped:
+                    raise _RefusedError(no_second_hop(needed.name, needed.host)) from needed
+                hop = needed
+            if hop is not None:
                 assert identity is not None
-                self._screenshot(conn, request, shot, identity)
-                return
-            if isinstance(forward, Refusal):
-                raise _RefusedError(forward)
-            if forward is not None:
-                identity = self._caller(request, trust, common_name, need_user=True)
-                assert identity is not None
-                self._port_forward(conn, request, forward, identity)
-                return
-            if isinstance(stats_route, Refusal):
-                raise _RefusedError(stats_route)
-            if stats_route is not None:
-                identity = self._caller(request, trust, common_name, need_user=True)
-                assert identity is not None
-                self._serve_stats(conn, request, stats_route, identity)
-                return
-            if route is None:
-                self._discovery(conn, request, trust, common_name)
-                return
-            identity = self._caller(request, trust, common_name, need_user=True)
-            assert identity is not None
-            if route.subresource == c.VNC_SUBRESOURCE:
-                self._vnc(conn, request, route, identity)
-                return
-            self._console(conn, request, route, identity)
+                self._hop(conn, request, hop, identity)
         except _RefusedError as refused:
             # The aggregator asks every aggregated server for its OpenAPI documents, often: a
             # path this endpoint does not serve is not news.
@@ -417,14 +520,120 @@ class ConsoleServer:
             level = logging.DEBUG if quiet else logging.INFO
             log.log(
                 level,
-                "console: %s %s from %s refused: %d %s",
+                "console: %s %s from %s%s refused: %d %s",
                 request.method,
                 request.path.split("?", 1)[0],
                 peer[0],
+                " (by hop)" if hopped else "",
                 refused.refusal.code,
                 refused.refusal.message,
             )
             _answer(conn, refused.refusal.code, status_body(refused.refusal))
+
+    # -- the hop between daemons (console/hop.py, hop_relay.py) ----------------------------
+
+    def _hop(
+        self, conn: ssl.SSLSocket, request: _Request, hop: _HopNeededError, identity: Identity
+    ) -> None:
+        """Forward an authorized request to the daemon serving the machine's host, and relay
+        the bytes both ways until either end closes."""
+        settings = self._settings.hop
+        if settings is None or self._hop_client is None:
+            raise _RefusedError(
+                Refusal(
+                    503,
+                    "ServiceUnavailable",
+                    f"LibvirtMachine {hop.name} runs on host {hop.host}, which this daemon does "
+                    "not serve (hops between daemons are off: --console-hop-port)",
+                )
+            )
+        try:
+            lease = self._kube.read_namespaced_lease(
+                heartbeat_lease_name(hop.host),
+                settings.lease_namespace,
+                _request_timeout=c.CONSOLE_API_TIMEOUT,
+            )
+        except API_ERRORS as err:
+            if failure_of(err) is not ApiFailure.NOT_FOUND:
+                raise _RefusedError(
+                    Refusal(
+                        503,
+                        "ServiceUnavailable",
+                        f"cannot read host {hop.host}'s heartbeat Lease: {describe_failure(err)}",
+                    )
+                ) from err
+            lease = None
+        target = hop_target(hop.host, lease, dt.datetime.now(dt.UTC))
+        if isinstance(target, Refusal):
+            raise _RefusedError(target)
+        try:
+            raw = socket.create_connection(
+                (target.address, target.port), timeout=c.HOP_CONNECT_TIMEOUT
+            )
+        except OSError as err:
+            raise _RefusedError(_unreachable(target, err)) from err
+        _keepalive(raw)
+        try:
+            upstream = self._hop_client.wrap_socket(raw, server_hostname=c.HOP_PEER_NAME)
+        except (ssl.SSLError, OSError) as err:
+            raw.close()
+            raise _RefusedError(_unreachable(target, err)) from err
+        relay = HopRelay(conn, upstream)
+        with self._lock:
+            self._bridges.add(relay)
+        started = time.monotonic()
+        try:
+            upstream.settimeout(c.CONSOLE_IO_TIMEOUT)
+            upstream.sendall(
+                hop_request_head(
+                    request.method, request.path, request.headers, identity, target.authority
+                )
+                + request.rest
+            )
+            log.info(
+                "console: %s's %s %s hops to host %s's daemon at %s",
+                identity.user,
+                request.method,
+                request.path.split("?", 1)[0],
+                hop.host,
+                target.authority,
+            )
+            why = relay.run()
+            log.info(
+                "console: %s's hop to host %s ended after %.0f s (%d bytes there, %d back): %s",
+                identity.user,
+                hop.host,
+                time.monotonic() - started,
+                relay.forwarded,
+                relay.returned,
+                why,
+            )
+        except OSError as err:
+            raise _RefusedError(_unreachable(target, err)) from err
+        finally:
+            relay.close()
+            with self._bridges_done:
+                self._bridges.discard(relay)
+                self._bridges_done.notify_all()
+
+    def _identify(
+        self,
+        request: _Request,
+        trust: FrontProxyTrust | None,
+        common_name: str | None,
+        hop_peer: frozenset[str] | None,
+    ) -> Identity:
+        """The user of a request for a machine: from the front proxy's headers, or on the hop
+        port (`hop_peer`: the names of the verified client certificate) from the hop's."""
+        found = (
+            hop_identity(hop_peer, request.headers)
+            if hop_peer is not None
+            else self._caller(request, trust, common_name, need_user=True)
+        )
+        if isinstance(found, Refusal):
+            raise _RefusedError(found)
+        assert found is not None
+        return found
 
     def _caller(
         self,
@@ -501,9 +710,12 @@ class ConsoleServer:
         ]
         code, body = stats_document(route, samples, allowed)
         if code == 404 and route.name is not None and route.namespace is not None:
-            raise _RefusedError(
-                missing_machine(route, self._read_machine(route.namespace, route.name))
-            )
+            machine = self._read_machine(route.namespace, route.name)
+            elsewhere = hop_host(machine, frozenset(h for h, _ in self._hosts()))
+            # Only a user the namespace's review allowed goes on; the target reviews again.
+            if elsewhere is not None and route.host is None and allowed.get(route.namespace):
+                raise _HopNeededError(route.name, elsewhere)
+            raise _RefusedError(missing_machine(route, machine))
         _answer(conn, code, encode(body))
 
     def _read_machine(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -569,6 +781,9 @@ class ConsoleServer:
                 ) from err
             machine = None
         hosts = dict(self._hosts())
+        elsewhere = hop_host(machine, frozenset(hosts))
+        if elsewhere is not None:
+            raise _HopNeededError(route.name, elsewhere)
         found = (logs_target if any_power else console_target)(route, machine, frozenset(hosts))
         if isinstance(found, Refusal):
             raise _RefusedError(found)
@@ -867,7 +1082,11 @@ class ConsoleServer:
             raise _RefusedError(Refusal(405, "MethodNotAllowed", "port-forward is a GET upgrade"))
         self._authorize(identity, route.console_route)
         machine = self._read_machine(route.namespace, route.name)
-        target = portforward_target(route, machine, frozenset(h for h, _ in self._hosts()))
+        served = frozenset(h for h, _ in self._hosts())
+        elsewhere = hop_host(machine, served)
+        if elsewhere is not None:
+            raise _HopNeededError(route.name, elsewhere)
+        target = portforward_target(route, machine, served)
         if isinstance(target, Refusal):
             raise _RefusedError(target)
         key = request.header("Sec-WebSocket-Key")
@@ -1122,6 +1341,24 @@ def _cut(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
+def _keepalive(sock: socket.socket) -> None:
+    """TCP keepalives on a hop's connection: a target that vanished (its node gone, the network
+    cut) sends nothing, not even a reset, so without them the relay would wait until its client
+    gives up; with them the kernel ends it in about a minute."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+def _unreachable(target: HopTarget, err: Exception) -> Refusal:
+    return Refusal(
+        503,
+        "ServiceUnavailable",
+        f"cannot reach the daemon serving host {target.host} at {target.authority}: {err}",
+    )
+
+
 def _common_name(cert: dict[str, Any]) -> str | None:
     for rdn in cert.get("subject", ()):
         for key, value in rdn:
@@ -1143,7 +1380,8 @@ def _read_request(conn: ssl.SSLSocket) -> _Request | None:
         if not chunk:
             return None
         data += chunk
-    head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    raw_head, rest = data.split(b"\r\n\r\n", 1)
+    head = raw_head.decode("latin-1")
     lines = head.split("\r\n")
     parts = lines[0].split(" ")
     if len(parts) != 3:
@@ -1154,7 +1392,7 @@ def _read_request(conn: ssl.SSLSocket) -> _Request | None:
         name, sep, value = line.partition(":")
         if sep:
             headers.append((name.strip(), value.strip()))
-    return _Request(parts[0], parts[1], headers)
+    return _Request(parts[0], parts[1], headers, rest)
 
 
 _PHRASES = {
@@ -1181,9 +1419,13 @@ def _answer(conn: ssl.SSLSocket, code: int, body: bytes) -> None:
         conn.sendall(head.encode("ascii") + body)
 
 
-def settings_from_files(address: str, port: int, cert: str, key: str) -> ConsoleSettings:
+def settings_from_files(
+    address: str, port: int, cert: str, key: str, *, hop: HopSettings | None = None
+) -> ConsoleSettings:
     """Settings whose certificate files exist (a clear error at start, not at the first TLS)."""
     for path in (cert, key):
         if not Path(path).is_file():
             raise FileNotFoundError(f"console serving certificate file {path} does not exist")
-    return ConsoleSettings(address=address, port=port, cert_file=cert, key_file=key)
+    if hop is not None and not Path(hop.ca_file).is_file():
+        raise FileNotFoundError(f"console hop CA file {hop.ca_file} does not exist")
+    return ConsoleSettings(address=address, port=port, cert_file=cert, key_file=key, hop=hop)

@@ -52,7 +52,11 @@ from libvirt_provider.adapters.host.remote import RemoteHosts
 from libvirt_provider.adapters.host.unit import HostUnit, UnitSettings
 from libvirt_provider.adapters.kube.adapter import KEPT, LEAN_KINDS, KubeAdapter
 from libvirt_provider.adapters.process.call_metrics import register_call_metrics
-from libvirt_provider.adapters.process.console_server import ConsoleServer, settings_from_files
+from libvirt_provider.adapters.process.console_server import (
+    ConsoleServer,
+    HopSettings,
+    settings_from_files,
+)
 from libvirt_provider.adapters.process.console_share import SharingSettings
 from libvirt_provider.adapters.process.guest_dial import GuestDialer, netns_path
 from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
@@ -64,6 +68,7 @@ from libvirt_provider.adapters.process.machine_metrics import (
 )
 from libvirt_provider.adapters.process.signals import StopSignals
 from libvirt_provider.adapters.runtime.shutdown import Shutdown, Step
+from libvirt_provider.console.hop import format_hop_address
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor, stop_event_loop
 from libvirt_provider.errors import ProviderError
 from libvirt_provider.migration.limits import MigrationLimits
@@ -93,6 +98,12 @@ class DaemonConfig:
     console_address: str = "0.0.0.0"
     console_cert_file: str = ""
     console_key_file: str = ""
+    # The hop between daemons (docs/console.md, "Routing"): the port other daemons' hops come in
+    # on (None: no hops, either way), the CA their certificates must verify against, and the
+    # address published for them in this daemon's hosts' heartbeat Leases.
+    console_hop_port: int | None = None
+    console_hop_ca_file: str = ""
+    console_advertise_address: str = ""
     # Shared console sessions: bytes replayed on attach, idle timeouts (0: none).
     console_replay_bytes: int = c.CONSOLE_REPLAY_BYTES
     console_idle_timeout: float = c.CONSOLE_WRITER_IDLE_SECONDS
@@ -283,7 +294,17 @@ def run(cfg: DaemonConfig) -> int:
     console = (
         ConsoleServer(
             settings_from_files(
-                cfg.console_address, cfg.console_port, cfg.console_cert_file, cfg.console_key_file
+                cfg.console_address,
+                cfg.console_port,
+                cfg.console_cert_file,
+                cfg.console_key_file,
+                hop=HopSettings(
+                    port=cfg.console_hop_port,
+                    ca_file=cfg.console_hop_ca_file,
+                    lease_namespace=cfg.lease_namespace,
+                )
+                if cfg.console_hop_port is not None
+                else None,
             ),
             api,
             mode.hosts,
@@ -427,7 +448,14 @@ def unit_settings(cfg: DaemonConfig) -> UnitSettings:
         migration_pkipath=cfg.migration_pkipath,
         migration_limits=cfg.migration_limits,
         heartbeat_grace=cfg.heartbeat_grace,
+        hop_address=_hop_address(cfg),
     )
+
+
+def _hop_address(cfg: DaemonConfig) -> str | None:
+    if cfg.console_port is None or cfg.console_hop_port is None:
+        return None
+    return format_hop_address(cfg.console_advertise_address, cfg.console_hop_port)
 
 
 def default_host() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,46 @@ def test_console_port_needs_a_serving_certificate() -> None:
     )
     assert out.returncode == 2
     assert "--console-cert-file" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "pod_ip", "complaint"),
+    [
+        (("--console-hop-port=8444",), None, "--console-hop-ca-file"),
+        (("--console-hop-port=8444", "--console-hop-ca-file=/x"), None, "not ''"),
+        (("--console-hop-port=8444", "--console-hop-ca-file=/x"), "node-1", "not 'node-1'"),
+        (
+            (
+                "--console-hop-port=8444",
+                "--console-hop-ca-file=/x",
+                "--console-advertise-address=a:b",
+            ),
+            "10.0.0.1",
+            "not 'a:b'",
+        ),
+    ],
+    ids=["no CA", "no address", "a name from POD_IP", "not an IP"],
+)
+def test_the_hop_port_needs_its_ca_and_an_ip_to_publish(
+    extra: tuple[str, ...], pod_ip: str | None, complaint: str
+) -> None:
+    """docs/console.md, "Routing": other daemons dial the published IP and verify against the CA."""
+    env = {k: v for k, v in os.environ.items() if k != "POD_IP"}
+    if pod_ip is not None:
+        env["POD_IP"] = pod_ip
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "libvirt_provider", "--host=h1", "--console-port=8443",
+            "--console-cert-file=/c", "--console-key-file=/k", *extra,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert complaint in out.stderr
+    assert "--console-hop-port" in out.stderr
 
 
 def test_kubectl_vm_help_names_the_console_command() -> None:

@@ -153,6 +153,13 @@ def test_the_console_patch_gives_the_daemonset_flags_its_parser_takes() -> None:
     assert args.console_cert_file.startswith(mounts["console-tls"] + "/")
     assert args.console_key_file.startswith(mounts["console-tls"] + "/")
     assert volumes["console-tls"]["secret"]["secretName"]
+    # The hop between daemons (docs/console.md, "Routing"): its port, the console CA from the
+    # same Secret, and the pod's IP from the downward API as the address other daemons dial.
+    assert ports["console-hop"] == args.console_hop_port
+    assert args.console_hop_ca_file.startswith(mounts["console-tls"] + "/")
+    assert args.console_advertise_address == "$(POD_IP)"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
 
 
 def test_the_portforward_patch_puts_the_daemon_on_the_hosts_network() -> None:

@@ -159,13 +159,14 @@ def test_credentials_unreachable_name_only_the_error_type(tmp_path: Path) -> Non
 # -- the host agent: heartbeat Lease and LibvirtHost ---------------------------------------------
 
 
-def agent(server: StubApiServer) -> HostAgent:
+def agent(server: StubApiServer, *, hop_address: str | None = None) -> HostAgent:
     return HostAgent(
         server.api_client(),
         hypervisor=None,  # type: ignore[arg-type]  # not asked here
         host="h1",
         lease_namespace="sys",
         allocations=lambda: (None, 0),  # type: ignore[arg-type, return-value]
+        hop_address=hop_address,
     )
 
 
@@ -200,6 +201,42 @@ def test_the_heartbeat_creates_its_lease_once_then_patches_it(server: StubApiSer
     # MicroTime: microseconds, as the client library writes a datetime.
     assert re.search(r"\.\d{6}", server.requests[1].body["spec"]["renewTime"])
     assert beating.lease_problem() is None
+
+
+def _hop_annotation(server: StubApiServer) -> object:
+    lease = server.get(f"{LEASES}/{c.HEARTBEAT_LEASE_PREFIX}h1") or {}
+    return (lease["metadata"].get("annotations") or {}).get(c.HOP_ADDRESS_ANNOTATION)
+
+
+def test_the_heartbeat_publishes_where_this_daemon_takes_hops(server: StubApiServer) -> None:
+    """docs/console.md, "Routing": the address is in the Lease from its creation, and a patch
+    carries it only when the Lease holds another (or none)."""
+    beating = agent(server, hop_address="10.0.0.7:8444")
+    beating._beat()
+    assert server.requests[1].body["metadata"]["annotations"] == {
+        c.HOP_ADDRESS_ANNOTATION: "10.0.0.7:8444"
+    }
+    assert _hop_annotation(server) == "10.0.0.7:8444"
+    beating._beat()
+    assert "annotations" not in server.requests[3].body["metadata"]
+    # Restarted on another pod IP: the next beat rewrites it.
+    agent(server, hop_address="10.0.0.9:8444")._beat()
+    assert server.requests[5].body["metadata"]["annotations"] == {
+        c.HOP_ADDRESS_ANNOTATION: "10.0.0.9:8444"
+    }
+    assert _hop_annotation(server) == "10.0.0.9:8444"
+
+
+def test_a_daemon_without_hops_removes_an_address_left_in_the_lease(
+    server: StubApiServer,
+) -> None:
+    agent(server, hop_address="10.0.0.7:8444")._beat()
+    without = agent(server)
+    without._beat()
+    assert server.requests[3].body["metadata"]["annotations"] == {c.HOP_ADDRESS_ANNOTATION: None}
+    assert _hop_annotation(server) is None
+    without._beat()
+    assert "annotations" not in server.requests[5].body["metadata"]
 
 
 def test_a_heartbeat_refused_is_raised_to_the_loop(server: StubApiServer) -> None:

@@ -1,0 +1,482 @@
+"""The hop between daemons (docs/console.md, "Routing"): two daemons on two of the lab's hosts,
+the APIService pointing at daemon A only, and a busybox guest on daemon B's host. A user's
+`kubectl vm console` reaches A through the API server, A forwards it over mutual TLS to B, and
+the guest's shell answers. B's hop port takes only certificates from the console CA; B reviews
+the user again; a request that already hopped is never forwarded again; a host whose daemon
+cannot be reached gets a 503 that says why.
+
+Its own fixtures (not conftest's single daemon): the two daemons run with a token of deploy/'s
+ServiceAccount (so deploy/'s RBAC, which lets them read each other's heartbeat Leases, is what is
+proven enough) and a certificate from the lab's console CA made for both server and client use,
+as a hop needs.
+
+Cost: 7 tests, 26 to 47 s warm in the runs so far on the shared 2-core machine, most of it the
+guest's boot and the two daemons' start.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import socket
+import ssl
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from libvirt_provider import constants as c
+from libvirt_provider.console.portforward import guest_address
+from tests.support.console import (
+    Plugin,
+    PortForward,
+    bind_console,
+    bind_portforward,
+    direct_request,
+    grant_machine_reading,
+    grant_stats,
+    lab_pki,
+    register_apiservice,
+    run_forward_stdio,
+    run_top,
+    top_rows,
+    unregister_apiservice,
+    user_kubeconfig,
+)
+from tests.support.daemons import answers, free_port, health_base, start_daemon, stop_daemon
+from tests.support.factories import pair
+from tests.support.hosts import reset_host
+from tests.support.kube import (
+    NS_PREFIX,
+    apply,
+    create,
+    get,
+    install_api,
+    namespace,
+    service_account_kubeconfig,
+)
+from tests.support.lab_access import REPO, LabHost, LabInfo
+from tests.support.port_echo import echo_round
+from tests.support.waiting import GiveUp, eventually
+
+LEASES = "vm-api-system"
+CONSOLE_PATH = (
+    "/apis/subresources.infrastructure.vm-api.io/v1alpha1/namespaces/{ns}"
+    "/libvirtmachines/{name}/console"
+)
+EXTENSIONS = """[req]
+distinguished_name = dn
+[dn]
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+[hop]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth,clientAuth
+subjectAltName = DNS:{name},DNS:localhost,IP:127.0.0.1
+"""
+
+
+@dataclass
+class Pki:
+    ca: Path  # the lab's console CA: the APIService's caBundle and --console-hop-ca-file
+    hop: tuple[Path, Path]  # every daemon's serving and hop certificate, from that CA
+    rogue: tuple[Path, Path]  # the same names, from a CA nobody trusts
+    front_proxy: tuple[Path, Path]  # the API server's front-proxy client certificate
+
+
+@dataclass
+class HopDaemon:
+    host: LabHost
+    proc: subprocess.Popen[bytes]
+    log: Path
+    port: int
+    hop_port: int
+
+
+@dataclass
+class Hops:
+    a: HopDaemon  # the APIService's daemon
+    b: HopDaemon  # the guest's host's daemon
+    pki: Pki
+
+
+def _cert(pki: Path, cnf: Path, name: str, subject: str, section: str, *, ca: str | None) -> None:
+    cmd = [
+        "openssl", "req", "-x509", "-new", "-config", str(cnf), "-extensions", section,
+        "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", str(pki / f"{name}.key"), "-out", str(pki / f"{name}.crt"),
+        "-subj", subject, "-days", "2", "-sha256",
+    ]  # fmt: skip
+    if ca is not None:
+        cmd += ["-CA", str(pki / f"{ca}.crt"), "-CAkey", str(pki / f"{ca}.key")]
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(lab: LabInfo, tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    out = tmp_path_factory.mktemp("hop-pki")
+    cnf = out / "openssl.cnf"
+    cnf.write_text(EXTENSIONS.format(name=c.HOP_PEER_NAME))
+    lab_ca = lab_pki(lab)
+    for suffix in ("crt", "key"):
+        (out / f"console-ca.{suffix}").write_bytes((lab_ca / f"console-ca.{suffix}").read_bytes())
+    _cert(out, cnf, "hop", f"/CN={c.HOP_PEER_NAME}", "hop", ca="console-ca")
+    _cert(out, cnf, "rogue-ca", "/CN=vmapi lab rogue console CA", "ca", ca=None)
+    _cert(out, cnf, "rogue", f"/CN={c.HOP_PEER_NAME}", "hop", ca="rogue-ca")
+    return Pki(
+        ca=out / "console-ca.crt",
+        hop=(out / "hop.crt", out / "hop.key"),
+        rogue=(out / "rogue.crt", out / "rogue.key"),
+        front_proxy=(lab_ca / "front-proxy-client.crt", lab_ca / "front-proxy-client.key"),
+    )
+
+
+def _hop_lease(api: client.ApiClient, host: str) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(f"libvirt-host-{host}", LEASES)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return (lease.metadata.annotations or {}).get(c.HOP_ADDRESS_ANNOTATION)
+
+
+@pytest.fixture(scope="module")
+def daemons(
+    lab: LabInfo,
+    api_client: client.ApiClient,
+    pki: Pki,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Hops]:
+    """Daemon A on the lab's first extra host, B on its second, both taking hops; the APIService
+    names A's console port."""
+    assert len(lab.hosts) >= 2, "the hop needs two of the lab's extra hosts"
+    install_api(lab, api_client)
+    deploy = REPO / "deploy"
+    apply(lab, deploy / "namespace.yaml", deploy / "rbac.yaml", deploy / "console-rbac.yaml")
+    kubeconfig = tmp_path_factory.mktemp("hop") / "provider.kubeconfig"
+    service_account_kubeconfig(lab, api_client, kubeconfig)
+    started: list[HopDaemon] = []
+    try:
+        for index, host in enumerate(lab.hosts[:2]):
+            reset_host(api_client, host.name)
+            port, hop_port = free_port(), free_port()
+            proc, log = start_daemon(
+                lab,
+                host=host.name,
+                libvirt_uri=host.uri,
+                log_name=f"e2e-hop-{'ab'[index]}.log",
+                kubeconfig=str(kubeconfig),
+                lease_namespace=LEASES,
+                generic_namespaces=(f"{NS_PREFIX}*",),
+                host_spec=None,
+                extra_args=(
+                    f"--console-port={port}",
+                    "--console-address=127.0.0.1",
+                    f"--console-cert-file={pki.hop[0]}",
+                    f"--console-key-file={pki.hop[1]}",
+                    f"--console-hop-port={hop_port}",
+                    f"--console-hop-ca-file={pki.ca}",
+                    "--console-advertise-address=127.0.0.1",
+                    f"--guest-netns={host.netns}",
+                ),
+            )
+            started.append(HopDaemon(host, proc, log, port, hop_port))
+        for daemon in started:
+            base = health_base(daemon.proc, daemon.log)
+            eventually(lambda base=base: answers(f"{base}/readyz"), timeout=90, what="ready")
+            eventually(
+                lambda d=daemon: _hop_lease(api_client, d.host.name) == f"127.0.0.1:{d.hop_port}",
+                timeout=60,
+                what=f"host {daemon.host.name}'s Lease publishing its daemon's hop address",
+            )
+        register_apiservice(lab, api_client, started[0].port)
+        yield Hops(started[0], started[1], pki)
+    finally:
+        unregister_apiservice(api_client)
+        for daemon in started:
+            stop_daemon(daemon.proc, daemon.log)
+
+
+@pytest.fixture(scope="module")
+def guest_ns(api_client: client.ApiClient, daemons: Hops) -> Iterator[str]:
+    """A busybox guest `guest` on daemon B's host, running."""
+    b = daemons.b
+    with namespace(api_client) as ns:
+        vm, lm = pair(ns, "guest")
+        lm["metadata"]["labels"][c.HOST_LABEL] = b.host.name
+        lm["spec"]["host"] = b.host.name
+        create(api_client, [vm, lm])
+
+        def running() -> dict[str, Any] | None:
+            found = get(api_client, ns, "guest", vm=False)
+            status = (found or {}).get("status") or {}
+            return found if status.get("powerState") == "PoweredOn" else None
+
+        eventually(running, timeout=180, what=f"LibvirtMachine {ns}/guest PoweredOn on B's host")
+        yield ns
+
+
+def _answered(plugin: Plugin, marker: str) -> bool:
+    if plugin.process.poll() is not None:
+        raise GiveUp(f"kubectl vm exited {plugin.process.returncode}: {plugin.errors}")
+    if f"{marker}-42" in plugin.output:
+        return True
+    plugin.type(f"echo {marker}-$((6*7))\n")
+    return f"{marker}-42" in plugin.output
+
+
+def test_a_console_on_daemon_bs_host_works_through_daemon_a(
+    lab: LabInfo,
+    api_client: client.ApiClient,
+    daemons: Hops,
+    guest_ns: str,
+    tmp_path: Path,
+) -> None:
+    a, b = daemons.a, daemons.b
+    kubeconfig = tmp_path / "operator.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=guest_ns, name="operator")
+    bind_console(api_client, guest_ns, user)
+    marker = "VMAPI-HOP-" + uuid.uuid4().hex[:8]
+    plugin = Plugin(kubeconfig, guest_ns, "guest")
+    try:
+        eventually(
+            lambda: _answered(plugin, marker),
+            timeout=60,
+            interval=2,
+            what=f"the guest's answer through the hop ({plugin.errors})",
+        )
+    finally:
+        assert plugin.leave() == 0, plugin.errors
+    # A forwarded it; B (not A) opened the console, for the user A authenticated.
+    a_log, b_log = a.log.read_text(), b.log.read_text()
+    assert re.search(
+        rf"{re.escape(user)}'s GET \S+/guest/console hops to host {b.host.name}", a_log
+    )
+    assert f"console: {user} attached to {guest_ns}/guest as writer" in b_log
+    assert f"console: {user} attached to {guest_ns}/guest" not in a_log
+
+
+ADMIN_GROUPS = ("system:masters", "system:authenticated")
+
+
+def test_kubectl_vm_top_for_the_machine_on_bs_host_answers_through_daemon_a(
+    lab: LabInfo, api_client: client.ApiClient, daemons: Hops, guest_ns: str, tmp_path: Path
+) -> None:
+    """One machine's statistics: A finds the machine on B's host and hops; B reviews the user and
+    takes the figures from its own libvirt."""
+    kubeconfig = tmp_path / "viewer.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=guest_ns, name="viewer")
+    grant_stats(api_client, guest_ns, user)
+    grant_machine_reading(api_client, guest_ns, user)
+
+    def row() -> dict[str, str] | None:
+        code, out, err = run_top(kubeconfig, "guest", "-n", guest_ns)
+        # The RoleBindings may need a moment to reach the authorizers.
+        if code != 0 and "Forbidden" in err:
+            return None
+        assert code == 0, err
+        rows = [r for r in top_rows(out) if r["NAME"] == "guest" and r["STATE"] == "Running"]
+        return rows[0] if rows else None
+
+    found = eventually(row, timeout=60, interval=1.0, what="kubectl vm top through the hop")
+    assert found["HOST"] == daemons.b.host.name
+    assert f"{user}'s GET" in daemons.a.log.read_text()
+
+
+ECHO_PORT = 7000
+ECHO_BYTES = 1 << 20
+
+
+def test_port_forward_to_the_guest_on_bs_host_works_through_daemon_a(
+    lab: LabInfo, api_client: client.ApiClient, daemons: Hops, guest_ns: str, tmp_path: Path
+) -> None:
+    """An echo server in the guest (started through the hop, on the console), reached with
+    `kubectl vm port-forward`: a line with `--stdio` (its half-close crosses the hop), then 1 MiB
+    both ways at once, which a relay that blocked on one direction would stall."""
+    console = Plugin(Path(lab.kubeconfig), guest_ns, "guest")
+    marker = "VMAPI-HOP-ECHO-" + uuid.uuid4().hex[:8]
+
+    def started() -> bool:
+        if console.process.poll() is not None:
+            raise GiveUp(f"kubectl vm console exited: {console.errors}")
+        if f"{marker}-42" in console.output:
+            return True
+        console.type(f"(nc -ll -p {ECHO_PORT} -e cat &) ; echo {marker}-$((6*7))\n")
+        return f"{marker}-42" in console.output
+
+    try:
+        eventually(started, timeout=60, interval=1.0, what="nc listening in the guest")
+    finally:
+        assert console.leave() == 0, console.errors
+    eventually(
+        lambda: guest_address(get(api_client, guest_ns, "guest", vm=False) or {}),
+        timeout=120,
+        what="the guest's address in its status",
+    )
+    kubeconfig = tmp_path / "forwarder.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=guest_ns, name="forwarder")
+    bind_portforward(api_client, guest_ns, user)
+    line = f"hop-{uuid.uuid4().hex}\n".encode()
+
+    def through() -> tuple[int, bytes, str] | None:
+        code, out, err = run_forward_stdio(kubeconfig, guest_ns, "guest", ECHO_PORT, line)
+        # The RoleBinding may need a moment to reach the authorizers; nothing else is retried.
+        return None if code == 1 and "(Forbidden)" in err else (code, out, err)
+
+    code, out, err = eventually(through, timeout=60, what="the RoleBinding honoured")
+    assert (code, out) == (0, line), err
+    forward = PortForward(kubeconfig, guest_ns, "guest", f":{ECHO_PORT}")
+    try:
+        with socket.create_connection(("127.0.0.1", forward.local), timeout=30) as sock:
+            seconds = echo_round(sock, ECHO_BYTES)
+        print(f"\n1 MiB echoed through the hop in {seconds:.2f} s")
+    finally:
+        forward.stop()
+    assert f"{user}'s GET" in daemons.a.log.read_text()
+    assert f"console: {user} forwards to {guest_ns}/guest port {ECHO_PORT}" in (
+        daemons.b.log.read_text()
+    )
+
+
+def _raw_hop(
+    port: int,
+    cert: tuple[Path, Path] | None,
+    ca: Path,
+    path: str,
+    user: str,
+    *,
+    groups: tuple[str, ...] = ("system:authenticated",),
+) -> tuple[int, str]:
+    """A GET straight to a daemon's hop port, as another daemon would send it (one header per
+    group: `direct_request` takes a dict, so the first group only)."""
+    return direct_request(
+        port, path, {"X-Remote-User": user, "X-Remote-Group": groups[0]}, cert=cert, ca=ca
+    )
+
+
+def _handshake_refused(port: int, cert: tuple[Path, Path] | None, ca: Path) -> str:
+    """What a client sees when the hop port's TLS refuses it (TLS 1.3 reports a refused client
+    certificate on the first read); fails when a request is answered instead."""
+    context = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        context.load_cert_chain(str(cert[0]), str(cert[1]))
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=30) as raw,
+            context.wrap_socket(raw, server_hostname="localhost") as tls,
+        ):
+            tls.sendall(b"GET /apis HTTP/1.1\r\nHost: x\r\nX-Remote-User: system:admin\r\n\r\n")
+            answer = tls.recv(4096)
+    except (ssl.SSLError, OSError) as err:
+        return str(err)
+    assert answer == b"", f"the hop port answered: {answer[:200]!r}"
+    return "closed"
+
+
+def test_bs_hop_port_refuses_a_certificate_from_another_ca_or_none(
+    daemons: Hops, guest_ns: str
+) -> None:
+    b = daemons.b
+    for cert in (None, daemons.pki.rogue, daemons.pki.front_proxy):
+        why = _handshake_refused(b.hop_port, cert, daemons.pki.ca)
+        assert why, cert
+    eventually(
+        lambda: b.log.read_text().count("(hop port) failed") >= 3,
+        timeout=30,
+        what="daemon B logging the three refused handshakes",
+    )
+    # The hop port's name check: the console CA's certificate works (the control case).
+    path = CONSOLE_PATH.format(ns=guest_ns, name="no-such-machine")
+    code, body = _raw_hop(
+        b.hop_port, daemons.pki.hop, daemons.pki.ca, path, "system:admin", groups=ADMIN_GROUPS
+    )
+    assert code == 404, body
+
+
+def test_b_reviews_the_user_again_even_when_the_hop_comes_from_a(
+    lab: LabInfo,
+    api_client: client.ApiClient,
+    daemons: Hops,
+    guest_ns: str,
+    tmp_path: Path,
+) -> None:
+    """A request with daemon A's own hop certificate (what A presents) for a user without RBAC:
+    B's SubjectAccessReview refuses it; B does not take A's word for the authorization."""
+    b = daemons.b
+    user = user_kubeconfig(
+        lab, api_client, tmp_path / "nobody.kubeconfig", namespace=guest_ns, name="nobody"
+    )
+    path = CONSOLE_PATH.format(ns=guest_ns, name="guest")
+    code, body = _raw_hop(b.hop_port, daemons.pki.hop, daemons.pki.ca, path, user)
+    assert code == 403, body
+    assert json.loads(body)["reason"] == "Forbidden"
+    assert user in json.loads(body)["message"]
+    assert "from 127.0.0.1 (by hop) refused: 403" in b.log.read_text()
+
+
+def test_a_request_that_hopped_is_not_forwarded_again(daemons: Hops, guest_ns: str) -> None:
+    """A hop landing on A (which does not serve the guest's host) is answered 503, not sent on
+    to B: no loops. The admin passes A's review, so the refusal is the routing's."""
+    a, b = daemons.a, daemons.b
+    path = CONSOLE_PATH.format(ns=guest_ns, name="guest")
+    code, body = _raw_hop(
+        a.hop_port, daemons.pki.hop, daemons.pki.ca, path, "system:admin", groups=ADMIN_GROUPS
+    )
+    assert code == 503, body
+    message = json.loads(body)["message"]
+    assert b.host.name in message
+    assert "not forwarded again" in message
+
+
+def test_an_unreachable_daemon_is_a_503_naming_the_host_and_why(
+    api_client: client.ApiClient, daemons: Hops, guest_ns: str
+) -> None:
+    """A machine on host `ghost`, whose fresh heartbeat Lease publishes a port nobody listens
+    on: daemon A's answer says it cannot reach ghost's daemon there."""
+    a = daemons.a
+    ghost = "hop-ghost-" + uuid.uuid4().hex[:6]
+    dead_port = free_port()
+    leases = client.CoordinationV1Api(api_client)
+    now = dt.datetime.now(dt.UTC)
+    leases.create_namespaced_lease(
+        LEASES,
+        {
+            "metadata": {
+                "name": f"libvirt-host-{ghost}",
+                "annotations": {c.HOP_ADDRESS_ANNOTATION: f"127.0.0.1:{dead_port}"},
+            },
+            "spec": {
+                "holderIdentity": ghost,
+                "leaseDurationSeconds": 3600,
+                "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            },
+        },
+    )
+    try:
+        vm, lm = pair(guest_ns, "haunted")
+        lm["metadata"]["labels"][c.HOST_LABEL] = ghost
+        lm["spec"]["host"] = ghost
+        create(api_client, [vm, lm])
+        path = CONSOLE_PATH.format(ns=guest_ns, name="haunted")
+        code, body = direct_request(
+            a.port,
+            path,
+            {"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters"},
+            cert=daemons.pki.front_proxy,
+            ca=daemons.pki.ca,
+        )
+        assert code == 503, body
+        message = json.loads(body)["message"]
+        assert f"cannot reach the daemon serving host {ghost} at 127.0.0.1:{dead_port}" in message
+    finally:
+        leases.delete_namespaced_lease(f"libvirt-host-{ghost}", LEASES)
