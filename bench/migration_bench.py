@@ -100,6 +100,8 @@ IMAGE_SIZE = GIB
 # never reads or writes, and inside the 1 GiB overlay.
 OWN_DATA_OFFSET = 512 * MIB
 SMOKE_OWN_DATA_OFFSET = 40 * MIB  # the busybox image's own disk is 64 MiB
+RESULT_FIELDS = ("elapsedMilliseconds", "downtimeMilliseconds", "memoryProcessed", "memoryTotal")
+DISK_FIELDS = ("diskProcessed", "diskTotal")
 ENDS = {c.MIGRATION_PHASE_SUCCEEDED, c.MIGRATION_PHASE_FAILED, c.MIGRATION_PHASE_CANCELLED}
 
 
@@ -292,7 +294,9 @@ def _ended(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
     return obj if obj and (obj.get("status") or {}).get("phase") in ENDS else None
 
 
-def _move(obj: dict[str, Any], wall: float) -> Move:
+def _move(obj: dict[str, Any], wall: float, *, disk: bool) -> Move:
+    """The figures of an ended migration; `disk`: its disk figures must be there too (a machine
+    with nothing of its own in its overlay may have none)."""
     status = obj["status"]
     if status["phase"] != c.MIGRATION_PHASE_SUCCEEDED:
         cond = [x for x in status.get("conditions") or [] if x.get("status") != "True"]
@@ -301,28 +305,41 @@ def _move(obj: dict[str, Any], wall: float) -> Move:
             + "; ".join(f"{x.get('reason')}: {x.get('message')}" for x in cond)
         )
     result = status.get("result") or {}
+    # A figure the status lacks must not pass for a zero: it would flatter the ratio.
+    missing = [k for k in RESULT_FIELDS + (DISK_FIELDS if disk else ()) if k not in result]
+    if missing:
+        raise SystemExit(
+            f"bench: migration {obj['metadata']['name']} has no {', '.join(missing)} in its "
+            f"result: {result}"
+        )
     return Move(
         source=status["source"],
         target=status["target"],
         wall=wall,
-        elapsed=int(result.get("elapsedMilliseconds") or 0) / 1e3,
-        downtime=int(result.get("downtimeMilliseconds") or 0) / 1e3,
-        memory_processed=int(result.get("memoryProcessed") or 0),
-        memory_total=int(result.get("memoryTotal") or 0),
+        elapsed=int(result["elapsedMilliseconds"]) / 1e3,
+        downtime=int(result["downtimeMilliseconds"]) / 1e3,
+        memory_processed=int(result["memoryProcessed"]),
+        memory_total=int(result["memoryTotal"]),
         disk_processed=int(result.get("diskProcessed") or 0),
         disk_total=int(result.get("diskTotal") or 0),
     )
 
 
 def migrate(
-    api: client.ApiClient, ns: str, machine: str, target: str | None, timeout: float
+    api: client.ApiClient,
+    ns: str,
+    machine: str,
+    target: str | None,
+    timeout: float,
+    *,
+    disk: bool = False,
 ) -> Move:
     """One LibvirtMigration of `machine` (no target: the source chooses), until it ends."""
     name = f"{machine}-{uuid.uuid4().hex[:6]}"
     started = time.monotonic()
     create_migration(api, migration(ns, name, machine, target))
     done = wait(lambda: _ended(api, ns, name), timeout, f"migration {name} ended")
-    return _move(done, time.monotonic() - started)
+    return _move(done, time.monotonic() - started, disk=disk)
 
 
 def _line(i: str, m: Move, own: int, ram: int) -> str:
@@ -388,7 +405,7 @@ def one_machine(
     at = 0
     for i in range(repeats + (1 if warm_up else 0)):
         target = hosts[1 - at]
-        move = migrate(api, ns, name, target.name, 900)
+        move = migrate(api, ns, name, target.name, 900, disk=True)
         at = 1 - at
         wait_ready(api, ns, name, what=f"{name} Ready on {target.name}")
         first = warm_up and i == 0
@@ -465,7 +482,7 @@ def drain_against_one_by_one(
     listing = client.CustomObjectsApi(api).list_namespaced_custom_object(
         GROUP, V, ns, c.MIGRATION_PLURAL, label_selector=f"{c.DRAIN_HOST_LABEL}={first}"
     )
-    drain_moves = [_move(obj, 0.0) for obj in listing["items"]]
+    drain_moves = [_move(obj, 0.0, disk=False) for obj in listing["items"]]
     patch_host(api, first, {"spec": {"drain": None}})
     patch_host(api, first, {"spec": {"unschedulable": False}})
     wait(lambda: not _drain_status(api, first), 60, f"{first}'s drain cleared")
