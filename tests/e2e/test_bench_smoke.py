@@ -26,6 +26,7 @@ SMOKE_TIMEOUT = {
     "image_bench.py": 120,
     "metrics_bench.py": 120,
     "metrics_profile.py": 60,
+    "migration_bench.py": 120,
     "placement_bench.py": 240,
     "provider_burst.py": 180,
     "remote_bench.py": 180,

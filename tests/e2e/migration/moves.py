@@ -1,5 +1,6 @@
-"""LibvirtMigrations as this directory's tests make, read and wait for them, and what a lab
-host's pool holds of a machine (shared by test_migration.py and test_migration_limits.py)."""
+"""LibvirtMigrations as this directory's tests wait for them, and what a lab host's pool holds of a
+machine (shared by test_migration.py and test_migration_limits.py). Making, reading and deleting
+them is tests/support/migrations.py's, which bench/migration_bench.py shares."""
 
 from __future__ import annotations
 
@@ -7,44 +8,28 @@ from typing import Any
 
 import libvirt
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
-from tests.support.kube import GROUP, V
 from tests.support.lab_access import LabInfo
+from tests.support.migrations import (
+    PLURAL,
+    create_migration,
+    delete_migrations,
+    migration,
+    read_migration,
+)
 from tests.support.waiting import eventually
 
-PLURAL = c.MIGRATION_PLURAL
-
-
-def migration(ns: str, name: str, machine: str, target: str | None, **spec: Any) -> dict[str, Any]:
-    """A LibvirtMigration's body (no target: the source chooses)."""
-    body: dict[str, Any] = {"machineName": machine, **spec}
-    if target is not None:
-        body["targetHost"] = target
-    return {
-        "apiVersion": f"{GROUP}/{V}",
-        "kind": c.MIGRATION_KIND,
-        "metadata": {"name": name, "namespace": ns},
-        "spec": body,
-    }
-
-
-def create_migration(api: client.ApiClient, body: dict[str, Any]) -> None:
-    ns = body["metadata"]["namespace"]
-    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, V, ns, PLURAL, body)
-
-
-def read_migration(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
-    try:
-        obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            GROUP, V, ns, PLURAL, name
-        )
-        return obj
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
+__all__ = [
+    "PLURAL",
+    "create_migration",
+    "delete_migrations",
+    "migration",
+    "migration_events",
+    "pool_volumes",
+    "read_migration",
+    "wait_ended",
+]
 
 
 def wait_ended(
@@ -63,18 +48,6 @@ def wait_ended(
         what=f"migration {ns}/{name} to end",
     )
     return found
-
-
-def delete_migrations(api: client.ApiClient, ns: str) -> None:
-    """Delete the namespace's migrations and wait until they are gone (finalizers done)."""
-    custom = client.CustomObjectsApi(api)
-    for obj in custom.list_namespaced_custom_object(GROUP, V, ns, PLURAL)["items"]:
-        custom.delete_namespaced_custom_object(GROUP, V, ns, PLURAL, obj["metadata"]["name"])
-    eventually(
-        lambda: not custom.list_namespaced_custom_object(GROUP, V, ns, PLURAL)["items"],
-        timeout=60,
-        what=f"the migrations of {ns} gone",
-    )
 
 
 def migration_events(api: client.ApiClient, ns: str, name: str) -> list[str]:

@@ -45,3 +45,15 @@ def test_the_result_takes_time_and_memory_from_the_target_and_disks_from_the_sou
         "diskProcessed": 8,
     }
     assert result_of({}, None) == {}
+
+
+def test_a_last_report_from_before_the_mirror_ended_still_counts_the_whole_disk() -> None:
+    """The source's last report came mid-mirror; the job then succeeded, which it can only
+    once every byte of the disks crossed."""
+    completed = {"time_elapsed": 1950, "downtime": 49, "memory_total": 100}
+    last = {"diskTotal": 50, "diskProcessed": 43, "diskRemaining": 7}
+    result = result_of(completed, last)
+    assert (result["diskTotal"], result["diskProcessed"]) == (50, 50)
+    # More processed than the total (blocks the guest wrote again were sent twice): kept.
+    again = result_of(completed, {"diskTotal": 50, "diskProcessed": 56, "diskRemaining": 0})
+    assert again["diskProcessed"] == 56
