@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.lab_access import REPO
+from tests.support.signals import as_at_a_terminal
 from tests.support.waiting import GiveUp, TimedOutError, eventually
 
 RUN_DEADLINE = 420.0  # a cold lab start (no control-plane build) plus one guest boot
@@ -113,7 +114,7 @@ def test_make_run_on_a_fresh_lab_shows_the_sample_ready_and_stops_on_ctrl_c() ->
     )
     assert down.returncode == 0, down.stderr
     proc = subprocess.Popen(
-        ["make", "run"],
+        as_at_a_terminal(["make", "run"]),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -30,6 +30,7 @@ from tests.support.daemons import answers, free_port, health_base, start_daemon,
 from tests.support.factories import HOST
 from tests.support.kube import NS_PREFIX, apply, install_api, service_account_kubeconfig
 from tests.support.lab_access import REPO, LabInfo
+from tests.support.signals import as_at_a_terminal
 from tests.support.waiting import GiveUp, eventually
 
 APISERVICE = f"{c.SUBRESOURCE_VERSION}.{c.SUBRESOURCE_GROUP}"
@@ -157,18 +158,22 @@ class Plugin:
         tty_in: int | None = None
         if terminal:
             self._terminal, tty_in = os.openpty()
+        # Ctrl-C (the tests' SIGINT) as at a terminal, even in a test run started in the
+        # background.
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "libvirt_provider.adapters.plugin.kubectl_vm",
-                f"--kubeconfig={kubeconfig}",
-                "console",
-                name,
-                "-n",
-                namespace,
-                *options,
-            ],
+            as_at_a_terminal(
+                [
+                    sys.executable,
+                    "-m",
+                    "libvirt_provider.adapters.plugin.kubectl_vm",
+                    f"--kubeconfig={kubeconfig}",
+                    "console",
+                    name,
+                    "-n",
+                    namespace,
+                    *options,
+                ]
+            ),
             stdin=tty_in if tty_in is not None else subprocess.PIPE,
             stdout=tty_in if tty_in is not None else subprocess.PIPE,
             stderr=subprocess.PIPE,
