@@ -66,9 +66,13 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 COMPONENT = "libvirt-provider"
-# Conflicts on an image's status mean other hosts wrote meanwhile; each retry reads afresh, so a
-# handful is plenty even with many hosts importing at once.
-STATUS_ATTEMPTS = 8
+# Conflicts on an image's status mean other hosts wrote meanwhile; each retry reads afresh after
+# a random pause whose bound doubles (up to STATUS_BACKOFF_MAX), so hosts that collided spread
+# out however many import at once (a bound growing by steps of 50 ms let one of seven writers
+# on a loaded API server lose eight times in a row).
+STATUS_ATTEMPTS = 10
+STATUS_BACKOFF_FIRST = 0.05
+STATUS_BACKOFF_MAX = 1.0
 
 
 _ERRORS: dict[ApiFailure, ErrorFactory] = {
@@ -417,7 +421,8 @@ class KubeAdapter:
         for attempt in range(STATUS_ATTEMPTS):
             if attempt:
                 # Hosts that collided once would collide again if they retried in lockstep.
-                time.sleep(random.uniform(0, 0.05 * attempt))
+                bound = min(STATUS_BACKOFF_MAX, STATUS_BACKOFF_FIRST * 2**attempt)
+                time.sleep(random.uniform(0, bound))
             if obj is None:
                 obj = self.get_image(name)
                 if obj is None:
