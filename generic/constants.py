@@ -67,6 +67,11 @@ REASON_INVALID_PROVIDER_STATUS: Final = "InvalidProviderStatus"
 """The provider object's status breaks the contract (a wrong type at a contract path)."""
 REASON_DELETING: Final = "Deleting"
 
+MISSING_PROVIDER_GRACE_SECONDS: Final = 10.0
+"""How long a new VM's provider object may be missing before it is a problem (NotAdopted and a
+Warning): `kubectl apply` of a VM and its provider object writes them one after the other, and
+the VM's first pass may come between the two."""
+
 API_REASONS: Final = frozenset(
     {
         REASON_REQUIRES_POWER_OFF,

@@ -7,18 +7,21 @@ then does the VM adopt it (a controller owner reference) and, on deletion, delet
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from generic import constants as c
+from generic.formats import parse_time
 
 __all__ = [
     "Link",
     "LinkAssessment",
     "adopted_owner_references",
     "assess_link",
+    "awaiting_creation",
     "describe_ref",
     "disowned_owner_references",
 ]
@@ -101,6 +104,21 @@ def assess_link(vm: Mapping[str, Any], provider: Mapping[str, Any] | None) -> Li
     return LinkAssessment(
         Link.FOREIGN_CONTROLLER, f"provider object {what} is already controlled by {holder}"
     )
+
+
+def awaiting_creation(
+    vm: Mapping[str, Any], assessment: LinkAssessment, now: dt.datetime
+) -> float | None:
+    """Seconds left for a new VM's missing provider object to appear before that is reported as
+    a problem (`MISSING_PROVIDER_GRACE_SECONDS` from the VM's creation); None when it is not
+    missing, or the VM is older (or its age unknown)."""
+    if assessment.link is not Link.MISSING:
+        return None
+    created = parse_time(_metadata(vm).get("creationTimestamp"))
+    if created is None:
+        return None
+    left = c.MISSING_PROVIDER_GRACE_SECONDS - (now - created).total_seconds()
+    return left if left > 0 else None
 
 
 def adopted_owner_references(

@@ -13,6 +13,7 @@ It returns an `Outcome` that tells the work queue whether and when to look again
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,13 +22,14 @@ from generic import constants as c
 from generic.conditions import find_condition
 from generic.contract import read_provider_status
 from generic.errors import ApiError, ConflictError, KindNotServedError
-from generic.formats import merge_patch, utc_now
+from generic.formats import merge_patch, parse_time, utc_now
 from generic.gateway import ClusterGateway, EventType, ProviderKind
 from generic.linking import (
     Link,
     LinkAssessment,
     adopted_owner_references,
     assess_link,
+    awaiting_creation,
     describe_ref,
     disowned_owner_references,
 )
@@ -56,6 +58,10 @@ def _worth_an_event(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool
     if (before.get("status"), before.get("reason")) != (after.get("status"), after.get("reason")):
         return True
     return after.get("reason") in _OWN_REASONS and before.get("message") != after.get("message")
+
+
+def _now(clock: str) -> dt.datetime:
+    return parse_time(clock) or dt.datetime.now(dt.UTC)
 
 
 def _provider_ref(vm: Mapping[str, Any]) -> str:
@@ -119,7 +125,14 @@ class Reconciler:
         reading = None
         if assessment.link is Link.ADOPTED and provider is not None:
             reading = read_provider_status(provider)
-        self._report(vm, Observation(assessment=assessment, reading=reading))
+        awaited = awaiting_creation(vm, assessment, _now(self._clock()))
+        self._report(
+            vm, Observation(assessment=assessment, reading=reading, awaited=awaited is not None)
+        )
+        if awaited is not None:
+            # Its creation wakes this VM (the provider kinds are watched); this pass is for
+            # the report that it is still missing, once the grace is over.
+            return Outcome(requeue_after=awaited + 0.1)
         if not assessment.link.mutual:
             return RETRY
         if kind is not None and not kind.watched:

@@ -28,6 +28,8 @@ class Observation:
     reading: ProviderReading | None = None
     """Set only for an adopted provider: an unlinked object's status is never read."""
     deleting: bool = False
+    awaited: bool = False
+    """The provider object is missing, but the VM is new: it may be on its way."""
 
 
 def _both(status: str, reason: str, message: str) -> list[DesiredCondition]:
@@ -58,6 +60,10 @@ def _violations_message(reading: ProviderReading) -> str:
 def _conditions(observation: Observation) -> list[DesiredCondition]:
     assessment = observation.assessment
     reading = observation.reading
+    if observation.awaited:
+        return _both(
+            c.STATUS_UNKNOWN, c.REASON_WAITING, f"{assessment.message}; waiting for it to appear"
+        )
     if assessment.link is not Link.ADOPTED or reading is None:
         return _both(c.STATUS_FALSE, c.REASON_NOT_ADOPTED, assessment.message)
     wanted: list[DesiredCondition] = []

@@ -106,6 +106,27 @@ class TestNotAdopted:
         self._assert_not_adopted(cluster, "does not exist")
         assert cluster.events[-1][:2] == ("Warning", "NotAdopted")
 
+    def test_a_new_vms_missing_provider_is_awaited_without_a_warning(
+        self, cluster: FakeCluster
+    ) -> None:
+        # `kubectl apply` of both: the VM's first pass may come before its provider object.
+        cluster.add_vm("web")
+        cluster.vms[("ns", "web")]["metadata"]["creationTimestamp"] = "2026-12-04T10:00:00Z"
+        reconciler = Reconciler(cluster, clock=lambda: "2026-12-04T10:00:03Z")
+        assert reconciler.run("ns", "web") == Outcome(requeue_after=pytest.approx(7.1))
+        for type_ in ("Ready", "InfrastructureReady"):
+            condition = cluster.condition("web", type_)
+            assert condition is not None
+            assert (condition["status"], condition["reason"]) == ("Unknown", "Waiting")
+            assert "does not exist" in condition["message"]
+            assert "waiting for it to appear" in condition["message"]
+        assert not [e for e in cluster.events if e[0] == "Warning"]
+        # Past the grace, still missing: the problem is reported, with its Warning.
+        later = Reconciler(cluster, clock=lambda: "2026-12-04T10:00:11Z")
+        assert later.run("ns", "web") == Outcome(retry=True)
+        self._assert_not_adopted(cluster, "does not exist")
+        assert cluster.events[-1][:2] == ("Warning", "NotAdopted")
+
     def test_one_sided_link(self, cluster: FakeCluster) -> None:
         cluster.add_vm("web")
         cluster.add_provider("web")
