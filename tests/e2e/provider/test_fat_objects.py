@@ -44,8 +44,8 @@ def _rss_mib(pid: int) -> float:
 
 
 def _vm(ns: str, name: str, labels: int) -> dict[str, Any]:
-    """A VM whose provider object does not exist (the controller says NotAdopted, and posts an
-    Event saying so), with `labels` labels."""
+    """A VM whose provider object does not exist (the controller says NotAdopted once the VM is
+    10 s old, and posts an Event saying so), with `labels` labels."""
     return {
         "apiVersion": f"{VM_GROUP}/{V}",
         "kind": "VirtualMachine",
