@@ -23,7 +23,13 @@ What it does, bounded in time and stopping by itself:
   state (p95, from a watch) and the daemon's CPU seconds per second; at the end, per interval,
   the p95 of all quiet and all scraped phases side by side and their ratio. `--repeats` runs
   every interval that many times, the intervals in turn, so drift on a busy machine falls on
-  all of them alike;
+  all of them alike. Each phase also reads the daemon's own histogram of its reconciles
+  (`vmapi_libvirt_machine_reconcile_duration_seconds`) at its start and end, and prints what
+  the phase added: the count, the mean and the bucket of the p95, then the quiet and scraped
+  phases pooled per interval with the ratio of their means. That figure times each reconcile
+  inside the daemon, so the API server's, the generic controller's and this process's delays,
+  which move the patch-to-status times between phases by more than a scrape could, are left
+  out;
 - deletes every VM (the generic controller deletes each LibvirtMachine, the daemon its domain),
   waits until none is left, and prints the same counts again.
 
@@ -43,6 +49,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import math
 import random
 import statistics
 import sys
@@ -139,6 +147,67 @@ def report(what: str, scrapes: list[Scrape]) -> None:
         f"machines named {last.value('vmapi_machine_stats_machines'):.0f}, "
         f"partial {last.value('vmapi_machine_stats_partial'):.0f}"
     )
+
+
+RECONCILE = "vmapi_libvirt_machine_reconcile_duration_seconds"
+
+
+class Reconciles:
+    """The daemon's own histogram of its LibvirtMachine reconciles (`RECONCILE`, host `HOST`)
+    as one scrape shows it, or the difference of two: what a phase between them did. It times
+    each reconcile inside the daemon, so unlike the patch-to-status times it leaves out the API
+    server, the generic controller and this process."""
+
+    def __init__(self, count: float, total: float, buckets: dict[float, float]) -> None:
+        self.count, self.total, self.buckets = count, total, buckets
+
+    @classmethod
+    def read(cls, url: str, previous: float) -> tuple[Reconciles, float]:
+        """A reading from a body made after monotonic time `previous` (the daemon serves one
+        body for METRICS_MAX_AGE), and when it was read."""
+        time.sleep(max(0.0, previous + METRICS_MAX_AGE + 0.1 - time.monotonic()))
+        return cls.of(Scrape(url)), time.monotonic()
+
+    @classmethod
+    def of(cls, scrape: Scrape) -> Reconciles:
+        count = scrape.value(f"{RECONCILE}_count") or 0.0
+        total = scrape.value(f"{RECONCILE}_sum") or 0.0
+        buckets = {
+            float(s.labels["le"]): float(s.value)
+            for s in scrape.samples
+            if s.name == f"{RECONCILE}_bucket" and s.labels.get("host") == HOST
+        }
+        return cls(count, total, buckets)
+
+    def since(self, before: Reconciles) -> Reconciles:
+        return Reconciles(
+            self.count - before.count,
+            self.total - before.total,
+            {le: n - before.buckets.get(le, 0.0) for le, n in self.buckets.items()},
+        )
+
+    def plus(self, other: Reconciles) -> Reconciles:
+        return Reconciles(
+            self.count + other.count,
+            self.total + other.total,
+            {le: n + other.buckets.get(le, 0.0) for le, n in self.buckets.items()},
+        )
+
+    def mean_ms(self) -> float:
+        return 1e3 * self.total / self.count if self.count else 0.0
+
+    def p95_bound_ms(self) -> float:
+        """The upper bound of the bucket holding the 95th percentile (the histogram's grain)."""
+        for le in sorted(self.buckets):
+            if self.count and self.buckets[le] >= 0.95 * self.count:
+                return 1e3 * le
+        return float("inf")
+
+    def text(self) -> str:
+        return (
+            f"{self.count:.0f} reconciles, mean {self.mean_ms():.1f} ms, "
+            f"p95 <= {self.p95_bound_ms():g} ms"
+        )
 
 
 class Scraper:
@@ -267,18 +336,27 @@ def compare_reconciles(
     # Each repeat's p95 ratio scraped / quiet, per interval and state: their median is less
     # at the mercy of one phase the machine's other work slowed than the pooled p95.
     ratios: dict[tuple[float, str], list[float]] = {}
+    # The daemon's own reconcile histogram over each phase, per interval, quiet and scraped.
+    inside: dict[tuple[float, str], list[Reconciles]] = {}
     for repeat in range(repeats):
         for interval in intervals:
             pace = f"every {interval:g} s" if interval > 0 else "back to back"
             seconds = max(phase, 2 * interval)
+            first, read_at = Reconciles.read(url, -math.inf)
             started, used = time.monotonic(), cpu_seconds(pid)
             calm = cycle(custom, ns, quiet, seconds, deadline)
             calm_cpu = (cpu_seconds(pid) - used) / (time.monotonic() - started)
+            between, read_at = Reconciles.read(url, read_at)
             started, used = time.monotonic(), cpu_seconds(pid)
             with Scraper(url, interval) as scraper:
                 busy = cycle(custom, ns, scraped, seconds, deadline)
             took = time.monotonic() - started
             busy_cpu = (cpu_seconds(pid) - used) / took
+            # One read more at each phase's end, in both: the phases differ only by the scraper.
+            last, _ = Reconciles.read(url, read_at)
+            calm_in, busy_in = between.since(first), last.since(between)
+            inside.setdefault((interval, "quiet"), []).append(calm_in)
+            inside.setdefault((interval, "scraped"), []).append(busy_in)
             cpu.setdefault((interval, "quiet"), []).append(calm_cpu)
             cpu.setdefault((interval, "scraped"), []).append(busy_cpu)
             counts[interval] = counts.get(interval, 0) + scraper.count
@@ -296,6 +374,7 @@ def compare_reconciles(
                     f"{_percentile(busy[state], 0.95):.2f} s"
                     for state in states
                 )
+                + f"; inside the daemon: {calm_in.text()} -> {busy_in.text()}"
             )
     print(f"reconcile p95 over {repeats} repeats, {cycled} machines a round, quiet -> scraped:")
     for interval in intervals:
@@ -312,6 +391,23 @@ def compare_reconciles(
         busy_cpu = statistics.mean(cpu[interval, "scraped"])
         cells.append(f"daemon CPU {calm_cpu:.2f} -> {busy_cpu:.2f} s/s")
         print(f"  scraping {pace:>13} ({counts[interval]:4d} scrapes): " + "; ".join(cells))
+    print("reconciles timed inside the daemon, all phases pooled, quiet -> scraped:")
+    for interval in intervals:
+        pace = f"every {interval:g} s" if interval > 0 else "back to back"
+        calm_all, busy_all = (
+            functools.reduce(Reconciles.plus, inside[interval, which])
+            for which in ("quiet", "scraped")
+        )
+        ratios_in = [
+            b.mean_ms() / a.mean_ms()
+            for a, b in zip(inside[interval, "quiet"], inside[interval, "scraped"], strict=True)
+            if a.mean_ms()
+        ]
+        print(
+            f"  scraping {pace:>13}: {calm_all.text()} -> {busy_all.text()}; mean "
+            f"{busy_all.mean_ms() / calm_all.mean_ms() if calm_all.mean_ms() else 0:.2f}x "
+            f"(median of repeats {statistics.median(ratios_in) if ratios_in else 0:.2f}x)"
+        )
 
 
 def run(
