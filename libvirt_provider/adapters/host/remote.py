@@ -4,10 +4,9 @@ Why Leases: a remote host runs no daemon of its own, so some replica of the remo
 Deployment must serve it, and never two at once (two controllers building one machine). Each
 remote host's heartbeat Lease (`libvirt-host-<host>`, the one placement reads) is also its claim:
 a replica campaigns for it with Kubernetes' leader-election rule, serves the host (a `HostUnit`)
-for as long as it renews, and stops serving when it cannot renew within half the heartbeat grace
-(`RENEW_DEADLINE_SECONDS` by default), before the Lease runs out (the grace, `--heartbeat-grace`)
-and another replica may take it. A replica that dies is replaced within the grace plus one retry
-period.
+for as long as it renews, and stops serving when it cannot renew within half the heartbeat
+grace, before the Lease runs out (the grace, `--heartbeat-grace`) and another replica may take
+it. A replica that dies is replaced within the grace plus one retry period.
 
 The supervisor also notices credential rotation: every pass it compares the host's Secret's
 resourceVersion with the one the connection was made with, and reconnects when it changed.
@@ -37,13 +36,9 @@ from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
 from libvirt_provider.host_api import LibvirtHostSpec
 from libvirt_provider.hosts.heartbeat import heartbeat_interval
 
-__all__ = ["RENEW_DEADLINE_SECONDS", "TAKEOVER_SECONDS", "RemoteHosts", "takeover_seconds"]
+__all__ = ["RemoteHosts", "takeover_seconds"]
 
 log = logging.getLogger(__name__)
-
-# A replica that could not renew a host's claim for this long stops serving it (before the Lease
-# runs out at the heartbeat grace and another replica may take the host): half the grace.
-RENEW_DEADLINE_SECONDS = c.HEARTBEAT_GRACE_SECONDS / 2
 
 
 def takeover_seconds(grace: float = c.HEARTBEAT_GRACE_SECONDS) -> float:
@@ -51,7 +46,6 @@ def takeover_seconds(grace: float = c.HEARTBEAT_GRACE_SECONDS) -> float:
     return grace + c.HEARTBEAT_SECONDS
 
 
-TAKEOVER_SECONDS = takeover_seconds()
 # How long stopping one host's unit may take.
 UNIT_STOP_SECONDS = 20.0
 
@@ -203,6 +197,7 @@ class RemoteHosts:
                 on_start=serve,
                 on_stop=release,
                 lease_seconds=max(1, round(self._settings.heartbeat_grace)),
+                # Stops serving before the Lease runs out and another replica may take the host.
                 renew_deadline=self._settings.heartbeat_grace / 2,
                 retry_period=self._interval,
                 labels={c.HOST_LABEL: host},
