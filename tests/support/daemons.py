@@ -223,6 +223,10 @@ class Fleet:
 # -- the daemon in remote mode --------------------------------------------------------------------
 
 
+_LOG_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
+_REFUSAL = re.compile(r"\b403\b|forbidden", re.IGNORECASE)
+
+
 @dataclass
 class RemoteDaemon:
     identity: str
@@ -231,6 +235,14 @@ class RemoteDaemon:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def refusals(self) -> list[str]:
+        """The log lines where the API server refused the daemon something (403, Forbidden).
+
+        Each line's timestamp is left out first: its milliseconds once read ",403".
+        """
+        lines = (_LOG_TIMESTAMP.sub("", line) for line in self.text().splitlines())
+        return [line for line in lines if _REFUSAL.search(line)]
 
     def stop(self, *, kill: bool = False) -> None:
         if kill:
