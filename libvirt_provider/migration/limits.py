@@ -116,13 +116,19 @@ class Watchdog:
     current stage (the disk mirror first, then memory) for the no-progress time; a guest that
     dirties its memory as fast as it is sent makes none, however many bytes go over the wire.
     The deadline: from the start of the copy, the seconds per GiB times the largest amount of
-    memory and disk libvirt reported to copy."""
+    memory and disk libvirt reported to copy. While libvirt mirrors the disks it reports no
+    memory to copy yet, so the guest's own memory size (`memory_bytes`, from its definition)
+    stands in for it: a deadline counted from the disks alone would abort a copy of a few MiB of
+    disk within a second, before any memory was sent."""
 
-    def __init__(self, limits: MigrationLimits, *, started: dt.datetime) -> None:
+    def __init__(
+        self, limits: MigrationLimits, *, started: dt.datetime, memory_bytes: int = 0
+    ) -> None:
         self._limits = limits
         self._started = started
         self._lowest: int | None = None
         self._since = started
+        self._memory = max(memory_bytes, 0)
         self._total = 0
         self._memory_stage = False
 
@@ -132,7 +138,8 @@ class Watchdog:
         remaining = _sum(stats, "memory_remaining", "disk_remaining")
         total = _sum(stats, "memory_total", "disk_total")
         if total is not None:
-            self._total = max(self._total, total)
+            memory = max(_sum(stats, "memory_total") or 0, self._memory)
+            self._total = max(self._total, memory + (_sum(stats, "disk_total") or 0))
         # With local disks, libvirt mirrors the disks first and sends memory after: the bytes
         # left restart from the memory's size then, so the lowest seen restarts with the stage.
         # A report of nothing left is no bound to hold the job to (a stage not begun, or the

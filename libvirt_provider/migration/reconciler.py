@@ -51,7 +51,12 @@ from libvirt_provider.migration.progress import progress_of, result_of
 from libvirt_provider.migration.refusals import Request, TargetFacts, refusal
 from libvirt_provider.migration.store import MigrationKey, MigrationStore, Obj
 from libvirt_provider.migration.target_choice import Choice, choose_target
-from libvirt_provider.migration.target_xml import UnmappedDiskError, domain_needs, target_xml
+from libvirt_provider.migration.target_xml import (
+    UnmappedDiskError,
+    domain_needs,
+    memory_bytes,
+    target_xml,
+)
 from libvirt_provider.migration_api import MigrationPhase
 
 __all__ = ["MigrationReconciler"]
@@ -118,6 +123,8 @@ def _ns_name(obj: Obj) -> tuple[str, str]:
 class _Watch:
     """What the passes over one running copy learned so far."""
 
+    # The guest's memory size, from its definition (the watchdog's deadline counts it).
+    memory_bytes: int = 0
     last: dict[str, int] = dataclasses.field(default_factory=dict)
     aborted: bool = False
     machine_gone: bool = False
@@ -126,7 +133,7 @@ class _Watch:
 
     def watchdog(self, limits: MigrationLimits, now: dt.datetime) -> Watchdog:
         if self._watchdog is None:
-            self._watchdog = Watchdog(limits, started=now)
+            self._watchdog = Watchdog(limits, started=now, memory_bytes=self.memory_bytes)
         return self._watchdog
 
 
@@ -588,7 +595,7 @@ class MigrationReconciler:
 
         thread = threading.Thread(target=run, name=f"migrate-{uid[:8]}", daemon=True)
         thread.start()
-        watch = _Watch()
+        watch = _Watch(memory_bytes=memory_bytes(dest))
         while thread.is_alive():
             thread.join(self._progress_seconds)
             if not thread.is_alive():
@@ -600,7 +607,7 @@ class MigrationReconciler:
         """Watch a copy libvirt runs already, as `_copy` watches its own, until libvirt's job
         ends (aborted at once when the machine is being deleted); None once the domain left
         this host."""
-        watch = _Watch()
+        watch = _Watch(memory_bytes=self._memory_bytes(uid))
         if going:
             self._hv.abort_job(uid)
             watch.aborted = watch.machine_gone = True
@@ -620,6 +627,14 @@ class MigrationReconciler:
             f"still on host {self._host}"
         )
         return self._copy_outcome(obj, watch, failed=still)
+
+    def _memory_bytes(self, uid: str) -> int:
+        """The guest's memory size from its running definition; 0 when it cannot be read (the
+        watchdog then counts what libvirt reports alone)."""
+        try:
+            return memory_bytes(self._hv.migratable_xml(uid))
+        except ProviderError:
+            return 0
 
     def _tick(self, obj: Obj, uid: str, watch: _Watch) -> Obj:
         """One look at a running copy: its progress into the status; aborted when the migration

@@ -17,8 +17,9 @@ from pathlib import PurePosixPath
 from lxml import etree
 
 from libvirt_provider.domainxml import pool_volumes
+from libvirt_provider.domainxml.compute import parse_compute
 
-__all__ = ["UnmappedDiskError", "domain_needs", "target_xml"]
+__all__ = ["UnmappedDiskError", "domain_needs", "memory_bytes", "target_xml"]
 
 
 class UnmappedDiskError(ValueError):
@@ -66,3 +67,10 @@ def domain_needs(xml: str) -> tuple[frozenset[str], frozenset[str]]:
     }
     pools = {pool for pool, _ in pool_volumes(xml)}
     return frozenset(networks), frozenset(pools)
+
+
+def memory_bytes(xml: str) -> int:
+    """The guest memory a domain's definition gives it (its current size; 0 when it says none):
+    what a live migration copies besides the disks."""
+    facts = parse_compute(etree.fromstring(xml.encode()))
+    return (facts.memory_current_kib or 0) * 1024

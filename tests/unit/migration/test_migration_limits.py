@@ -135,3 +135,29 @@ def test_the_memory_stage_after_the_disk_mirror_starts_the_lowest_again() -> Non
     assert verdict is not None
     assert verdict.reason == c.MIGRATION_REASON_NO_PROGRESS
     assert "the least seen: 180.0 MiB" in verdict.message
+
+
+def test_the_deadline_counts_the_guests_memory_while_only_disks_are_reported() -> None:
+    """While libvirt mirrors the disks it reports no memory to copy (0): 4 MiB of disk alone
+    would make a deadline under a second. The guest's memory size from its definition counts
+    instead: 256 MiB + 4 MiB at 40 s per GiB is about 10 s."""
+    limits = MigrationLimits(no_progress_seconds=100, deadline_seconds_per_gib=40)
+    mirror = {
+        "memory_total": 0,
+        "memory_remaining": 0,
+        "memory_processed": 0,
+        "disk_total": 4 << 20,
+    }
+    dog = Watchdog(limits, started=T0, memory_bytes=256 << 20)
+    for second in range(1, 10):
+        left = {**mirror, "disk_remaining": (4 << 20) - second * 2**18}
+        assert dog.observe(T0 + dt.timedelta(seconds=second), left) is None, second
+    verdict = dog.observe(T0 + dt.timedelta(seconds=11), {**mirror, "disk_remaining": 2**18})
+    assert verdict is not None
+    assert verdict.reason == c.MIGRATION_REASON_DEADLINE_EXCEEDED
+    assert "the deadline for 260.0 MiB of memory and disk is 10 s" in verdict.message
+    # Without the guest's size (as before), the same first report ends the copy at once.
+    unsized = Watchdog(limits, started=T0)
+    early = unsized.observe(T0 + dt.timedelta(seconds=2), {**mirror, "disk_remaining": 4 << 20})
+    assert early is not None
+    assert early.reason == c.MIGRATION_REASON_DEADLINE_EXCEEDED

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 from lxml import etree
 
-from libvirt_provider.migration.target_xml import UnmappedDiskError, domain_needs, target_xml
+from libvirt_provider.migration.target_xml import (
+    UnmappedDiskError,
+    domain_needs,
+    memory_bytes,
+    target_xml,
+)
 
 XML = """<domain type='qemu'><name>d</name><devices>
 <disk type='volume' device='disk'>
@@ -69,3 +74,15 @@ def test_a_definition_needs_its_networks_and_pools() -> None:
     networks, pools = domain_needs(XML)
     assert networks == {"lab"}
     assert pools == {"src-pool"}
+
+
+def test_the_memory_a_definition_gives_its_guest() -> None:
+    sized = (
+        "<domain type='qemu'><name>d</name><memory unit='KiB'>786432</memory>"
+        "<currentMemory unit='KiB'>524288</currentMemory></domain>"
+    )
+    assert memory_bytes(sized) == 512 << 20
+    assert memory_bytes("<domain><name>d</name><memory unit='MiB'>256</memory></domain>") == (
+        256 << 20
+    )
+    assert memory_bytes(XML) == 0
