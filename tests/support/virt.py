@@ -9,6 +9,9 @@ alike.
 from __future__ import annotations
 
 import contextlib
+import re
+import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from lxml import etree
 from lxml.builder import E
 
 from tests.support.lab_access import LabInfo, LabRemote
+from tests.support.waiting import TimedOutError, eventually
 
 
 def guest_domain_xml(
@@ -114,3 +118,71 @@ def host_volumes(remote: LabRemote, prefix: str) -> list[str]:
         return [v.name() for v in pool.listAllVolumes(0) if v.name().startswith(prefix)]
     finally:
         conn.close()
+
+
+class GuestShell:
+    """The busybox guest's serial shell, typed into and read over a console stream of the test's
+    own (`virDomainOpenConsole`, forced), never through the daemon under test.
+
+    Output is read on a thread (a blocking stream: its reads return as data arrives) into one
+    buffer. `ask` wraps a command so that its answer is printed behind a marker the echo of what
+    was typed cannot match, and types it again while no answer came (the shell may not listen
+    yet). Use it as a context manager; the console is released on exit, so a migration never runs
+    with it open.
+    """
+
+    def __init__(self, uri: str, domain: str) -> None:
+        self._conn = libvirt.open(uri)
+        self._stream = self._conn.newStream(0)
+        self._conn.lookupByName(domain).openConsole(
+            None, self._stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE
+        )
+        self._lock = threading.Lock()
+        self._output = bytearray()
+        self._reader = threading.Thread(target=self._read, name=f"console-{domain}", daemon=True)
+        self._reader.start()
+
+    def __enter__(self) -> GuestShell:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        with contextlib.suppress(libvirt.libvirtError):
+            self._stream.abort()
+        self._reader.join(timeout=10)
+        self._conn.close()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._stream.recv(4096)
+            except libvirt.libvirtError:
+                return
+            if not isinstance(data, bytes) or not data:
+                return
+            with self._lock:
+                self._output += data
+
+    def text(self) -> str:
+        with self._lock:
+            return self._output.decode(errors="replace")
+
+    def ask(self, command: str, *, timeout: float = 90) -> str:
+        """The single-line output of `command` in the guest (typed again every 5 s until it
+        answers)."""
+        tag = "ANS" + uuid.uuid4().hex[:8]
+        answer = re.compile(rf"{tag}-\[([^\]\r\n]*)\]")
+
+        def answered() -> str | None:
+            found = answer.search(self.text())
+            return found.group(1) if found else None
+
+        def typed_and_answered() -> str | None:
+            self._stream.send(f'\nx=$({command}); echo "{tag}""-[$x]"\n'.encode())
+            with contextlib.suppress(TimedOutError):
+                return eventually(answered, timeout=5, interval=0.1, what="the shell's answer")
+            return None
+
+        try:
+            return eventually(typed_and_answered, timeout=timeout, interval=0, what=command)
+        except TimedOutError as err:
+            raise AssertionError(f"{err}; the console's end:\n{self.text()[-1500:]}") from err

@@ -4,8 +4,10 @@ migrations that cannot go on are refused before anything is copied.
 Why: the product slice of live migration (docs/migration.md): the target's daemon prepares the
 machine's volumes, the source's daemon runs libvirt's peer-to-peer TLS migration with the disks,
 deletes what it held and moves the binding; the target's daemon adopts the running domain (same
-UUID and MAC, never rebooted) and records what libvirt measured. One guest is booted and moved
-for the whole module; the refusals run against it afterwards.
+UUID and MAC, never rebooted) and records what libvirt measured. The guest's own shell shows
+that it moved alive: a process started before the move still runs, its kernel never rebooted, and
+the data it wrote to its disk is there. One guest is booted and moved for the whole module; the
+refusals run against it afterwards.
 
 Cost: about 70-105 s (one busybox guest: ~20 s to boot under TCG, then four migrations of it of
 ~6-10 s each, one slowed and cancelled, one through `kubectl vm migrate --wait`, and refusals of
@@ -14,6 +16,7 @@ a few seconds each).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import uuid
@@ -43,6 +46,7 @@ from tests.support.factories import pair
 from tests.support.hosts import host_object
 from tests.support.kube import GROUP, V, create, domain_of, get, wait_ready
 from tests.support.lab_access import LabHost, LabInfo
+from tests.support.virt import GuestShell
 from tests.support.waiting import eventually
 
 
@@ -58,6 +62,46 @@ class Moved:
     source_machines_before: int
     target_machines_before: int
     migration: dict[str, Any]
+    before: GuestState
+
+
+@dataclass(frozen=True)
+class GuestState:
+    """What the guest's shell told on the source before the move."""
+
+    boot_id: str
+    uptime: float
+    sleeper: str  # the pid of a process started in the guest
+
+
+# What the guest writes into its boot disk's overlay before the move, far past the 16 MiB base
+# image's data: the disk figures must then count it, and the target must hold it.
+WRITTEN_LINE = b"vmapi-migrated-data\n"
+WRITTEN_MIB, WRITTEN_AT_MIB = 4, 256
+WRITTEN_MD5 = hashlib.md5(
+    (WRITTEN_LINE * (WRITTEN_MIB * 2**20 // len(WRITTEN_LINE) + 1))[: WRITTEN_MIB * 2**20]
+).hexdigest()
+READ_BACK = (
+    f"dd if=/dev/vda bs=1M skip={WRITTEN_AT_MIB} count={WRITTEN_MIB} 2>/dev/null"
+    " | md5sum | cut -c1-32"
+)
+
+
+def _before_the_move(uri: str, domain: str) -> GuestState:
+    """Through the guest's own shell: a process started, data written to the boot disk (read back),
+    and what tells a reboot (the kernel's boot id, the uptime)."""
+    with GuestShell(uri, domain) as shell:
+        assert shell.ask("cat /sys/block/vda/size") == str(2**30 // 512), "vda is the boot disk"
+        written = shell.ask(
+            f"yes {WRITTEN_LINE.decode().strip()} | head -c {WRITTEN_MIB * 2**20} | "
+            f"dd of=/dev/vda bs=1M seek={WRITTEN_AT_MIB} conv=fsync 2>/dev/null; {READ_BACK}"
+        )
+        assert written == WRITTEN_MD5, written
+        return GuestState(
+            boot_id=shell.ask("cat /proc/sys/kernel/random/boot_id"),
+            uptime=float(shell.ask("cut -d ' ' -f 1 /proc/uptime")),
+            sleeper=shell.ask("sleep 86400 </dev/null >/dev/null 2>&1 & echo $!"),
+        )
 
 
 def _machines_on(api: client.ApiClient, host: str) -> int:
@@ -95,6 +139,7 @@ def moved(fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str) -> 
         )
         before = _machines_on(api_client, source.name)
         target_before = _machines_on(api_client, target.name)
+        guest = _before_the_move(source.uri, domain_of(api_client, ns, "mover"))
         name = "move-" + uuid.uuid4().hex[:6]
         create_migration(api_client, migration(ns, name, "mover", target.name))
         done = wait_ended(api_client, ns, name)
@@ -109,6 +154,7 @@ def moved(fleet: Fleet, api_client: client.ApiClient, lab: LabInfo, ns: str) -> 
             source_machines_before=before,
             target_machines_before=target_before,
             migration=done,
+            before=guest,
         )
     finally:
         delete_migrations(api_client, ns)
@@ -124,11 +170,11 @@ def test_the_migration_succeeded_with_libvirts_figures(moved: Moved) -> None:
     assert result["downtimeMilliseconds"] > 0, result
     assert result["elapsedMilliseconds"] > 0, result
     # The guest's 256 MiB of RAM, zero pages mostly skipped; of the disks only what the guest
-    # wrote into its overlay (busybox runs from memory and writes next to nothing), never the
-    # 16 MiB base image under it.
+    # wrote into its overlay (the 4 MiB written before the move, and next to nothing else:
+    # busybox runs from memory), never the 16 MiB base image under it.
     assert result["memoryTotal"] >= 200 * 2**20, result
     assert 0 < result["memoryProcessed"] <= result["memoryTotal"], result
-    assert 0 <= result["diskTotal"] < 16 * 2**20, result
+    assert WRITTEN_MIB * 2**20 <= result["diskTotal"] < 16 * 2**20, result
     assert result["diskProcessed"] == result["diskTotal"], result
     cond = next(x for x in status["conditions"] if x["type"] == c.MIGRATION_CONDITION_SUCCEEDED)
     assert (cond["status"], cond["reason"]) == ("True", c.MIGRATION_REASON_SUCCEEDED), cond
@@ -164,6 +210,18 @@ def test_the_machine_runs_on_the_target_with_its_uuid_and_mac(
         what="the machine's providerID naming the target",
     )
     wait_ready(api_client, moved.ns, "mover", what="the VM Ready on the target", addresses=True)
+
+
+def test_its_processes_kept_running_and_its_disk_holds_what_it_wrote(moved: Moved) -> None:
+    """The guest's own view, through its shell on the target: the same kernel still running (its
+    boot id; its uptime went on), the process started before the move alive, the data written
+    before the move read back."""
+    with GuestShell(moved.target.uri, moved.domain) as shell:
+        assert shell.ask("cat /proc/sys/kernel/random/boot_id") == moved.before.boot_id
+        assert float(shell.ask("cut -d ' ' -f 1 /proc/uptime")) > moved.before.uptime
+        alive = f"kill -0 {moved.before.sleeper} && echo alive || echo gone"
+        assert shell.ask(alive) == "alive", f"process {moved.before.sleeper} did not survive"
+        assert shell.ask(READ_BACK) == WRITTEN_MD5
 
 
 def test_the_source_holds_nothing_of_it(
