@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
@@ -52,10 +52,15 @@ class LeaseElector:
         retry_period: float = 4.0,
         request_timeout: float = 5.0,
         labels: dict[str, str] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
         thread_name: str = "leader-election",
     ) -> None:
         self._leases = KubeApi(api)
         self._labels = dict(labels or {})
+        # What the holder says about itself on the Lease (where to reach it, say), written at
+        # every renewal and removed when it hands the Lease back; a None value removes what a
+        # former holder wrote under that key.
+        self._annotations = dict(annotations or {})
         self.name = name
         self.namespace = namespace
         self.identity = identity
@@ -154,6 +159,7 @@ class LeaseElector:
         spec["holderIdentity"] = self.identity
         spec["renewTime"] = now
         spec["leaseDurationSeconds"] = self._lease_seconds
+        self._annotate(lease, keep=True)
         try:
             # The read's resourceVersion makes a concurrent taker's write fail here.
             self._leases.replace_namespaced_lease(
@@ -169,6 +175,7 @@ class LeaseElector:
         metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
         if self._labels:
             metadata["labels"] = self._labels
+        self._annotate({"metadata": metadata}, keep=True)
         body = {
             "metadata": metadata,
             "spec": {
@@ -189,6 +196,22 @@ class LeaseElector:
             raise
         return True
 
+    def _annotate(self, lease: dict[str, Any], *, keep: bool) -> None:
+        """Write this holder's annotations into `lease` (or, `keep` False, remove them)."""
+        if not self._annotations:
+            return
+        meta = lease.setdefault("metadata", {})
+        annotations = dict(meta.get("annotations") or {})
+        for key, value in self._annotations.items():
+            if keep and value is not None:
+                annotations[key] = value
+            else:
+                annotations.pop(key, None)
+        if annotations:
+            meta["annotations"] = annotations
+        else:
+            meta.pop("annotations", None)
+
     def _release(self) -> None:
         """Hand the Lease back, so another candidate takes over at its next try instead of
         waiting for the lease to run out. One quick attempt: a stopping daemon must not wait
@@ -201,6 +224,7 @@ class LeaseElector:
             if not spec or spec.get("holderIdentity") != self.identity:
                 return
             del spec["holderIdentity"]
+            self._annotate(lease, keep=False)
             self._leases.replace_namespaced_lease(
                 self.name, self.namespace, lease, _request_timeout=self._timeout
             )

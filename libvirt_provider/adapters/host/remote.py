@@ -201,6 +201,9 @@ class RemoteHosts:
                 renew_deadline=self._settings.heartbeat_grace / 2,
                 retry_period=self._interval,
                 labels={c.HOST_LABEL: host},
+                # Where other daemons' console hops reach this replica (docs/console.md,
+                # "Routing"); None removes what a former holder published.
+                annotations={c.HOP_ADDRESS_ANNOTATION: self._settings.hop_address},
                 thread_name=f"claim-{host}",
             )
         )

@@ -194,6 +194,64 @@ def test_a_lease_taken_meanwhile_is_not_held(server: StubApiServer) -> None:
     assert [r.method for r in server.requests][:2] == ["GET", "POST"]
 
 
+def test_a_holder_publishes_its_annotations_and_takes_them_back(server: StubApiServer) -> None:
+    """What a former holder published under the holder's keys is replaced (a None value removes
+    it); annotations under other keys are left alone; handing back removes the holder's own."""
+    lease = f"{LEASES}/lead"
+    server.put(
+        lease,
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": "lead",
+                "namespace": "ns",
+                "annotations": {"where": "10.0.0.9:1", "stale": "old", "theirs": "kept"},
+            },
+            "spec": {},
+        },
+    )
+    started = threading.Event()
+    candidate = LeaseElector(
+        server.api_client(),
+        name="lead",
+        namespace="ns",
+        identity="a",
+        on_start=started.set,
+        on_stop=lambda: None,
+        retry_period=30.0,
+        annotations={"where": "10.0.0.1:8444", "stale": None},
+    )
+    candidate.start()
+    assert started.wait(10)
+    held = server.get(lease)
+    assert held is not None
+    assert held["metadata"]["annotations"] == {"where": "10.0.0.1:8444", "theirs": "kept"}
+    candidate.stop()
+    released = server.get(lease)
+    assert released is not None
+    assert released["metadata"]["annotations"] == {"theirs": "kept"}
+
+
+def test_a_created_lease_carries_the_holders_annotations(server: StubApiServer) -> None:
+    started = threading.Event()
+    candidate = LeaseElector(
+        server.api_client(),
+        name="lead",
+        namespace="ns",
+        identity="a",
+        on_start=started.set,
+        on_stop=lambda: None,
+        retry_period=30.0,
+        annotations={"where": "10.0.0.1:8444", "stale": None},
+    )
+    candidate.start()
+    assert started.wait(10)
+    created = bodies(server, "POST")[0]
+    assert created["metadata"]["annotations"] == {"where": "10.0.0.1:8444"}
+    candidate.stop()
+
+
 # -- the gateway: discovery, deletes -----------------------------------------------------------
 
 GROUP = "example.vm-api.io"
