@@ -2277,10 +2277,12 @@ def spawn_remote_holder(remote: RemoteHost) -> int:
     """A process that owns the remote host's mount and UTS namespaces (in its network namespace)
     for as long as the host exists, so that its libvirtd and sshd can each stop and start again
     in them. /run is a private tmpfs there: sshd's privilege separation directory, /run/sshd,
-    exists without touching the machine's /run."""
+    exists without touching the machine's /run, and so does /run/lock (/var/lock), where
+    libvirtd locks a guest's pty while a console stream has it open (`LCK.._pts_N`)."""
     remote.ns_ready.unlink(missing_ok=True)
     script = (
         "mount -t tmpfs -o mode=0755,size=16m vmapi-lab-run /run && mkdir -m 0755 /run/sshd && "
+        "mkdir -m 1777 /run/lock && "
         f"{_libvirt_binds(remote.libvirtd.root)} && hostname {shlex.quote(remote.name)} && "
         f"touch {shlex.quote(str(remote.ns_ready))} && exec sleep infinity"
     )
