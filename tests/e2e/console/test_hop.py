@@ -10,8 +10,11 @@ ServiceAccount (so deploy/'s RBAC, which lets them read each other's heartbeat L
 proven enough) and a certificate from the lab's console CA made for both server and client use,
 as a hop needs.
 
-Cost: 7 tests, 26 to 47 s warm in the runs so far on the shared 2-core machine, most of it the
-guest's boot and the two daemons' start.
+Last, a machine on the lab's remote host: its remote-mode replica publishes its hop address in the
+host's claim (the Lease it holds), and a console sent to A hops there.
+
+Cost: 8 tests, 37 s warm in the last run on the shared 2-core machine (the remote case about
+16 s), most of it the daemons' starts and the guests' boots.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 import socket
 import ssl
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,23 +54,40 @@ from tests.support.console import (
     unregister_apiservice,
     user_kubeconfig,
 )
-from tests.support.daemons import answers, free_port, health_base, start_daemon, stop_daemon
-from tests.support.factories import pair
-from tests.support.hosts import reset_host
+from tests.support.daemons import (
+    RemoteDaemon,
+    answers,
+    free_port,
+    health_base,
+    start_daemon,
+    start_remote_daemon,
+    stop_daemon,
+)
+from tests.support.factories import pair, remote_pair
+from tests.support.hosts import (
+    delete_secret,
+    forget_host,
+    put_secret,
+    reset_host,
+    set_host,
+    ssh_data,
+)
 from tests.support.kube import (
     NS_PREFIX,
     apply,
     create,
+    delete_vm_and_wait,
     get,
     install_api,
     namespace,
     service_account_kubeconfig,
 )
-from tests.support.lab_access import REPO, LabHost, LabInfo
+from tests.support.lab_access import REPO, LabHost, LabInfo, LabRemote
 from tests.support.port_echo import echo_round
 from tests.support.waiting import GiveUp, eventually
 
 LEASES = "vm-api-system"
+REMOTE_SECRET = "e2e-hop-remote"
 CONSOLE_PATH = (
     "/apis/subresources.infrastructure.vm-api.io/v1alpha1/namespaces/{ns}"
     "/libvirtmachines/{name}/console"
@@ -480,3 +501,146 @@ def test_an_unreachable_daemon_is_a_503_naming_the_host_and_why(
         assert f"cannot reach the daemon serving host {ghost} at 127.0.0.1:{dead_port}" in message
     finally:
         leases.delete_namespaced_lease(f"libvirt-host-{ghost}", LEASES)
+
+
+# -- a remote host's machine: the hop reaches the remote-mode replica holding the host's Lease ----
+
+
+@dataclass
+class RemoteHop:
+    remote: LabRemote
+    daemon: RemoteDaemon
+    hop_port: int
+    ns: str  # the namespace of a busybox guest `far` on the remote host, running
+
+
+def _forwarder(
+    route: list[str], ready: Path, *, netns: str | None = None
+) -> subprocess.Popen[bytes]:
+    """tests/lab/forward.py along `route` (in `netns`), once it listens."""
+    inside = ["ip", "netns", "exec", netns] if netns else []
+    script = str(REPO / "tests" / "lab" / "forward.py")
+    proc = subprocess.Popen(
+        [*inside, sys.executable, script, *route, f"--ready={ready}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    eventually(
+        lambda: ready.exists() or proc.poll() is not None,
+        timeout=20,
+        interval=0.05,
+        what=f"forwarder {route} listening",
+    )
+    assert proc.poll() is None, f"forwarder {route} exited {proc.returncode}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def remote_hop(
+    lab: LabInfo,
+    api_client: client.ApiClient,
+    daemons: Hops,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RemoteHop]:
+    """A remote-mode replica for the lab's remote host (in the remote's client namespace, as
+    the lab runs remote mode), with a hop port. Daemon A must reach that port at the address the
+    replica publishes, 127.0.0.1:<port>: two forwarders carry the machine's 127.0.0.1:<port>
+    into the client namespace through a unix socket, as the lab carries the API server the
+    other way (tests/lab/forward.py)."""
+    remote = lab.remote
+    if remote is None:
+        pytest.fail("the lab has no remote host (VMAPI_LAB_REMOTE=0); run make lab-up", False)
+    folder = tmp_path_factory.mktemp("hop-remote")
+    sock = folder / "hop.sock"
+    hop_port = free_port()
+    forwarders = [
+        _forwarder(
+            ["unix", str(sock), "tcp", "127.0.0.1", str(hop_port)],
+            folder / "client-ready",
+            netns=remote.client_netns,
+        )
+    ]
+    # The replica runs on deploy/remote's ServiceAccount: deploy/'s RBAC is what serves a hop.
+    apply(lab, REPO / "deploy" / "remote" / "rbac.yaml")
+    kubeconfig = folder / "remote.kubeconfig"
+    service_account_kubeconfig(
+        lab, api_client, kubeconfig, account="libvirt-provider-remote", namespace=LEASES
+    )
+    put_secret(api_client, REMOTE_SECRET, ssh_data(remote), ns=LEASES)
+    set_host(api_client, remote, {"uri": remote.ssh_uri, "secretRef": {"name": REMOTE_SECRET}})
+    replica: RemoteDaemon | None = None
+    try:
+        forwarders.append(
+            _forwarder(
+                ["tcp", "127.0.0.1", str(hop_port), "unix", str(sock)], folder / "host-ready"
+            )
+        )
+        replica = start_remote_daemon(
+            lab,
+            remote,
+            "e2e-hop-remote",
+            generic=False,
+            kubeconfig=str(kubeconfig),
+            lease_namespace=LEASES,
+            extra_args=(
+                f"--console-port={free_port()}",
+                "--console-address=127.0.0.1",
+                f"--console-cert-file={daemons.pki.hop[0]}",
+                f"--console-key-file={daemons.pki.hop[1]}",
+                f"--console-hop-port={hop_port}",
+                f"--console-hop-ca-file={daemons.pki.ca}",
+                "--console-advertise-address=127.0.0.1",
+            ),
+        )
+        eventually(
+            lambda: _hop_lease(api_client, remote.name) == f"127.0.0.1:{hop_port}",
+            timeout=60,
+            what=f"remote host {remote.name}'s Lease publishing the replica's hop address",
+        )
+        with namespace(api_client) as ns:
+            create(api_client, remote_pair(ns, "far", remote))
+
+            def running() -> bool:
+                status = (get(api_client, ns, "far", vm=False) or {}).get("status") or {}
+                return status.get("powerState") == "PoweredOn"
+
+            eventually(running, timeout=180, what=f"LibvirtMachine {ns}/far PoweredOn remotely")
+            yield RemoteHop(remote, replica, hop_port, ns)
+            delete_vm_and_wait(api_client, ns, "far", what="the remote machine deleted")
+    finally:
+        if replica is not None:
+            replica.stop()
+        forget_host(api_client, remote)
+        delete_secret(api_client, REMOTE_SECRET, ns=LEASES)
+        for proc in forwarders:
+            proc.terminate()
+            proc.wait(10)
+
+
+def test_a_console_on_a_remote_host_works_through_daemon_a_and_the_replicas_hop(
+    lab: LabInfo, api_client: client.ApiClient, daemons: Hops, remote_hop: RemoteHop, tmp_path: Path
+) -> None:
+    """The console of a machine on the remote host: A reads the host's Lease, held by the
+    remote-mode replica, and hops there; the replica opens the console over its ssh connection
+    to the host (`virDomainOpenConsole` on a remote URI)."""
+    ns = remote_hop.ns
+    kubeconfig = tmp_path / "remote-operator.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=ns, name="remote-operator")
+    bind_console(api_client, ns, user)
+    marker = "VMAPI-HOP-REMOTE-" + uuid.uuid4().hex[:8]
+    plugin = Plugin(kubeconfig, ns, "far")
+    try:
+        eventually(
+            lambda: _answered(plugin, marker),
+            timeout=60,
+            interval=2,
+            what=f"the remote guest's answer through the hop ({plugin.errors})",
+        )
+    finally:
+        assert plugin.leave() == 0, plugin.errors
+    assert re.search(
+        rf"{re.escape(user)}'s GET \S+/far/console hops to host {remote_hop.remote.name}",
+        daemons.a.log.read_text(),
+    )
+    assert f"console: {user} attached to {ns}/far as writer" in remote_hop.daemon.text()
+    assert remote_hop.daemon.refusals() == [], "the replica met a 403 on deploy/'s RBAC"
