@@ -13,7 +13,9 @@ handling of the ACPI power button, and a changed Secret takes effect after a pow
 daemon (the module's daemon also serves the console subresources).
 
 A Debian boot takes about a minute under software emulation, so the module shares one machine, and
-the tests run in file order, each leaving it running for the next (the power-cycle test last). The
+the tests run in file order, each leaving it running for the next (the power-cycle test last).
+Boots overlap where they can: the second machine (broken cloud-init data, the last test's) boots
+alongside the first from the start, and the snapshot's clone alongside the rollback. The
 machine has two NICs: `eth0` on the lab's DHCP network (addresses from leases) and `eth1` on the
 lab's network without DHCP, with a static address from network-data (addresses from the agent).
 ssh runs from inside the lab's network namespace, where both networks' bridges are. The guest's
@@ -317,6 +319,12 @@ def machine(
         yield m
 
 
+@pytest.fixture(scope="module", autouse=True)
+def booting_together(machine: Machine, broken: Machine) -> None:
+    """Both of the module's machines are created before its first test: the broken one's boot
+    (its test is the last) then runs while the other tests do, not after them."""
+
+
 def test_the_declared_key_logs_in_as_the_declared_user_and_nothing_else_does(
     lab: LabInfo, api_client: client.ApiClient, machine: Machine, keys: Keys
 ) -> None:
@@ -478,8 +486,12 @@ def test_a_filesystem_consistent_snapshot_freezes_through_the_agent_and_thaws(
         out = ssh_ok(lab, keys.declared, address, "echo B > snapshot-b && sync && echo thawed")
         assert out is not None
         assert out.strip() == "thawed"
+        # The clone and the rollback both boot from the snapshot's copies: started together, their
+        # two boots (a minute each under emulation) overlap.
+        clone, uid = _clone_from_the_snapshot(api_client, machine, keys)
+        create_restore(api_client, machine.ns, "rollback", "quiesced", machine.name)
         _clone_has_the_snapshots_files_and_is_a_new_cloud_init_instance(
-            lab, api_client, machine, keys
+            lab, api_client, clone, uid, keys
         )
         delete_vm_and_wait(api_client, machine.ns, CLONE, what="the clone deleted")
         _restored_in_place_it_holds_the_snapshots_files(lab, api_client, machine, keys)
@@ -508,10 +520,9 @@ def test_a_filesystem_consistent_snapshot_freezes_through_the_agent_and_thaws(
 def _restored_in_place_it_holds_the_snapshots_files(
     lab: LabInfo, api_client: client.ApiClient, machine: Machine, keys: Keys
 ) -> None:
-    """A LibvirtRestore rolls the running machine back to the snapshot: it is powered off
-    (through its agent), its disks become the snapshot's, and it runs again: file A, written
-    before the snapshot, is there, file B, written after, is not."""
-    create_restore(api_client, machine.ns, "rollback", "quiesced", machine.name)
+    """The LibvirtRestore `rollback` rolled the running machine back to the snapshot: it was
+    powered off (through its agent), its disks became the snapshot's, and it runs again: file A,
+    written before the snapshot, is there, file B, written after, is not."""
     done = eventually(
         lambda: (
             (r := get_restore(api_client, machine.ns, "rollback"))
@@ -543,12 +554,10 @@ def _restored_in_place_it_holds_the_snapshots_files(
     assert out.split() == ["A", "B-absent"]
 
 
-def _clone_has_the_snapshots_files_and_is_a_new_cloud_init_instance(
-    lab: LabInfo, api_client: client.ApiClient, machine: Machine, keys: Keys
-) -> None:
-    """A VM cloned from the snapshot (`source.snapshot`): file A, written before the snapshot, is
-    there, file B, written after, is not; cloud-init saw a new instance (the clone's own id, host
-    name and network), as on any new machine."""
+def _clone_from_the_snapshot(
+    api_client: client.ApiClient, machine: Machine, keys: Keys
+) -> tuple[Machine, str]:
+    """A VM cloned from the snapshot (`source.snapshot`), created; with its uid."""
     snapshot = {"apiGroup": GROUP, "kind": "LibvirtSnapshot", "name": "quiesced"}
     docs = pair(
         machine.ns,
@@ -569,6 +578,15 @@ def _clone_has_the_snapshots_files_and_is_a_new_cloud_init_instance(
         macs={"eth0": naming.mac_address(uid, "eth0")},
         static_address="",
     )
+    return clone, uid
+
+
+def _clone_has_the_snapshots_files_and_is_a_new_cloud_init_instance(
+    lab: LabInfo, api_client: client.ApiClient, clone: Machine, uid: str, keys: Keys
+) -> None:
+    """In the clone, file A, written before the snapshot, is there, file B, written after, is
+    not; cloud-init saw a new instance (the clone's own id, host name and network), as on any new
+    machine."""
     address = lease_address(api_client, clone)
     # The user and its key came with the disk (the source's cloud-init made them).
     out = eventually(
