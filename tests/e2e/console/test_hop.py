@@ -1,7 +1,7 @@
 """The hop between daemons (docs/console.md, "Routing"): two daemons on two of the lab's hosts,
 the APIService pointing at daemon A only, and a busybox guest on daemon B's host. A user's
 `kubectl vm console` reaches A through the API server, A forwards it over mutual TLS to B, and
-the guest's shell answers. B's hop port takes only certificates from the console CA; B reviews
+the guest's shell answers (and so do its VNC display, its statistics and a port-forward). B's hop port takes only certificates from the console CA; B reviews
 the user again; a request that already hopped is never forwarded again; a host whose daemon
 cannot be reached gets a 503 that says why.
 
@@ -13,7 +13,7 @@ as a hop needs.
 Last, a machine on the lab's remote host: its remote-mode replica publishes its hop address in the
 host's claim (the Lease it holds), and a console sent to A hops there.
 
-Cost: 8 tests, 37 s warm in the last run on the shared 2-core machine (the remote case about
+Cost: 9 tests, 34-37 s warm in the last runs on the shared 2-core machine (the remote case about
 16 s), most of it the daemons' starts and the guests' boots.
 """
 
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import libvirt
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -84,6 +85,7 @@ from tests.support.kube import (
 )
 from tests.support.lab_access import REPO, LabHost, LabInfo, LabRemote
 from tests.support.port_echo import echo_round
+from tests.support.vnc import VncForward, bind_vnc, libvirt_screen_size, rfb_server_init
 from tests.support.waiting import GiveUp, eventually
 
 LEASES = "vm-api-system"
@@ -230,12 +232,13 @@ def daemons(
 
 @pytest.fixture(scope="module")
 def guest_ns(api_client: client.ApiClient, daemons: Hops) -> Iterator[str]:
-    """A busybox guest `guest` on daemon B's host, running."""
+    """A busybox guest `guest` on daemon B's host, running, with a VNC display."""
     b = daemons.b
     with namespace(api_client) as ns:
         vm, lm = pair(ns, "guest")
         lm["metadata"]["labels"][c.HOST_LABEL] = b.host.name
         lm["spec"]["host"] = b.host.name
+        lm["spec"]["console"] = {"graphics": "VNC"}
         create(api_client, [vm, lm])
 
         def running() -> dict[str, Any] | None:
@@ -312,6 +315,32 @@ def test_kubectl_vm_top_for_the_machine_on_bs_host_answers_through_daemon_a(
     found = eventually(row, timeout=60, interval=1.0, what="kubectl vm top through the hop")
     assert found["HOST"] == daemons.b.host.name
     assert f"{user}'s GET" in daemons.a.log.read_text()
+
+
+def test_kubectl_vm_vnc_to_the_guest_on_bs_host_speaks_rfb_through_daemon_a(
+    lab: LabInfo, api_client: client.ApiClient, daemons: Hops, guest_ns: str, tmp_path: Path
+) -> None:
+    """The display's WebSocket crosses the hop as the console's does: the RFB handshake comes
+    back from B's libvirt, with the guest's screen size."""
+    kubeconfig = tmp_path / "watcher.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=guest_ns, name="watcher")
+    bind_vnc(api_client, guest_ns, user)
+    forward = VncForward(kubeconfig, guest_ns, "guest")
+    try:
+        version, init = rfb_server_init(forward.port)
+    finally:
+        forward.stop()
+    assert version == (3, 8), forward.errors
+    uid = str((get(api_client, guest_ns, "guest", vm=False) or {})["metadata"]["uid"])
+    conn = libvirt.open(daemons.b.host.uri)
+    try:
+        assert (init.width, init.height) == libvirt_screen_size(conn, uid)
+    finally:
+        conn.close()
+    assert re.search(
+        rf"{re.escape(user)}'s GET \S+/guest/vnc hops to host {daemons.b.host.name}",
+        daemons.a.log.read_text(),
+    )
 
 
 ECHO_PORT = 7000
