@@ -1,9 +1,9 @@
-"""The hop between daemons (docs/console.md, "Routing"): two daemons on two of the lab's hosts,
-the APIService pointing at daemon A only, and a busybox guest on daemon B's host. A user's
-`kubectl vm console` reaches A through the API server, A forwards it over mutual TLS to B, and
-the guest's shell answers (and so do its VNC display, its statistics and a port-forward). B's hop port takes only certificates from the console CA; B reviews
-the user again; a request that already hopped is never forwarded again; a host whose daemon
-cannot be reached gets a 503 that says why.
+"""The hop between daemons (docs/console.md, "Routing"): two daemons on two of the lab's hosts, the
+APIService pointing at daemon A only, and a busybox guest on daemon B's host. A user's `kubectl vm
+console` reaches A through the API server, A forwards it over mutual TLS to B, and the guest's
+shell answers (and so do its VNC display, its statistics and a port-forward). B's hop port takes
+only certificates from the console CA; B reviews the user again; a request that already hopped is
+never forwarded again; a host whose daemon cannot be reached gets a 503 that says why.
 
 Its own fixtures (not conftest's single daemon): the two daemons run with a token of deploy/'s
 ServiceAccount (so deploy/'s RBAC, which lets them read each other's heartbeat Leases, is what is
