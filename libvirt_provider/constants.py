@@ -308,6 +308,7 @@ __all__ = [
     "SNAPSHOT_SHORT_NAMES",
     "SNAPSHOT_VOLUME_PREFIX",
     "SSH_PORT",
+    "STATS_FANOUT_SECONDS",
     "STATS_HOST_FIELD",
     "STATS_KIND",
     "STATS_LIST_KIND",
@@ -671,6 +672,9 @@ HOP_ADDRESS_ANNOTATION: Final = "infrastructure.vm-api.io/console-hop-address"
 HOP_PEER_NAME: Final = "libvirt-provider-console.vm-api-system.svc"
 # Seconds to connect to, and finish TLS with, the daemon serving the machine's host.
 HOP_CONNECT_TIMEOUT: Final = 5.0
+# Seconds a `kubectl vm top` list waits for the other daemons' answers (asked all at once); a
+# host whose daemon is later is named in the list's partialHosts.
+STATS_FANOUT_SECONDS: Final = 15.0
 # Bytes read from either end of a hop per read, and bytes held for an end that is slow to read
 # (past them, reading from the other end pauses).
 HOP_READ_CHUNK: Final = 64 * 1024

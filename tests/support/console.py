@@ -289,20 +289,25 @@ def grant_stats(api_client: client.ApiClient, namespace: str, user: str) -> None
 
 def grant_machine_reading(api_client: client.ApiClient, namespace: str, user: str) -> None:
     """A Role and RoleBinding in `namespace` letting `user` get and list LibvirtMachines: what
-    the daemon asks before it shows their figures."""
-    client.RbacAuthorizationV1Api(api_client).create_namespaced_role(
-        namespace,
-        {
-            "metadata": {"name": "read-libvirtmachines"},
-            "rules": [
-                {
-                    "apiGroups": [c.GROUP],
-                    "resources": [c.MACHINE_PLURAL],
-                    "verbs": ["get", "list"],
-                }
-            ],
-        },
-    )
+    the daemon asks before it shows their figures. The Role is shared by every user granted
+    it in the namespace."""
+    try:
+        client.RbacAuthorizationV1Api(api_client).create_namespaced_role(
+            namespace,
+            {
+                "metadata": {"name": "read-libvirtmachines"},
+                "rules": [
+                    {
+                        "apiGroups": [c.GROUP],
+                        "resources": [c.MACHINE_PLURAL],
+                        "verbs": ["get", "list"],
+                    }
+                ],
+            },
+        )
+    except ApiException as err:
+        if err.status != 409:
+            raise
     _bind(api_client, namespace, user, "read-libvirtmachines", kind="Role")
 
 

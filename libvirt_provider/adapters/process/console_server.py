@@ -71,6 +71,7 @@ from libvirt_provider.adapters.process.guest_dial import GuestDialer
 from libvirt_provider.adapters.process.hop_relay import HopRelay
 from libvirt_provider.adapters.process.machine_metrics import HostSource, MachineStatsCollector
 from libvirt_provider.adapters.process.port_forward import PortBridge, switching_protocols
+from libvirt_provider.adapters.process.stats_fanout import StatsFanout
 from libvirt_provider.adapters.process.vnc_server import VncBridge, answer_png, choose_subprotocol
 from libvirt_provider.console.audit import (
     attached,
@@ -139,6 +140,7 @@ from libvirt_provider.console.stats import (
     readable_namespaces,
     stats_document,
 )
+from libvirt_provider.console.stats_fanout import hosts_to_ask, merge_lists
 from libvirt_provider.console.vnc import (
     ImageError,
     match_screenshot_route,
@@ -246,6 +248,11 @@ class ConsoleServer:
         self._hop_listener: socket.socket | None = None
         self._hop_accept_thread: threading.Thread | None = None
         self._hop_server, self._hop_client = self._hop_contexts(settings)
+        self._fanout = (
+            StatsFanout(self._kube, self._hop_client, settings.hop.lease_namespace)
+            if self._hop_client is not None and settings.hop is not None
+            else None
+        )
         self._stopping = threading.Event()
         self._refresh = BackgroundLoop("console-trust", self._refresh_loop)
         # The sessions open now: stopping ends each (the client is told) before the daemon
@@ -487,7 +494,7 @@ class ConsoleServer:
                     raise _RefusedError(stats_route)
                 if stats_route is not None:
                     identity = caller()
-                    self._serve_stats(conn, request, stats_route, identity)
+                    self._serve_stats(conn, request, stats_route, identity, hopped=hopped)
                     return
                 if route is None:
                     if hopped:
@@ -677,12 +684,19 @@ class ConsoleServer:
         return bool(status.get("allowed")) and not status.get("denied")
 
     def _serve_stats(
-        self, conn: ssl.SSLSocket, request: _Request, route: StatsRoute, identity: Identity
+        self,
+        conn: ssl.SSLSocket,
+        request: _Request,
+        route: StatsRoute,
+        identity: Identity,
+        *,
+        hopped: bool,
     ) -> None:
         if request.method != "GET":
             raise _RefusedError(
                 Refusal(405, "MethodNotAllowed", f"{c.STATS_RESOURCE} are read with GET")
             )
+        served = frozenset(h for h, _ in self._hosts())
         sources = [s for s in self._stats_sources() if route.host is None or s.host == route.host]
         held = {
             source.host: [
@@ -693,10 +707,26 @@ class ConsoleServer:
             ]
             for source in sources
         }
+        # A list also shows other daemons' hosts (console/stats_fanout.py); a hop never asks on.
+        far: list[tuple[str, str | None]] = []
+        if route.name is None and not hopped and self._fanout is not None:
+            try:
+                far = [m for m in self._fanout.machine_hosts(route) if m[1] not in served]
+            except API_ERRORS as err:
+                raise _RefusedError(
+                    Refusal(
+                        503,
+                        "ServiceUnavailable",
+                        f"cannot list the machines: {describe_failure(err)}",
+                    )
+                ) from err
         allowed = readable_namespaces(
             identity,
             route,
-            (ns for machines in held.values() for ns, _n, _u in machines),
+            [
+                *(ns for machines in held.values() for ns, _n, _u in machines),
+                *(ns for ns, _host in far),
+            ],
             lambda verb, namespace, name: self._may_read(identity, verb, namespace, name),
         )
         if isinstance(allowed, Refusal):
@@ -709,6 +739,12 @@ class ConsoleServer:
             for source, answer, taken_at in (self._stats.take(wanted) if self._stats else ())
         ]
         code, body = stats_document(route, samples, allowed)
+        if hopped and route.name is None and route.host is not None and route.host not in served:
+            # Asked for a host this daemon no longer serves (its Lease moved meanwhile).
+            body["partialHosts"] = sorted({*body["partialHosts"], route.host})
+        asked = hosts_to_ask(far, served, allowed, route) if far else []
+        if asked and self._fanout is not None:
+            body = merge_lists(body, self._fanout.ask(asked, route, identity))
         if code == 404 and route.name is not None and route.namespace is not None:
             machine = self._read_machine(route.namespace, route.name)
             elsewhere = hop_host(machine, frozenset(h for h, _ in self._hosts()))

@@ -1,9 +1,10 @@
 """The hop between daemons (docs/console.md, "Routing"): two daemons on two of the lab's hosts, the
 APIService pointing at daemon A only, and a busybox guest on daemon B's host. A user's `kubectl vm
 console` reaches A through the API server, A forwards it over mutual TLS to B, and the guest's
-shell answers (and so do its VNC display, its statistics and a port-forward). B's hop port takes
-only certificates from the console CA; B reviews the user again; a request that already hopped is
-never forwarded again; a host whose daemon cannot be reached gets a 503 that says why.
+shell answers (and so do its VNC display, its statistics, lists of them, and a port-forward). B's
+hop port takes only certificates from the console CA; B reviews the user again; a request that
+already hopped is never forwarded again; a host whose daemon cannot be reached gets a 503 that says
+why.
 
 Its own fixtures (not conftest's single daemon): the two daemons run with a token of deploy/'s
 ServiceAccount (so deploy/'s RBAC, which lets them read each other's heartbeat Leases, is what is
@@ -13,7 +14,7 @@ as a hop needs.
 Last, a machine on the lab's remote host: its remote-mode replica publishes its hop address in the
 host's claim (the Lease it holds), and a console sent to A hops there.
 
-Cost: 9 tests, 34-37 s warm in the last runs on the shared 2-core machine (the remote case about
+Cost: 10 tests, 34-37 s warm in the last runs on the shared 2-core machine (the remote case about
 16 s), most of it the daemons' starts and the guests' boots.
 """
 
@@ -315,6 +316,33 @@ def test_kubectl_vm_top_for_the_machine_on_bs_host_answers_through_daemon_a(
     found = eventually(row, timeout=60, interval=1.0, what="kubectl vm top through the hop")
     assert found["HOST"] == daemons.b.host.name
     assert f"{user}'s GET" in daemons.a.log.read_text()
+
+
+def test_kubectl_vm_top_lists_reach_the_machines_of_every_daemons_hosts(
+    lab: LabInfo, api_client: client.ApiClient, daemons: Hops, guest_ns: str, tmp_path: Path
+) -> None:
+    """A namespace's list and one host's list, sent to A, which holds none of the namespace's
+    machines: A asks B for its host's figures (over the hop, for the same user) and lists them."""
+    kubeconfig = tmp_path / "lister.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=guest_ns, name="lister")
+    grant_stats(api_client, guest_ns, user)
+    grant_machine_reading(api_client, guest_ns, user)
+    b = daemons.b.host.name
+
+    def rows(*args: str) -> list[dict[str, str]] | None:
+        code, out, err = run_top(kubeconfig, "-n", guest_ns, *args)
+        if code != 0 and "Forbidden" in err:
+            return None  # the RoleBindings on their way to the authorizers
+        assert code == 0, err
+        found = top_rows(out)
+        return found if any(r["STATE"] == "Running" for r in found) else None
+
+    listed = eventually(rows, timeout=60, interval=1.0, what="kubectl vm top -n through A")
+    assert [(r["NAME"], r["HOST"]) for r in listed] == [("guest", b)]
+    on_b = eventually(lambda: rows("--host", b), timeout=30, what="kubectl vm top --host B")
+    assert [(r["NAME"], r["HOST"]) for r in on_b] == [("guest", b)]
+    # A's own host has none of them.
+    assert rows("--host", daemons.a.host.name) is None
 
 
 def test_kubectl_vm_vnc_to_the_guest_on_bs_host_speaks_rfb_through_daemon_a(
