@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from libvirt_provider.console.vnc import RfbError
 from tests.support.console import (
     Plugin,
     bind_console,
@@ -27,6 +28,7 @@ from tests.support.daemons import console_log_dir
 from tests.support.factories import pair
 from tests.support.kube import create, get, namespace
 from tests.support.lab_access import LabInfo
+from tests.support.vnc import VncForward, bind_vnc, rfb_server_init, run_screenshot
 from tests.support.waiting import GiveUp, eventually
 
 CONSOLE_PATH = (
@@ -230,3 +232,37 @@ def test_a_machine_that_is_powered_off_is_a_clear_conflict(
     assert code == 1
     assert "Error from server (Conflict)" in errors, errors
     assert "is PoweredOff: its console is open only while it runs" in errors, errors
+
+
+def test_a_running_machine_without_a_display_is_a_clear_conflict_for_vnc(
+    lab: LabInfo, api_client: client.ApiClient, guest_ns: str, tmp_path: Path
+) -> None:
+    """The module's guest runs with its serial console only: a screenshot and `kubectl vm vnc`
+    of it are refused with 409, naming the field that would give it a display."""
+    kubeconfig = tmp_path / "watcher.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=guest_ns, name="watcher")
+    bind_vnc(api_client, guest_ns, user)
+    shot = tmp_path / "screen.png"
+
+    def refused() -> str | None:
+        code, errors = run_screenshot(kubeconfig, guest_ns, "guest", shot)
+        if "Forbidden" in errors:
+            return None  # the RoleBinding on its way to the authorizers
+        assert code == 1, errors
+        return errors
+
+    errors = eventually(refused, timeout=30, what="the screenshot's refusal")
+    assert "Conflict" in errors, errors
+    assert "spec.console.graphics" in errors, errors
+    assert not shot.exists()
+    forward = VncForward(kubeconfig, guest_ns, "guest")
+    try:
+        with pytest.raises((OSError, RfbError)):
+            rfb_server_init(forward.port)
+        eventually(
+            lambda: "spec.console.graphics" in forward.errors,
+            timeout=30,
+            what=f"kubectl vm vnc printing the conflict (stderr: {forward.errors!r})",
+        )
+    finally:
+        forward.stop()
