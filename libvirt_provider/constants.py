@@ -96,6 +96,7 @@ __all__ = [
     "EVENT_MIGRATION_SOURCE_CLEANED",
     "EVENT_MIGRATION_STARTED",
     "EVENT_MIGRATION_TARGET_CLEANED",
+    "EVENT_MIGRATION_TARGET_GONE",
     "EVENT_MIGRATION_TARGET_PREPARED",
     "EVENT_NOTHING_REMOVED",
     "EVENT_PLACED",
@@ -829,6 +830,7 @@ EVENT_MIGRATION_SCHEDULED: Final = "TargetChosen"
 EVENT_MIGRATION_TARGET_PREPARED: Final = "TargetPrepared"
 EVENT_MIGRATION_SOURCE_CLEANED: Final = "SourceVolumesDeleted"
 EVENT_MIGRATION_TARGET_CLEANED: Final = "TargetVolumesDeleted"
+EVENT_MIGRATION_TARGET_GONE: Final = "TargetGone"
 EVENT_MACHINE_MIGRATED: Final = "Migrated"
 # Seconds between two progress writes of a running migration (jobStats on the source).
 MIGRATION_PROGRESS_SECONDS: Final = 1.0

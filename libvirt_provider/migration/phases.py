@@ -85,6 +85,9 @@ class Facts:
     handed_over: bool = False
     target_cleaned: bool = False
     deleting: bool = False
+    # The target's LibvirtHost is gone (an admin deleted it: the host is lost for good), so no
+    # daemon will ever clean what it prepared.
+    target_gone: bool = False
 
 
 def next_step(role: Role, facts: Facts) -> Step:
@@ -114,7 +117,7 @@ def next_step(role: Role, facts: Facts) -> Step:
         return Step.MIGRATE
     if phase is MigrationPhase.MIGRATING and not facts.handed_over:
         return Step.MIGRATE
-    if facts.deleting and terminal(phase) and not leftovers:
+    if facts.deleting and terminal(phase) and (not leftovers or facts.target_gone):
         return Step.RELEASE
     return Step.WAIT
 

@@ -245,6 +245,7 @@ class MigrationReconciler:
             handed_over=bool(status.get("handedOver")),
             target_cleaned=bool(status.get("targetCleaned")),
             deleting=bool(_meta(obj).get("deletionTimestamp")),
+            target_gone=self._target_gone(role, obj),
         )
         step = next_step(role, facts)
         if step is Step.WAIT and role is Role.SOURCE and machine is not None:
@@ -817,9 +818,31 @@ class MigrationReconciler:
             if self._hv.lookup(uuid=uuid, name=f"uuid-{uuid}") is not None:
                 self._hv.undefine(uuid)
 
+    def _target_gone(self, role: Role, obj: Obj) -> bool:
+        """Whether a deleted migration's target host no longer exists (only the source, which
+        releases the migration, asks)."""
+        target = _status(obj).get("target")
+        if role is not Role.SOURCE or not target or not _meta(obj).get("deletionTimestamp"):
+            return False
+        return self._store.get_host(str(target)) is None
+
     def _release(self, obj: Obj, machine: Obj | None) -> Outcome:
         if machine is not None:
             self._unlock(obj, machine, only_here=True)
+        status = _status(obj)
+        if status.get("preparedVolumes") and not status.get("targetCleaned"):
+            names = ", ".join(
+                f"{v.get('pool')}/{v.get('volume')}" for v in status.get("preparedVolumes") or []
+            )
+            self._store.event(
+                obj,
+                reason=c.EVENT_MIGRATION_TARGET_GONE,
+                message=(
+                    f"host {status.get('target')} no longer exists, so nothing deleted the "
+                    f"volumes it had prepared ({names}); the migration is released without them"
+                ),
+                warning=True,
+            )
         finalizers = [f for f in _meta(obj).get("finalizers") or [] if f != c.MIGRATION_FINALIZER]
         if len(finalizers) != len(_meta(obj).get("finalizers") or []):
             self._store.set_migration_finalizers(obj, finalizers)

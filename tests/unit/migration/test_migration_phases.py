@@ -63,6 +63,11 @@ def test_a_failure_after_preparing_has_the_target_clean_up_then_the_source_relea
     cleaned = Facts(phase=P.FAILED, prepared=True, target_cleaned=True, deleting=True)
     assert next_step(S, cleaned) is Step.RELEASE
     assert next_step(T, cleaned) is Step.WAIT
+    # The target's host deleted for good: nobody will clean, so the source lets go.
+    lost = Facts(phase=P.FAILED, prepared=True, deleting=True, target_gone=True)
+    assert next_step(S, lost) is Step.RELEASE
+    # Not while the migration is kept: a failed one shows what is left where.
+    assert next_step(S, Facts(phase=P.FAILED, prepared=True, target_gone=True)) is Step.WAIT
 
 
 def test_deleting_a_running_migration_cancels_it_on_the_source() -> None:

@@ -305,6 +305,34 @@ def test_a_failed_copy_leaves_the_machine_running_and_nothing_on_the_target() ->
     assert store.migrations["m"]["metadata"]["finalizers"] == []
 
 
+def test_a_failed_migration_whose_target_host_is_gone_for_good_is_released_with_a_warning() -> None:
+    """The target's daemon never cleans up (its host is lost): the deleted migration waits for it
+    while the LibvirtHost exists; once an admin deletes the host, the source releases it and says
+    which volumes may be left there."""
+    store, a, b = _world()
+    a.fail_copy = PermanentError("the target's libvirtd is gone")
+    daemons = _daemons(store, a, b)
+    for _ in range(4):
+        daemons["a"].reconcile(MigrationKey(NS, "m"))
+        if store.migrations["m"].get("status", {}).get("phase") == c.MIGRATION_PHASE_PREPARING:
+            daemons["b"].reconcile(MigrationKey(NS, "m"))  # prepares, then never again
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+    assert not status.get("targetCleaned")
+    store.migrations["m"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    daemons["a"].reconcile(MigrationKey(NS, "m"))
+    assert store.migrations["m"]["metadata"]["finalizers"] == [c.MIGRATION_FINALIZER]
+    del store.hosts["b"]
+    daemons["a"].reconcile(MigrationKey(NS, "m"))
+    assert store.migrations["m"]["metadata"]["finalizers"] == []
+    gone = [e for e in store.events if e[0] == c.EVENT_MIGRATION_TARGET_GONE]
+    assert len(gone) == 1, store.events
+    reason, message, warning = gone[0]
+    assert warning
+    assert f"{POOL}/{DOMAIN}--boot.qcow2" in message
+    assert "host b no longer exists" in message
+
+
 def test_without_a_target_the_other_host_is_chosen() -> None:
     store, a, b = _world()
     del store.migrations["m"]["spec"]["targetHost"]
