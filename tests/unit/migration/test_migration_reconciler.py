@@ -327,7 +327,7 @@ def test_a_failed_migration_whose_target_host_is_gone_for_good_is_released_with_
     assert store.migrations["m"]["metadata"]["finalizers"] == []
     gone = [e for e in store.events if e[0] == c.EVENT_MIGRATION_TARGET_GONE]
     assert len(gone) == 1, store.events
-    reason, message, warning = gone[0]
+    _reason, message, warning = gone[0]
     assert warning
     assert f"{POOL}/{DOMAIN}--boot.qcow2" in message
     assert "host b no longer exists" in message
