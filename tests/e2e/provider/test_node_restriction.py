@@ -22,6 +22,7 @@ from libvirt_provider import constants as c
 from tests.support.factories import pair
 from tests.support.kube import GROUP, V, apply, install_api, service_account_kubeconfig
 from tests.support.lab_access import REPO, LabInfo
+from tests.support.migrations import migration
 from tests.support.snapshots import SNAPSHOTS, create_snapshot
 from tests.support.waiting import eventually
 
@@ -383,6 +384,58 @@ def test_a_node_daemons_token_writes_only_snapshots_unclaimed_or_taken_on_its_ho
     node.patch_namespaced_custom_object_status(
         GROUP, V, ns, c.RESTORE_PLURAL, "own", {"status": {"phase": "Failed"}}
     )
+
+
+def test_a_node_daemons_token_writes_only_migrations_from_or_to_its_host(
+    api_client: client.ApiClient, world: dict[str, Any]
+) -> None:
+    mine, other, ns = world["mine"], world["other"], world["ns"]
+    third = "nr-third-" + uuid.uuid4().hex[:6]
+    admin = client.CustomObjectsApi(api_client)
+    node = client.CustomObjectsApi(world["as_node"])
+    placed = {"theirs": (other, third), "outgoing": (mine, other), "incoming": (other, mine)}
+    for name in (*placed, "unclaimed"):
+        admin.create_namespaced_custom_object(
+            GROUP, V, ns, c.MIGRATION_PLURAL, migration(ns, name, "vm", None)
+        )
+        if name in placed:
+            source, target = placed[name]
+            admin.patch_namespaced_custom_object_status(
+                GROUP, V, ns, c.MIGRATION_PLURAL, name,
+                {"status": {"source": source, "target": target}},
+            )  # fmt: skip
+
+    def status(name: str, body: dict[str, Any], **kw: Any) -> Any:
+        return node.patch_namespaced_custom_object_status(
+            GROUP, V, ns, c.MIGRATION_PLURAL, name, body, **kw
+        )
+
+    eventually(
+        lambda: _dry_run_refused(
+            lambda: status("theirs", {"status": {"phase": "Failed"}}, dry_run="All")
+        ),
+        timeout=30,
+        what="the migration restriction enforced",
+    )
+    body = _refused(lambda: status("theirs", {"status": {"phase": "Failed"}}))
+    assert f"theirs moves a machine from {other} to {third}" in body
+    _refused(
+        lambda: node.patch_namespaced_custom_object(
+            GROUP, V, ns, c.MIGRATION_PLURAL, "theirs",
+            {"metadata": {"finalizers": [c.MIGRATION_FINALIZER]}},
+        )
+    )  # fmt: skip
+    # Its own as source or target, but neither may rewrite who the source is; only the source
+    # chooses another target.
+    status("outgoing", {"status": {"phase": "Preparing", "target": third}})
+    status("incoming", {"status": {"preparedVolumes": []}})
+    _refused(lambda: status("incoming", {"status": {"target": third}}))
+    _refused(lambda: status("outgoing", {"status": {"source": other}}))
+    # One no source has claimed: any node fails it, or claims it as its own source only.
+    status("unclaimed", {"status": {"phase": "Failed"}})
+    body = _refused(lambda: status("unclaimed", {"status": {"source": other}}))
+    assert "only as its own source" in body
+    assert status("unclaimed", {"status": {"source": mine}})["status"]["source"] == mine
 
 
 def test_the_remote_service_account_cannot_delete_machines_nor_create_hosts(
