@@ -101,7 +101,7 @@ def test_the_node_restriction_names_the_daemonsets_account_and_is_installed() ->
     docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "node-restriction.yaml").read_text())]
     policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
     bindings = {d["spec"]["policyName"] for d in docs if d["kind"].endswith("PolicyBinding")}
-    assert len(policies) == 3
+    assert len(policies) == 4
     for policy in policies:
         assert policy["metadata"]["name"] in bindings
         (condition,) = policy["spec"]["matchConditions"]
