@@ -260,6 +260,28 @@ def _answered(plugin: Plugin, marker: str) -> bool:
     return f"{marker}-42" in plugin.output
 
 
+def _typed_through_the_hop(
+    lab: LabInfo, api_client: client.ApiClient, ns: str, name: str, tmp_path: Path
+) -> str:
+    """A user bound to the console role types into machine `name`'s shell with `kubectl vm
+    console` (the APIService sends it to A) until the shell answers; the user's name."""
+    kubeconfig = tmp_path / "operator.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=ns, name=f"{name}-operator")
+    bind_console(api_client, ns, user)
+    marker = "VMAPI-HOP-" + uuid.uuid4().hex[:8]
+    plugin = Plugin(kubeconfig, ns, name)
+    try:
+        eventually(
+            lambda: _answered(plugin, marker),
+            timeout=60,
+            interval=2,
+            what=f"{name}'s answer through the hop ({plugin.errors})",
+        )
+    finally:
+        assert plugin.leave() == 0, plugin.errors
+    return user
+
+
 def test_a_console_on_daemon_bs_host_works_through_daemon_a(
     lab: LabInfo,
     api_client: client.ApiClient,
@@ -268,20 +290,7 @@ def test_a_console_on_daemon_bs_host_works_through_daemon_a(
     tmp_path: Path,
 ) -> None:
     a, b = daemons.a, daemons.b
-    kubeconfig = tmp_path / "operator.kubeconfig"
-    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=guest_ns, name="operator")
-    bind_console(api_client, guest_ns, user)
-    marker = "VMAPI-HOP-" + uuid.uuid4().hex[:8]
-    plugin = Plugin(kubeconfig, guest_ns, "guest")
-    try:
-        eventually(
-            lambda: _answered(plugin, marker),
-            timeout=60,
-            interval=2,
-            what=f"the guest's answer through the hop ({plugin.errors})",
-        )
-    finally:
-        assert plugin.leave() == 0, plugin.errors
+    user = _typed_through_the_hop(lab, api_client, guest_ns, "guest", tmp_path)
     # A forwarded it; B (not A) opened the console, for the user A authenticated.
     a_log, b_log = a.log.read_text(), b.log.read_text()
     assert re.search(
@@ -681,20 +690,7 @@ def test_a_console_on_a_remote_host_works_through_daemon_a_and_the_replicas_hop(
     remote-mode replica, and hops there; the replica opens the console over its ssh connection
     to the host (`virDomainOpenConsole` on a remote URI)."""
     ns = remote_hop.ns
-    kubeconfig = tmp_path / "remote-operator.kubeconfig"
-    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=ns, name="remote-operator")
-    bind_console(api_client, ns, user)
-    marker = "VMAPI-HOP-REMOTE-" + uuid.uuid4().hex[:8]
-    plugin = Plugin(kubeconfig, ns, "far")
-    try:
-        eventually(
-            lambda: _answered(plugin, marker),
-            timeout=60,
-            interval=2,
-            what=f"the remote guest's answer through the hop ({plugin.errors})",
-        )
-    finally:
-        assert plugin.leave() == 0, plugin.errors
+    user = _typed_through_the_hop(lab, api_client, ns, "far", tmp_path)
     assert re.search(
         rf"{re.escape(user)}'s GET \S+/far/console hops to host {remote_hop.remote.name}",
         daemons.a.log.read_text(),

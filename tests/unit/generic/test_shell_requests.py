@@ -194,6 +194,20 @@ def test_a_lease_taken_meanwhile_is_not_held(server: StubApiServer) -> None:
     assert [r.method for r in server.requests][:2] == ["GET", "POST"]
 
 
+def _announcing(server: StubApiServer, started: threading.Event) -> LeaseElector:
+    """A candidate publishing where it is reached, and removing a key a former holder wrote."""
+    return LeaseElector(
+        server.api_client(),
+        name="lead",
+        namespace="ns",
+        identity="a",
+        on_start=started.set,
+        on_stop=lambda: None,
+        retry_period=30.0,
+        annotations={"where": "10.0.0.1:8444", "stale": None},
+    )
+
+
 def test_a_holder_publishes_its_annotations_and_takes_them_back(server: StubApiServer) -> None:
     """What a former holder published under the holder's keys is replaced (a None value removes
     it); annotations under other keys are left alone; handing back removes the holder's own."""
@@ -212,16 +226,7 @@ def test_a_holder_publishes_its_annotations_and_takes_them_back(server: StubApiS
         },
     )
     started = threading.Event()
-    candidate = LeaseElector(
-        server.api_client(),
-        name="lead",
-        namespace="ns",
-        identity="a",
-        on_start=started.set,
-        on_stop=lambda: None,
-        retry_period=30.0,
-        annotations={"where": "10.0.0.1:8444", "stale": None},
-    )
+    candidate = _announcing(server, started)
     candidate.start()
     assert started.wait(10)
     held = server.get(lease)
@@ -235,16 +240,7 @@ def test_a_holder_publishes_its_annotations_and_takes_them_back(server: StubApiS
 
 def test_a_created_lease_carries_the_holders_annotations(server: StubApiServer) -> None:
     started = threading.Event()
-    candidate = LeaseElector(
-        server.api_client(),
-        name="lead",
-        namespace="ns",
-        identity="a",
-        on_start=started.set,
-        on_stop=lambda: None,
-        retry_period=30.0,
-        annotations={"where": "10.0.0.1:8444", "stale": None},
-    )
+    candidate = _announcing(server, started)
     candidate.start()
     assert started.wait(10)
     created = bodies(server, "POST")[0]
