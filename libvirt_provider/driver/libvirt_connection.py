@@ -257,6 +257,15 @@ class LibvirtConnection:
             self._failures = 0
             self._retry_at = 0.0
 
+    def reconnect(self) -> ConnectionState:
+        """`reset`, then connect at once with what changed, and say how it went: the host's
+        status tells the new connection's state now, not the old one's until some call happens
+        to connect."""
+        self.reset()
+        with contextlib.suppress(HostUnreachableError, RetryableError):
+            self._connection()
+        return self.connection_state()
+
     def configure_limits(self, limits: Limits) -> None:
         self._limiter.configure(limits)
 

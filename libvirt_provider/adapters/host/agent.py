@@ -298,8 +298,12 @@ class HostAgent:
             spec = LibvirtHostSpec()
         if self._on_spec is not None:
             self._on_spec(spec)
-        inventory, problem = self._inventory()
         link = self._link() if self._link is not None else None
+        if link is not None and link[0] != c.REASON_CONNECTED:
+            # What was read over the connection that went (another URI, other credentials:
+            # maybe another machine) is no inventory of this host now: Ready follows the link.
+            self._last_inventory = None
+        inventory, problem = self._inventory()
         current = obj.get("status") or {}
         try:
             previous: LibvirtHostStatus | None = LibvirtHostStatus.model_validate(current)

@@ -227,7 +227,7 @@ class RemoteHosts:
             catalog=self._catalog,
             credentials=credentials,
         )
-        unit.apply_spec(spec)
+        unit.apply_spec(spec, connect=False)
         try:
             version = credentials.secret_version()
         except ConnectionProblemError:

@@ -233,9 +233,11 @@ class HostUnit:
         self.store.use_informers(catalog.informers)
         self.operator = OperatorThread(f"provider-operator-{host}", registry, kopf_settings)
 
-    def apply_spec(self, spec: LibvirtHostSpec) -> None:
+    def apply_spec(self, spec: LibvirtHostSpec, *, connect: bool = True) -> None:
         """The host's spec as it is now (the agent calls this every pass; the remote supervisor
-        before the unit starts): call limits, and a remote host's connection."""
+        before the unit starts, with `connect` False: its thread also renews the host's claim,
+        which must not wait on a host that does not answer): call limits, and a remote host's
+        connection."""
         self.hypervisor.configure_limits(
             Limits(
                 qps=spec.rate_limit.qps,
@@ -244,8 +246,12 @@ class HostUnit:
             )
         )
         if self.credentials is not None and self.credentials.set_connection(spec.connection):
-            # A new URI or Secret reference: the next call connects with it.
-            self.hypervisor.reset()
+            # A new URI or Secret reference: connected with it at once, so the status written
+            # next (this pass of the host agent) says how it went.
+            if connect:
+                self.hypervisor.reconnect()
+            else:
+                self.hypervisor.reset()
             self.controller.wake_all()
 
     def start(self) -> None:
