@@ -556,10 +556,10 @@ def main() -> int:
         help="Events this long after a fault count as provoked",
     )
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--smoke", action="store_true", help="4 machines, 20 s: a quick check")
+    parser.add_argument("--smoke", action="store_true", help="4 machines, 10 s: a quick check")
     args = parser.parse_args()
     if args.smoke:
-        args.machines, args.minutes, args.sample_seconds, args.ops_per_second = 4, 1 / 3, 2.0, 2.0
+        args.machines, args.minutes, args.sample_seconds, args.ops_per_second = 4, 1 / 6, 2.0, 2.0
         args.outage_seconds = 0.0
     settings = Settings(
         machines=args.machines,
