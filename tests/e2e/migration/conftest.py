@@ -1,34 +1,92 @@
 """Live migration between two of the lab's extra hosts: one daemon per host, each told its
-host's migration address and TLS client credentials (docs/lab.md, "Migration links")."""
+host's migration address and the Secret its TLS client credentials come from (docs/lab.md,
+"Migration links"; docs/migration.md, "What a host needs").
+
+Every daemon writes its credentials itself: the lab's client folder of each host goes into a
+Secret in the daemons' namespace, and the daemon gets `--migration-secret` and a fresh, empty
+`--migration-pkipath` of its own, so every migration of this directory proves the Secret's way."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from tests.support.daemons import Fleet
 from tests.support.hosts import HOSTS_PLURAL, reset_host
-from tests.support.kube import GROUP, V, install_api, namespace
+from tests.support.kube import GROUP, SYSTEM_NAMESPACE, V, install_api, namespace
 from tests.support.lab_access import LabHost, LabInfo
 from tests.support.waiting import eventually
 
+# The Secret's keys and the lab's client folder's files they hold (libvirt's pkipath names).
+SECRET_FILES = {"ca.crt": "cacert.pem", "tls.crt": "clientcert.pem", "tls.key": "clientkey.pem"}
 
-def _migration_args(host: LabHost, extra: tuple[str, ...]) -> tuple[str, ...]:
+
+def migration_secret_name(host: LabHost) -> str:
+    return f"migration-tls-{host.name}"
+
+
+def migration_secret_data(host: LabHost) -> dict[str, str]:
+    """The Secret's data (base64) from the lab's client folder of `host`."""
+    assert host.migration_pkipath is not None
+    folder = Path(host.migration_pkipath)
+    return {
+        key: base64.b64encode((folder / name).read_bytes()).decode()
+        for key, name in SECRET_FILES.items()
+    }
+
+
+def put_migration_secret(
+    api: client.ApiClient, host: LabHost, data: dict[str, str] | None = None
+) -> None:
+    """The host's migration Secret with `data` (default: the lab's credentials), made or
+    replaced."""
+    core = client.CoreV1Api(api)
+    body = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=migration_secret_name(host)),
+        type="kubernetes.io/tls",
+        data=migration_secret_data(host) if data is None else data,
+    )
+    try:
+        core.replace_namespaced_secret(migration_secret_name(host), SYSTEM_NAMESPACE, body)
+    except client.ApiException as err:
+        if err.status != 404:
+            raise
+        core.create_namespaced_secret(SYSTEM_NAMESPACE, body)
+
+
+def delete_migration_secret(api: client.ApiClient, host: LabHost) -> None:
+    try:
+        client.CoreV1Api(api).delete_namespaced_secret(
+            migration_secret_name(host), SYSTEM_NAMESPACE
+        )
+    except client.ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def _migration_args(host: LabHost, pki: Path, extra: tuple[str, ...]) -> tuple[str, ...]:
     return (
         f"--migration-uri={host.migration_uri}",
-        f"--migration-pkipath={host.migration_pkipath}",
+        f"--migration-secret={migration_secret_name(host)}",
+        f"--migration-pkipath={pki / host.name}",
         *extra,
     )
 
 
 @pytest.fixture(scope="module")
 def fleet(
-    request: pytest.FixtureRequest, lab: LabInfo, api_client: client.ApiClient
+    request: pytest.FixtureRequest,
+    lab: LabInfo,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Fleet]:
-    """A daemon for each of the lab's first two hosts, set up to migrate between them. A
-    module's `MIGRATION_DAEMON_ARGS` adds flags to both daemons (its limits, say)."""
+    """A daemon for each of the lab's first two hosts, set up to migrate between them, its
+    credentials from its Secret. A module's `MIGRATION_DAEMON_ARGS` adds flags to both daemons
+    (its limits, say)."""
     assert len(lab.hosts) >= 2, "migration needs two of the lab's extra hosts"
     assert lab.hosts[0].migration_pkipath is not None, "the lab predates its migration links"
     install_api(lab, api_client)
@@ -38,7 +96,11 @@ def fleet(
         if obj["metadata"]["name"] not in {h.name for h in hosts}:
             custom.delete_cluster_custom_object(GROUP, V, HOSTS_PLURAL, obj["metadata"]["name"])
     extra = tuple(getattr(request.module, "MIGRATION_DAEMON_ARGS", ()))
-    fleet = Fleet(lab, api_client, host_args=lambda host: _migration_args(host, extra))
+    for host in hosts:
+        put_migration_secret(api_client, host)
+    # Made by each daemon on first use: nothing but the Secret puts credentials there.
+    pki = tmp_path_factory.mktemp("migration-pki")
+    fleet = Fleet(lab, api_client, host_args=lambda host: _migration_args(host, pki, extra))
     try:
         for host in hosts:
             reset_host(api_client, host.name)
@@ -48,6 +110,8 @@ def fleet(
         yield fleet
     finally:
         fleet.stop_all()
+        for host in hosts:
+            delete_migration_secret(api_client, host)
 
 
 @pytest.fixture(scope="module")
