@@ -294,9 +294,9 @@ def write_private(path: Path, content: bytes) -> None:
     new one, never a part."""
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
     try:
-        # mkstemp makes it 0600 already; said again so that a umask or a platform never widens it.
-        os.fchmod(fd, 0o600)
         with os.fdopen(fd, "wb") as out:
+            # mkstemp makes it 0600 already; said again so that no platform ever widens it.
+            os.fchmod(out.fileno(), 0o600)
             out.write(content)
             out.flush()
             os.fsync(out.fileno())

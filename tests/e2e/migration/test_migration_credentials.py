@@ -1,5 +1,5 @@
 """A source host's migration credentials come from its Secret (`--migration-secret`): a Secret
-that lacks a key, or is gone, refuses the migration before anything is copied
+that lacks a key (the CA), or is gone, refuses the migration before anything is copied
 (`MigrationCredentialsMissing`, the Secret and the key named, an Event), the machine runs on at
 its source and the target holds nothing of it; the Secret fixed, the next migration moves it.
 
@@ -151,12 +151,14 @@ def _secret_values(host: LabHost) -> list[str]:
     return [body[:40], data["tls.key"][:40]]
 
 
-def test_a_secret_without_its_key_refuses_the_move_and_the_fixed_secret_moves_it(
+def test_a_secret_without_its_ca_refuses_the_move_and_the_fixed_secret_moves_it(
     fleet: Fleet, guest: Guest, lab: LabInfo, api_client: client.ApiClient
 ) -> None:
     source, target = _hosts(api_client, lab, guest)
     secret = migration_secret_name(source)
-    broken = {k: v for k, v in migration_secret_data(source).items() if k != "tls.key"}
+    # What `kubectl create secret tls` makes: the certificate and key without the CA (a
+    # kubernetes.io/tls Secret must have the other two: the API server refuses it otherwise).
+    broken = {k: v for k, v in migration_secret_data(source).items() if k != "ca.crt"}
     put_migration_secret(api_client, source, broken)
     _assert_refused_and_untouched(
         api_client,
@@ -164,7 +166,7 @@ def test_a_secret_without_its_key_refuses_the_move_and_the_fixed_secret_moves_it
         guest,
         source,
         target,
-        says=f"Secret {SYSTEM_NAMESPACE}/{secret} (--migration-secret) lacks tls.key",
+        says=f"Secret {SYSTEM_NAMESPACE}/{secret} (--migration-secret) lacks ca.crt",
     )
     # Fixed: the next migration writes the files from it and moves the machine.
     put_migration_secret(api_client, source)
@@ -175,7 +177,7 @@ def test_a_secret_without_its_key_refuses_the_move_and_the_fixed_secret_moves_it
         assert (folder / file).read_bytes().strip() == base64.b64decode(data[key]).strip()
         assert stat.S_IMODE((folder / file).stat().st_mode) == 0o600
     log = fleet.daemons[source.name].log.read_text()
-    assert "lacks tls.key" in log
+    assert "lacks ca.crt" in log
     for value in _secret_values(source):
         assert value not in log
 
