@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 
 from libvirt_provider import constants as c
-from tests.e2e.migration.conftest import (
+from tests.e2e.migration.credentials import (
     delete_migration_secret,
     migration_secret_data,
     migration_secret_name,
