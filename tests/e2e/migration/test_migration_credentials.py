@@ -2,14 +2,16 @@
 that lacks a key (the CA), or is gone, refuses the migration before anything is copied
 (`MigrationCredentialsMissing`, the Secret and the key named, an Event), the machine runs on at
 its source and the target holds nothing of it; the Secret fixed, the next migration moves it.
+deploy/'s RBAC lets the daemons read that one Secret and no other.
 
 Why: issue 27 item 3 ("host-to-host credentials from Secrets as for remote hosts"), on the real
 lab: two daemons whose pkipath folders start empty (the fleet fixture), libvirt's TLS migration
 between two extra hosts, one busybox guest shared by the module.
 
-Cost: 26-47 s measured here (three runs: 47 s alone, the first after the lab came up; 31 s
-within the directory's run; 26 s alone): one busybox guest booted (~10-20 s under TCG), two
-refusals of a few seconds each, three moves of ~5 s each.
+Cost: 26-47 s measured here (four runs: 47 s alone, the first after the lab came up; 31 s
+within the directory's run; 26 s alone; 29 s alone with the RBAC check, which takes half a
+second): one busybox guest booted (~10-20 s under TCG), two refusals of a few seconds each,
+three moves of ~5 s each.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ from tests.e2e.migration.moves import (
 )
 from tests.support.daemons import Fleet
 from tests.support.factories import pair
-from tests.support.kube import SYSTEM_NAMESPACE, create, domain_of, get, wait_ready
-from tests.support.lab_access import LabHost, LabInfo
+from tests.support.kube import SYSTEM_NAMESPACE, apply, create, domain_of, get, wait_ready
+from tests.support.lab_access import REPO, LabHost, LabInfo
+from tests.support.waiting import eventually
 
 PKI_FILES = ("cacert.pem", "clientcert.pem", "clientkey.pem")
 
@@ -209,3 +212,39 @@ def test_a_deleted_secret_refuses_the_move_and_its_key_is_not_kept(
     assert not any((folder / f).exists() for f in PKI_FILES), list(folder.iterdir())
     for value in _secret_values(here):
         assert value not in fleet.daemons[here.name].log.read_text()
+
+
+def test_the_deployed_rbac_lets_the_daemons_read_that_one_secret_only(
+    lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    """deploy/rbac.yaml against the API server that enforces it: `get` on the DaemonSet's
+    --migration-secret in its namespace, nothing else of Secrets there (the refusal's own
+    message, `may not be read by the daemon`, is unit-tested against a 403)."""
+    apply(lab, REPO / "deploy" / "namespace.yaml", REPO / "deploy" / "rbac.yaml")
+    account = "system:serviceaccount:vm-api-system:libvirt-provider"
+    reviews = client.AuthorizationV1Api(api_client)
+
+    def allowed(verb: str, name: str | None) -> bool:
+        review = reviews.create_subject_access_review(
+            client.V1SubjectAccessReview(
+                spec=client.V1SubjectAccessReviewSpec(
+                    user=account,
+                    groups=["system:serviceaccounts", "system:serviceaccounts:vm-api-system"],
+                    resource_attributes=client.V1ResourceAttributes(
+                        namespace="vm-api-system", verb=verb, resource="secrets", name=name
+                    ),
+                )
+            )
+        )
+        return bool(review.status.allowed)
+
+    # The Role is read by the authorizer as soon as it is stored; wait for that, not a while.
+    eventually(
+        lambda: allowed("get", "libvirt-migration-tls"),
+        timeout=30,
+        what="the daemons' get on the migration Secret",
+    )
+    assert not allowed("get", "console-tls")
+    assert not allowed("list", None)
+    assert not allowed("watch", "libvirt-migration-tls")
+    assert not allowed("update", "libvirt-migration-tls")
