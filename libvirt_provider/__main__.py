@@ -265,7 +265,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="the folder of TLS client credentials (cacert.pem, clientcert.pem, clientkey.pem) "
-        "this host's libvirtd uses to open a target's libvirtd when it migrates a machine away",
+        "this host's libvirtd uses to open a target's libvirtd when it migrates a machine away; "
+        "with --migration-secret the daemon writes them there",
+    )
+    parser.add_argument(
+        "--migration-secret",
+        default=None,
+        metavar="NAME",
+        help="a Secret in the daemon's namespace (--lease-namespace) with ca.crt, tls.crt and "
+        "tls.key: written into --migration-pkipath (which it needs) before each migration this "
+        "host sends, so that the operator places no files (docs/migration.md)",
     )
     parser.add_argument(
         "--migration-max-per-host",
@@ -377,6 +386,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "--console-hop-port needs --console-advertise-address (or $POD_IP) to be an IP "
                 f"address, not {args.console_advertise_address!r}"
             )
+    if args.migration_secret and not args.migration_pkipath:
+        parser.error(
+            "--migration-secret needs --migration-pkipath: the folder the host's libvirtd reads "
+            "the credentials from"
+        )
     _configure_logging(args.log_level, args.log_format)
     domain_types = (
         frozenset(t.strip() for t in args.domain_types.split(",") if t.strip())
@@ -415,6 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             preemption_grace=max(1, args.preemption_grace),
             migration_uri=args.migration_uri,
             migration_pkipath=args.migration_pkipath,
+            migration_secret=args.migration_secret,
             migration_limits=MigrationLimits(
                 per_host=args.migration_max_per_host,
                 per_cluster=args.migration_max_per_cluster,

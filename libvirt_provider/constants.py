@@ -184,6 +184,7 @@ __all__ = [
     "MIGRATION_REASON_ALREADY_MIGRATING",
     "MIGRATION_REASON_CANCELLED",
     "MIGRATION_REASON_CLUSTER_LIMIT",
+    "MIGRATION_REASON_CREDENTIALS_MISSING",
     "MIGRATION_REASON_DEADLINE_EXCEEDED",
     "MIGRATION_REASON_HANDING_OVER",
     "MIGRATION_REASON_HOST_LIMIT",
@@ -824,6 +825,10 @@ MIGRATION_REASON_CLUSTER_LIMIT: Final = "WaitingForClusterSlot"
 # time, or the copy outlasted its deadline (per GiB of memory and disk to copy).
 MIGRATION_REASON_NO_PROGRESS: Final = "NoProgress"
 MIGRATION_REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
+# Refused by the source (Failed, nothing copied): the TLS client credentials its libvirtd opens
+# the target's with could not be had from --migration-secret (missing, a key missing or not PEM,
+# or not readable by the daemon).
+MIGRATION_REASON_CREDENTIALS_MISSING: Final = "MigrationCredentialsMissing"
 # Event reasons of a migration besides its condition's (posted when first set).
 EVENT_MIGRATION_STARTED: Final = "MigrationStarted"
 EVENT_MIGRATION_SCHEDULED: Final = "TargetChosen"

@@ -28,6 +28,7 @@ __all__ = [
     "classify_failure",
     "connect_uri",
     "credential_files",
+    "file_names",
     "parse_endpoint",
     "required_keys",
     "summarize_failure",
@@ -156,16 +157,23 @@ def required_keys(transport: Transport) -> tuple[str, ...]:
     return SECRET_KEYS[transport]
 
 
-def credential_files(transport: Transport, data: Mapping[str, bytes]) -> dict[str, bytes]:
+def file_names(transport: Transport) -> tuple[str, ...]:
+    """The files `credential_files` writes for `transport` (libvirt's pkipath names for TLS)."""
+    return tuple(_FILE_NAMES[key] for key in SECRET_KEYS[transport])
+
+
+def credential_files(
+    transport: Transport, data: Mapping[str, bytes], *, secret: str = "the Secret"
+) -> dict[str, bytes]:
     """The files (name -> content) to write for `transport` from a Secret's decoded data, or
     `ConnectionProblemError(InvalidSecret)` naming what is missing or malformed (never the
-    content)."""
+    content). `secret` is how messages name the Secret."""
     missing = [k for k in SECRET_KEYS[transport] if not data.get(k)]
     if missing:
         have = ", ".join(sorted(data)) or "none"
         raise ConnectionProblemError(
             c.REASON_INVALID_SECRET,
-            f"the Secret lacks {', '.join(missing)} (needed for {transport.value}; it has: {have})",
+            f"{secret} lacks {', '.join(missing)} (needed for {transport.value}; it has: {have})",
         )
     files: dict[str, bytes] = {}
     for key in SECRET_KEYS[transport]:
@@ -173,7 +181,7 @@ def credential_files(transport: Transport, data: Mapping[str, bytes]) -> dict[st
         problem = _shape_problem(key, value)
         if problem:
             raise ConnectionProblemError(
-                c.REASON_INVALID_SECRET, f"the Secret's {key} ({len(value)} bytes) {problem}"
+                c.REASON_INVALID_SECRET, f"{secret}'s {key} ({len(value)} bytes) {problem}"
             )
         files[_FILE_NAMES[key]] = value if value.endswith(b"\n") else value + b"\n"
     return files

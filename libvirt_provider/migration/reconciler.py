@@ -35,6 +35,7 @@ from libvirt_provider.hosts.placement import ZONE_LABEL, Usage
 from libvirt_provider.hosts.view import host_views
 from libvirt_provider.machine.reconciler import Incoming, definition_demand
 from libvirt_provider.machine.teardown import Teardown
+from libvirt_provider.migration.credentials import CredentialsProblemError
 from libvirt_provider.migration.limits import MigrationLimits, Verdict, Watchdog, over_limit
 from libvirt_provider.migration.phases import (
     Facts,
@@ -163,6 +164,7 @@ class MigrationReconciler:
         released: Callable[[str, str], None] = lambda _ns, _name: None,
         migration_uri: str | None = None,
         pkipath: str | None = None,
+        credentials: Callable[[], str | None] | None = None,
         zone: Callable[[], str | None] = lambda: None,
         console_log_dir: str | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
@@ -177,7 +179,9 @@ class MigrationReconciler:
         self._prepare = prepare
         self._released = released
         self._uri = migration_uri
-        self._pkipath = pkipath
+        # The pkipath folder a copy's URI names, asked before each use: with --migration-secret
+        # it is written from the Secret then, or refuses (CredentialsProblemError).
+        self._credentials = credentials or (lambda: pkipath)
         self._zone = zone
         self._clock = clock
         self._progress_seconds = progress_seconds
@@ -356,6 +360,12 @@ class MigrationReconciler:
         recorded = {"source": self._host, "target": target, "machineUid": uid}
         if refused is not None:
             return self._fail(obj, refused.reason, refused.message, extra=recorded)
+        try:
+            # Checked before the machine is locked and the target makes anything: a migration
+            # that cannot be sent is refused at once rather than after the target's work.
+            self._credentials()
+        except CredentialsProblemError as problem:
+            return self._fail(obj, problem.reason, problem.message, extra=recorded)
         with self._accepting:
             # Counted and recorded (phase Preparing) under the lock: this host's next accept
             # counts this one.
@@ -548,6 +558,12 @@ class MigrationReconciler:
         elif ref is not None and going:
             return self._machine_deleted(obj, copying=False)
         elif ref is not None:
+            try:
+                # Again before the copy: the Secret may have changed since the accept (a
+                # rotation is written now; a deletion refuses, and the target cleans up).
+                pkipath = self._credentials()
+            except CredentialsProblemError as problem:
+                return self._fail(obj, problem.reason, problem.message)
             volumes = {
                 str(v.get("volume")): (str(v.get("pool")), str(v.get("path")))
                 for v in status.get("preparedVolumes") or []
@@ -567,8 +583,8 @@ class MigrationReconciler:
                     message=f"copying the machine's memory and disks to host {target}",
                 )
             uri = str(status.get("targetUri"))
-            if self._pkipath:
-                uri += f"?pkipath={self._pkipath}"
+            if pkipath:
+                uri += f"?pkipath={pkipath}"
             outcome = self._copy(obj, uid, uri, dest, persist)
             if outcome is not None:
                 return outcome

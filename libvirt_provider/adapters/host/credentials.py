@@ -47,7 +47,14 @@ from libvirt_provider.driver.endpoint import (
 )
 from libvirt_provider.host_api import HostConnection
 
-__all__ = ["HostCredentials", "default_root", "make_root", "remove_root"]
+__all__ = [
+    "HostCredentials",
+    "default_root",
+    "make_root",
+    "read_secret",
+    "remove_root",
+    "write_private",
+]
 
 log = logging.getLogger(__name__)
 
@@ -207,39 +214,11 @@ class HostCredentials:
 
     def _read_secret(self, name: str) -> tuple[str, dict[str, bytes]]:
         try:
-            secret = self._core.read_namespaced_secret(
-                name, self._namespace, _request_timeout=REQUEST_TIMEOUT
-            )
-        except (HTTPError, OSError) as err:
-            # The type alone: the message names connection objects, different on every try.
-            raise ConnectionProblemError(
-                c.REASON_UNREACHABLE,
-                f"reading Secret {self._namespace}/{name}: {type(err).__name__}",
-            ) from None
-        except API_ERRORS as err:  # an error answer
-            failure = failure_of(err)
-            if failure in (ApiFailure.NOT_FOUND, ApiFailure.FORBIDDEN):
+            return read_secret(self._core, self._namespace, name)
+        except ConnectionProblemError as problem:
+            if problem.reason == c.REASON_SECRET_NOT_FOUND:
                 self._forget_files()
-                what = (
-                    "does not exist"
-                    if failure is ApiFailure.NOT_FOUND
-                    else "may not be read by the daemon"
-                )
-                raise ConnectionProblemError(
-                    c.REASON_SECRET_NOT_FOUND, f"Secret {self._namespace}/{name} {what}"
-                ) from None
-            raise ConnectionProblemError(
-                c.REASON_UNREACHABLE,
-                f"reading Secret {self._namespace}/{name}: {describe_failure(err)}",
-            ) from None
-        data: dict[str, bytes] = {}
-        for key, value in (secret.get("data") or {}).items():
-            try:
-                data[key] = base64.b64decode(value or "")
-            except ValueError:
-                data[key] = b""
-        meta = secret.get("metadata") or {}
-        return str(meta.get("resourceVersion") or ""), data
+            raise
 
     def _forget_files(self) -> None:
         self._written = None
@@ -251,9 +230,7 @@ class HostCredentials:
         fresh = Path(tempfile.mkdtemp(prefix=f".{self._host}-", dir=self._dir.parent))
         try:
             for name, content in files.items():
-                fd = os.open(fresh / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as out:
-                    out.write(content)
+                write_private(fresh / name, content)
             if ssh:
                 wrapper = fresh / SSH_WRAPPER
                 fd = os.open(wrapper, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
@@ -275,6 +252,59 @@ class HostCredentials:
             shutil.rmtree(fresh, ignore_errors=True)
             raise
         log.info("host %s: credentials written", self._host)
+
+
+def read_secret(core: KubeApi, namespace: str, name: str) -> tuple[str, dict[str, bytes]]:
+    """A Secret's resourceVersion and decoded data. `ConnectionProblemError`: `SecretNotFound`
+    when it does not exist or RBAC refuses it (news about the Secret), `Unreachable` when the API
+    server did not answer (none). Messages name the Secret, never a value."""
+    try:
+        secret = core.read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
+    except (HTTPError, OSError) as err:
+        # The type alone: the message names connection objects, different on every try.
+        raise ConnectionProblemError(
+            c.REASON_UNREACHABLE, f"reading Secret {namespace}/{name}: {type(err).__name__}"
+        ) from None
+    except API_ERRORS as err:  # an error answer
+        failure = failure_of(err)
+        if failure in (ApiFailure.NOT_FOUND, ApiFailure.FORBIDDEN):
+            what = (
+                "does not exist"
+                if failure is ApiFailure.NOT_FOUND
+                else "may not be read by the daemon"
+            )
+            raise ConnectionProblemError(
+                c.REASON_SECRET_NOT_FOUND, f"Secret {namespace}/{name} {what}"
+            ) from None
+        raise ConnectionProblemError(
+            c.REASON_UNREACHABLE, f"reading Secret {namespace}/{name}: {describe_failure(err)}"
+        ) from None
+    data: dict[str, bytes] = {}
+    for key, value in (secret.get("data") or {}).items():
+        try:
+            data[key] = base64.b64decode(value or "")
+        except ValueError:
+            data[key] = b""
+    meta = secret.get("metadata") or {}
+    return str(meta.get("resourceVersion") or ""), data
+
+
+def write_private(path: Path, content: bytes) -> None:
+    """`path` (0600) holding `content`, replaced in one rename: a reader sees the old file or the
+    new one, never a part."""
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            # mkstemp makes it 0600 already; said again so that no platform ever widens it.
+            os.fchmod(out.fileno(), 0o600)
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def remove_root(root: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -29,6 +30,7 @@ from libvirt_provider.adapters.host.controller import (
 from libvirt_provider.adapters.host.controller import register as register_provider
 from libvirt_provider.adapters.host.credentials import HostCredentials
 from libvirt_provider.adapters.host.drain import DrainController
+from libvirt_provider.adapters.host.migration_credentials import MigrationCredentials
 from libvirt_provider.adapters.host.migrations import MigrationController, register_migrations
 from libvirt_provider.adapters.host.restores import RestoreController, register_restores
 from libvirt_provider.adapters.host.snapshots import SnapshotController, register_snapshots
@@ -74,6 +76,8 @@ class UnitSettings:
     preemption_grace: int = c.PREEMPTION_GRACE_SECONDS
     migration_uri: str | None = None
     migration_pkipath: str | None = None
+    # With it, the pkipath folder's files come from this Secret in the lease namespace.
+    migration_secret: str | None = None
     migration_limits: MigrationLimits = field(default_factory=MigrationLimits)
     # How long a heartbeat vouches for its host (the Lease's duration; --heartbeat-grace).
     heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS
@@ -197,6 +201,15 @@ class HostUnit:
         hypervisor.add_reconnect_listener(self.restores.wake_all)
         # This host's steps of live migrations (docs/migration.md), on the same operator: a
         # remote host's daemon runs elsewhere, so only a local host takes part.
+        migration_credentials = None
+        if not remote and settings.migration_secret and settings.migration_pkipath:
+            migration_credentials = MigrationCredentials(
+                api,
+                host=host,
+                namespace=settings.lease_namespace,
+                secret=settings.migration_secret,
+                folder=Path(settings.migration_pkipath),
+            ).pkipath
         migration_reconciler = MigrationReconciler(
             store=MigrationApi(api, host=host, lease_namespace=settings.lease_namespace),
             hypervisor=hypervisor,
@@ -205,6 +218,7 @@ class HostUnit:
             released=reconciler.release,
             migration_uri=None if remote else settings.migration_uri,
             pkipath=None if remote else settings.migration_pkipath,
+            credentials=migration_credentials,
             zone=self.agent.zone,
             console_log_dir=None if remote else settings.console_log_dir,
             limits=settings.migration_limits,

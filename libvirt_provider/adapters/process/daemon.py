@@ -123,6 +123,9 @@ class DaemonConfig:
     # and the TLS client credentials its libvirtd opens a target's with (docs/migration.md).
     migration_uri: str | None = None
     migration_pkipath: str | None = None
+    # A Secret in the lease namespace the daemon writes the pkipath folder's files from (None:
+    # the operator places them).
+    migration_secret: str | None = None
     # The migrations' limits and ends: outbound per host and per cluster at once, seconds without
     # progress, seconds per GiB of memory and disk (docs/migration.md, "MigrationLimits and ends").
     migration_limits: MigrationLimits = field(default_factory=MigrationLimits)
@@ -446,6 +449,7 @@ def unit_settings(cfg: DaemonConfig) -> UnitSettings:
         preemption_grace=cfg.preemption_grace,
         migration_uri=cfg.migration_uri,
         migration_pkipath=cfg.migration_pkipath,
+        migration_secret=cfg.migration_secret,
         migration_limits=cfg.migration_limits,
         heartbeat_grace=cfg.heartbeat_grace,
         hop_address=_hop_address(cfg),

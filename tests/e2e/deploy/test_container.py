@@ -121,6 +121,8 @@ def provider_container(
         "libvirt-run": lab.dir / "libvirt" / "sock",
         "console-logs": lab.dir / "libvirt" / "log" / "qemu",
         "default-pool": lab.dir / "libvirt" / "lib" / "images",
+        # Not the host's /run: the container's daemon only writes there when it migrates.
+        "migration-pki": lab.dir / "migration-pki",
     }
     mounts = {m["name"]: m["mountPath"] for m in spec["volumeMounts"]}
     assert set(mounts) == set(host_dirs), "the DaemonSet's volumes changed; map them here"

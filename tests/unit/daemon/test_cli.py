@@ -172,6 +172,17 @@ def test_the_hop_port_needs_its_ca_and_an_ip_to_publish(
     assert "--console-hop-port" in out.stderr
 
 
+def test_a_migration_secret_needs_the_folder_to_write_it_into() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "libvirt_provider", "--host=h1", "--migration-secret=tls"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert "--migration-secret needs --migration-pkipath" in out.stderr
+
+
 def test_kubectl_vm_help_names_the_console_command() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "libvirt_provider.adapters.plugin.kubectl_vm", "console", "--help"],

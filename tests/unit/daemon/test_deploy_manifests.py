@@ -110,6 +110,43 @@ def test_the_node_restriction_names_the_daemonsets_account_and_is_installed() ->
     assert "node-restriction.yaml" in kustomization["resources"]
 
 
+def test_the_daemonset_reads_its_one_migration_secret_into_a_host_path_libvirtd_shares() -> None:
+    """The daemon may `get` the Secret its --migration-secret names and no other (by name, in its
+    own namespace), and writes the credentials into a host folder mounted at the host's own path:
+    the host's libvirtd reads them by the path in the migration URI."""
+    daemonset = yaml.safe_load((REPO / "deploy" / "daemonset.yaml").read_text())
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.migration_secret
+    grants = []
+    for doc in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()):
+        if doc and doc["kind"] in ("Role", "ClusterRole"):
+            grants += [
+                (doc["kind"], doc["metadata"].get("namespace"), doc["metadata"]["name"], rule)
+                for rule in doc["rules"]
+                if "secrets" in rule.get("resources", [])
+            ]
+    roles = [g for g in grants if g[0] == "Role"]
+    assert len(roles) == 1, roles
+    _, namespace, name, rule = roles[0]
+    assert namespace == daemonset["metadata"]["namespace"]
+    assert rule["verbs"] == ["get"]
+    assert rule["resourceNames"] == [args.migration_secret]
+    bindings = [d for d in _docs("rbac.yaml") if d["kind"] == "RoleBinding"]
+    (binding,) = [b for b in bindings if b["roleRef"]["name"] == name]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": pod["serviceAccountName"],
+            "namespace": daemonset["metadata"]["namespace"],
+        }
+    ]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volume = next(v for v in pod["volumes"] if v["name"] == mounts[args.migration_pkipath])
+    assert volume["hostPath"]["path"] == args.migration_pkipath
+
+
 def _docs(*parts: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((REPO / "deploy").joinpath(*parts).read_text()) if d]
 

@@ -19,6 +19,7 @@ from libvirt_provider import naming
 from libvirt_provider.driver.types import DomainState, HostFacts
 from libvirt_provider.errors import PermanentError
 from libvirt_provider.machine.reconciler import Incoming
+from libvirt_provider.migration.credentials import CredentialsProblemError
 from libvirt_provider.migration.limits import MigrationLimits
 from libvirt_provider.migration.reconciler import MigrationReconciler
 from libvirt_provider.migration.store import MigrationKey
@@ -566,3 +567,73 @@ def test_the_target_removes_the_paused_incoming_domain_a_failed_copy_left() -> N
     assert UID not in b.domains
     assert b.volume_names(POOL) == []
     assert a.domains[UID].state is DomainState.RUNNING
+
+
+# -- the source's migration credentials (--migration-secret) -------------------------------
+
+
+def test_a_source_without_credentials_refuses_before_locking_or_preparing() -> None:
+    store, a, b = _world()
+    daemons = _daemons(store, a, b)
+    detail = "Secret vm-api-system/migration-tls does not exist (--migration-secret)"
+
+    def missing() -> str:
+        raise CredentialsProblemError(f"host a has no usable credentials: {detail}")
+
+    daemons["a"]._credentials = missing
+    _settle(daemons)
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED
+    condition = status["conditions"][0]
+    assert condition["reason"] == c.MIGRATION_REASON_CREDENTIALS_MISSING
+    assert detail in condition["message"]
+    assert (c.MIGRATION_REASON_CREDENTIALS_MISSING, condition["message"], True) in store.events
+    assert a.migrated == []
+    assert "migration" not in store.machines["web"]["status"]
+    assert b.volume_names(POOL) == []
+    assert not store.migrations["m"]["metadata"].get("finalizers")
+
+
+def test_credentials_gone_between_accept_and_copy_fail_it_and_the_target_cleans_up() -> None:
+    store, a, b = _world()
+    daemons = _daemons(store, a, b)
+    asked: list[int] = []
+
+    def gone_after_the_accept() -> str:
+        asked.append(1)
+        if len(asked) > 1:
+            raise CredentialsProblemError("host a has no usable credentials: tls.key is gone")
+        return "/pki/a"
+
+    daemons["a"]._credentials = gone_after_the_accept
+    _settle(daemons)
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_CREDENTIALS_MISSING
+    assert status["targetCleaned"] is True
+    assert a.migrated == []
+    assert b.volume_names(POOL) == []
+    assert store.machines["web"]["spec"]["host"] == "a"
+    assert "migration" not in store.machines["web"]["status"]
+
+
+def test_each_copy_uses_the_folder_the_credentials_give_then() -> None:
+    store, a, b = _world()
+    daemons = _daemons(store, a, b)
+    daemons["a"]._credentials = lambda: "/run/pki-from-secret"
+    _settle(daemons)
+    assert store.migrations["m"]["status"]["phase"] == c.MIGRATION_PHASE_SUCCEEDED
+    assert a.migrated[0][1] == "qemu+tls://x/system?pkipath=/run/pki-from-secret"
+
+
+def test_an_api_server_that_does_not_answer_retries_the_pass_and_refuses_nothing() -> None:
+    store, a, b = _world()
+    daemons = _daemons(store, a, b)
+
+    def unreachable() -> str:
+        raise PermanentError("reading Secret vm-api-system/migration-tls: 500")
+
+    daemons["a"]._credentials = unreachable
+    _settle(daemons, rounds=2)
+    assert "status" not in store.migrations["m"] or not store.migrations["m"]["status"].get("phase")
+    assert "migration" not in store.machines["web"]["status"]
