@@ -128,6 +128,26 @@ class VncForward:
             thread.join(30)
 
 
+def vnc_refused(kubeconfig: Path, namespace: str, name: str, says: str) -> None:
+    """`kubectl vm vnc NAME` is refused: the plugin closes a viewer's connection before any
+    greeting, and prints `says` (part of the daemon's or the API server's refusal)."""
+    forward = VncForward(kubeconfig, namespace, name)
+    try:
+        try:
+            rfb_server_init(forward.port)
+        except (OSError, RfbError):
+            pass
+        else:
+            raise AssertionError(f"kubectl vm vnc {name} greeted a viewer: {forward.errors!r}")
+        eventually(
+            lambda: says in forward.errors,
+            timeout=30,
+            what=f"kubectl vm vnc printing {says!r} (stderr: {forward.errors!r})",
+        )
+    finally:
+        forward.stop()
+
+
 def _read_exactly(sock: socket.socket, size: int) -> bytes:
     data = b""
     while len(data) < size:

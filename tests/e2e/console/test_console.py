@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from libvirt_provider.console.vnc import RfbError
 from tests.support.console import (
     Plugin,
     bind_console,
@@ -28,7 +27,7 @@ from tests.support.daemons import console_log_dir
 from tests.support.factories import pair
 from tests.support.kube import create, get, namespace
 from tests.support.lab_access import LabInfo
-from tests.support.vnc import VncForward, bind_vnc, rfb_server_init, run_screenshot
+from tests.support.vnc import bind_vnc, run_screenshot, vnc_refused
 from tests.support.waiting import GiveUp, eventually
 
 CONSOLE_PATH = (
@@ -255,14 +254,4 @@ def test_a_running_machine_without_a_display_is_a_clear_conflict_for_vnc(
     assert "Conflict" in errors, errors
     assert "spec.console.graphics" in errors, errors
     assert not shot.exists()
-    forward = VncForward(kubeconfig, guest_ns, "guest")
-    try:
-        with pytest.raises((OSError, RfbError)):
-            rfb_server_init(forward.port)
-        eventually(
-            lambda: "spec.console.graphics" in forward.errors,
-            timeout=30,
-            what=f"kubectl vm vnc printing the conflict (stderr: {forward.errors!r})",
-        )
-    finally:
-        forward.stop()
+    vnc_refused(kubeconfig, guest_ns, "guest", "spec.console.graphics")

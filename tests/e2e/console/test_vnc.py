@@ -12,11 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import libvirt
-import pytest
 from kubernetes import client
 from lxml import etree
 
-from libvirt_provider.console.vnc import RfbError, png_size
+from libvirt_provider.console.vnc import png_size
 from tests.support.console import bind_console, user_kubeconfig
 from tests.support.kube import get
 from tests.support.lab_access import LabInfo
@@ -26,6 +25,7 @@ from tests.support.vnc import (
     libvirt_screen_size,
     rfb_server_init,
     run_screenshot,
+    vnc_refused,
 )
 from tests.support.waiting import eventually
 
@@ -119,18 +119,7 @@ def test_a_user_without_the_vnc_binding_is_forbidden(
     assert "Forbidden" in errors, errors
     assert "libvirtmachines/vnc" in errors, errors
     assert not shot.exists()
-    forward = VncForward(kubeconfig, vnc_guest_ns, MACHINE)
-    try:
-        # The plugin closes the viewer's connection before any greeting.
-        with pytest.raises((OSError, RfbError)):
-            rfb_server_init(forward.port)
-        eventually(
-            lambda: "Forbidden" in forward.errors,
-            timeout=30,
-            what=f"kubectl vm vnc printing the refusal (stderr: {forward.errors!r})",
-        )
-    finally:
-        forward.stop()
+    vnc_refused(kubeconfig, vnc_guest_ns, MACHINE, "Forbidden")
 
 
 def test_the_api_server_publishes_the_vnc_subresource(
