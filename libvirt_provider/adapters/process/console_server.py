@@ -747,7 +747,7 @@ class ConsoleServer:
             body = merge_lists(body, self._fanout.ask(asked, route, identity))
         if code == 404 and route.name is not None and route.namespace is not None:
             machine = self._read_machine(route.namespace, route.name)
-            elsewhere = hop_host(machine, frozenset(h for h, _ in self._hosts()))
+            elsewhere = hop_host(machine, served)
             # Only a user the namespace's review allowed goes on; the target reviews again.
             if elsewhere is not None and route.host is None and allowed.get(route.namespace):
                 raise _HopNeededError(route.name, elsewhere)
