@@ -9,11 +9,12 @@ on the second. The tests run in order and each starts where the previous left th
 run of the first host moves nothing; its drain moves `a` and `b` to the second host and reports
 Drained; a drain of the second host then moves them back, powers `p` off and ends Blocked by
 `stay`; a drain of the first host whose slowed copies run is cancelled with --abort and leaves
-both where they were.
+both where they were; a drain of the first host whose moves all fail (its migration Secret gone)
+tries each machine three times and ends Blocked.
 
 Cost: about 55-95 s (53 to 93 s in ten runs here, beside a CI run: the four guests booted
 together, ~25 s under TCG; four migrations of ~6-10 s, two at a time; two slowed copies
-aborted, ~8 s; the rest are API round trips of a few seconds).
+aborted, ~8 s; six failed attempts, ~4 s; the rest are API round trips of a few seconds).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
-from tests.e2e.migration.moves import PLURAL, delete_migrations
+from tests.e2e.migration.credentials import delete_migration_secret, put_migration_secret
+from tests.e2e.migration.moves import PLURAL, delete_migrations, pool_volumes
 from tests.support.console import plugin_command
 from tests.support.daemons import Fleet
 from tests.support.factories import pair
 from tests.support.hosts import host_object, patch_host, reset_host
-from tests.support.kube import GROUP, V, create, get, wait_ready
+from tests.support.kube import GROUP, V, create, domain_of, get, wait_ready
 from tests.support.lab_access import LabInfo
 from tests.support.waiting import eventually
 
@@ -300,3 +302,61 @@ def test_cancelling_with_abort_stops_the_drains_copies_and_the_machines_stay(
     for name in MACHINES:
         wait_ready(api_client, guests, name, what=f"{name} Ready on {first}")
     patch_host(api_client, first, {"spec": {"unschedulable": False}})
+
+
+def test_moves_that_keep_failing_are_tried_three_times_then_the_drain_is_blocked(
+    guests: str, lab: LabInfo, api_client: client.ApiClient
+) -> None:
+    """The first host's migration Secret is gone, so every copy off it fails before anything is
+    sent (`MigrationCredentialsMissing`): the drain retries each machine up to
+    `DRAIN_MAX_ATTEMPTS` times, then ends Blocked naming both machines and the last failure,
+    which both keep running on the first host; the second host holds nothing of them."""
+    first, second = lab.hosts[0], lab.hosts[1]
+    delete_migration_secret(api_client, first)
+    try:
+        done = _plugin(lab, first.name, "--wait", "--timeout", "240")
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        last = done.stdout.splitlines()[-1]
+        assert last.startswith(f"{c.DRAIN_PHASE_BLOCKED}: 0 of 2 moved, 2 blocked: "), last
+        drain = _drain(api_client, first.name)
+        assert drain["phase"] == c.DRAIN_PHASE_BLOCKED, drain
+        attempts = c.DRAIN_MAX_ATTEMPTS
+        for entry in drain["machines"]:
+            assert entry["state"] == c.DRAIN_MACHINE_BLOCKED, entry
+            assert entry["attempts"] == attempts, entry
+            assert entry["reason"].startswith(
+                f"{attempts} migrations failed, the last {c.MIGRATION_REASON_CREDENTIALS_MISSING}"
+            ), entry
+            assert f"{guests}/{entry['name']} ({entry['reason'][:40]}" in last, last
+        moves = _drain_migrations(api_client, guests, first.name)
+        mine = [m for m in moves if m["metadata"]["name"].startswith(f"drain-{drain['id']}-")]
+        assert sorted(m["metadata"]["name"] for m in mine) == sorted(
+            f"drain-{drain['id']}-{n}-{name}" for n in range(1, attempts + 1) for name in MACHINES
+        )
+        for move in mine:
+            status = move["status"]
+            succeeded = next(x for x in status["conditions"] if x["type"] == "Succeeded")
+            assert (status["phase"], succeeded["reason"]) == (
+                c.MIGRATION_PHASE_FAILED,
+                c.MIGRATION_REASON_CREDENTIALS_MISSING,
+            ), status
+            assert "nothing was copied" in succeeded["message"], succeeded
+        events = _host_events(api_client, first.name)
+        assert events.count(c.EVENT_DRAIN_RETRY) >= 2 * (attempts - 1), events
+        assert c.EVENT_DRAIN_MACHINE_BLOCKED in events, events
+        for name in MACHINES:
+            assert _host_of(api_client, guests, name) == first.name
+        there = libvirt.open(second.uri)
+        try:
+            for name in MACHINES:
+                machine = get(api_client, guests, name, vm=False) or {}
+                with pytest.raises(libvirt.libvirtError):
+                    there.lookupByUUIDString(machine["metadata"]["uid"])
+                assert pool_volumes(there, lab, domain_of(api_client, guests, name)) == []
+        finally:
+            there.close()
+    finally:
+        put_migration_secret(api_client, first)
+        _clear(api_client, first.name)
+    for name in MACHINES:
+        wait_ready(api_client, guests, name, what=f"{name} Ready on {first.name}")
