@@ -210,6 +210,7 @@ __all__ = [
     "MIGRATION_REASON_WAITING_FOR_IMAGE",
     "MIGRATION_SHORT_NAMES",
     "MIGRATION_SLOT_RECHECK_SECONDS",
+    "MIGRATION_TARGET_GONE_RECHECK_SECONDS",
     "MODIFY_VOLUME_INFEASIBLE",
     "MODIFY_VOLUME_IN_PROGRESS",
     "MODIFY_VOLUME_PENDING",
@@ -851,6 +852,9 @@ MIGRATION_DEADLINE_SECONDS_PER_GIB: Final = 150.0
 # Seconds before a migration waiting for a slot looks again without being woken (a slot freed
 # on another host wakes it through the watch; this is the net under a lost event).
 MIGRATION_SLOT_RECHECK_SECONDS: Final = 30.0
+# How often the source looks whether a deleted migration's target host, which has not cleaned up,
+# was deleted meanwhile (an admin giving the host up; host deletions are not watched).
+MIGRATION_TARGET_GONE_RECHECK_SECONDS: Final = 5.0
 
 # -- VNC through the aggregated API (docs/console.md, "VNC and screenshots") -----------------------
 # `libvirtmachines/vnc`: the guest's RFB stream over a WebSocket (RBAC: `get` on

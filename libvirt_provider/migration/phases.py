@@ -58,6 +58,10 @@ class Step(enum.StrEnum):
     """Target: delete the volumes it prepared for a migration that did not succeed."""
     RELEASE = "release"
     """Source: drop the finalizer of a deleted migration that has nothing left anywhere."""
+    AWAIT_CLEANUP = "await-cleanup"
+    """Source: a deleted migration waits for its target to delete what it prepared. The target's
+    status write wakes it; the target's LibvirtHost being deleted (the host is lost for good)
+    wakes nothing, so look again now and then."""
     WAIT = "wait"
     """Nothing for this host now: the other daemon's step, or the end."""
 
@@ -117,8 +121,8 @@ def next_step(role: Role, facts: Facts) -> Step:
         return Step.MIGRATE
     if phase is MigrationPhase.MIGRATING and not facts.handed_over:
         return Step.MIGRATE
-    if facts.deleting and terminal(phase) and (not leftovers or facts.target_gone):
-        return Step.RELEASE
+    if facts.deleting and terminal(phase):
+        return Step.RELEASE if not leftovers or facts.target_gone else Step.AWAIT_CLEANUP
     return Step.WAIT
 
 

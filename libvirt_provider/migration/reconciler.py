@@ -69,6 +69,7 @@ AGAIN = Outcome(immediately=True)
 RETRY = Outcome(retry=True)
 IMAGE_POLL = Outcome(requeue_after=3.0)
 SLOT_WAIT = Outcome(requeue_after=c.MIGRATION_SLOT_RECHECK_SECONDS)
+CLEANUP_WAIT = Outcome(requeue_after=c.MIGRATION_TARGET_GONE_RECHECK_SECONDS)
 
 
 def _status(obj: Obj) -> dict[str, Any]:
@@ -252,9 +253,10 @@ class MigrationReconciler:
             target_gone=self._target_gone(role, obj),
         )
         step = next_step(role, facts)
-        if step is Step.WAIT and role is Role.SOURCE and machine is not None:
+        if step in (Step.WAIT, Step.AWAIT_CLEANUP) and role is Role.SOURCE and machine is not None:
             self._unlock(obj, machine, only_here=True)
-            return DONE
+        if step is Step.AWAIT_CLEANUP:
+            return CLEANUP_WAIT
         handler = {
             Step.ACCEPT: self._accept,
             Step.PREPARE: self._prepare_target,

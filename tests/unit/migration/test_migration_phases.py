@@ -58,8 +58,9 @@ def test_a_failure_after_preparing_has_the_target_clean_up_then_the_source_relea
     assert next_step(T, failed) is Step.CLEAN_TARGET
     assert next_step(S, failed) is Step.WAIT
     gone = Facts(phase=P.FAILED, prepared=True, deleting=True)
-    # Deleted before the target cleaned: the finalizer waits for it.
-    assert next_step(S, gone) is Step.WAIT
+    # Deleted before the target cleaned: the finalizer waits for it, looking now and then
+    # whether the target's host was given up.
+    assert next_step(S, gone) is Step.AWAIT_CLEANUP
     cleaned = Facts(phase=P.FAILED, prepared=True, target_cleaned=True, deleting=True)
     assert next_step(S, cleaned) is Step.RELEASE
     assert next_step(T, cleaned) is Step.WAIT

@@ -321,7 +321,9 @@ def test_a_failed_migration_whose_target_host_is_gone_for_good_is_released_with_
     assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
     assert not status.get("targetCleaned")
     store.migrations["m"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    daemons["a"].reconcile(MigrationKey(NS, "m"))
+    # Nothing is watched that would say the host went: the source looks again by itself.
+    waiting = daemons["a"].reconcile(MigrationKey(NS, "m"))
+    assert waiting.requeue_after == c.MIGRATION_TARGET_GONE_RECHECK_SECONDS
     assert store.migrations["m"]["metadata"]["finalizers"] == [c.MIGRATION_FINALIZER]
     del store.hosts["b"]
     daemons["a"].reconcile(MigrationKey(NS, "m"))
