@@ -15,6 +15,10 @@ anyone's help (docs/migration.md, "Faults", has the table this module proves):
 - the migration link taken down, then up again: `Failed` (`MigrationFailed`) once it is back,
   as above (a link that stays down holds libvirt's job until the kernel gives its connections
   up: docs/migration.md);
+- the target lost for good (its daemon and libvirtd killed, never started again): `Failed`, the
+  machine runs on at its source; deleted, the migration waits for the target's cleanup until
+  its LibvirtHost is deleted, then is released with a `TargetGone` warning naming what is left
+  there;
 - the VM deleted: the copy is aborted, `Cancelled` (`MachineDeleted`), and nothing of the
   machine is left anywhere;
 - the API server restarted (marker `apiserver_restart`: the second group of `make test`): the
@@ -24,7 +28,7 @@ Two busybox guests: `roamer` moves back and forth through the cases; `doomed` is
 
 Cost: 98 s, 124 s, 143 s and 128 s in four runs here, beside two other labs (the two guests
 booted together, 16-36 s; the link case 32-39 s, the API server's restart 14-25 s, each other
-case 4-16 s).
+case 4-16 s; the lost target 11-12 s, twice, with the module 127 s).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from kubernetes import client
 
 from libvirt_provider import constants as c
 from tests.e2e.migration.moves import (
+    PLURAL,
     create_migration,
     delete_migrations,
     migration,
@@ -322,6 +327,80 @@ def test_taking_the_link_down_mid_copy_fails_it_once_the_link_is_back(
         assert_only_on(guests, lab, api_client, "roamer", here)
     finally:
         migration_link(there.name, up=True)
+
+
+def _remove_leftovers(host: LabHost, uid: str, volumes: list[dict[str, Any]]) -> None:
+    """What an admin clears on a host that comes back after being given up: the half-made
+    incoming domain and the volumes the `TargetGone` Event named."""
+    conn = libvirt.open(host.uri)
+    try:
+        with suppress(libvirt.libvirtError):
+            conn.lookupByUUIDString(uid).destroy()
+        for volume in volumes:
+            with suppress(libvirt.libvirtError):
+                pool = conn.storagePoolLookupByName(str(volume["pool"]))
+                pool.refresh(0)
+                pool.storageVolLookupByName(str(volume["volume"])).delete(0)
+    finally:
+        conn.close()
+
+
+def test_losing_the_target_for_good_mid_copy_fails_it_and_deleting_its_host_releases_it(
+    guests: Guests, lab: LabInfo, api_client: client.ApiClient, fleet: Fleet
+) -> None:
+    """The target's daemon and libvirtd die mid-copy and stay dead. libvirt fails the copy and
+    the machine runs on at its source, unlocked. The migration, deleted, waits for the target to
+    clean up what it prepared; deleting the target's LibvirtHost (an admin saying the host is
+    gone for good) releases it, with a `TargetGone` warning naming the volumes left there."""
+    here, there = _ends(guests, api_client, "roamer")
+    custom = client.CustomObjectsApi(api_client)
+    uid = guests.uids["roamer"]
+    prepared: list[dict[str, Any]] = []
+    try:
+        with slowed_copy(guests, api_client, "roamer", there) as (mig, _dom):
+            fleet.stop(there.name, kill=True)
+            kill_host_libvirtd(there.name)
+            status = wait_ended(api_client, guests.ns, mig, timeout=120)["status"]
+        assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+        assert _reason(status) == c.MIGRATION_REASON_MIGRATION_FAILED, status
+        prepared = list(status.get("preparedVolumes") or [])
+        assert prepared, status
+        assert not status.get("targetCleaned"), status
+        assert _running_on(here, uid) is True
+        eventually(
+            lambda: _lock(api_client, guests.ns, "roamer") is None,
+            timeout=60,
+            what="roamer's lock released while its target is gone",
+        )
+        custom.delete_namespaced_custom_object(GROUP, V, guests.ns, PLURAL, mig)
+        # Held by its finalizer for the target's cleanup, which nothing will do now.
+        waiting = read_migration(api_client, guests.ns, mig)
+        assert waiting is not None
+        assert waiting["metadata"].get("deletionTimestamp"), waiting
+        assert c.MIGRATION_FINALIZER in waiting["metadata"]["finalizers"], waiting
+        custom.delete_cluster_custom_object(GROUP, V, HOSTS_PLURAL, there.name)
+        eventually(
+            lambda: read_migration(api_client, guests.ns, mig) is None,
+            timeout=90,
+            what="the migration released once its target's LibvirtHost is gone",
+        )
+        gone = [
+            e
+            for e in client.CoreV1Api(api_client).list_namespaced_event(guests.ns).items
+            if e.involved_object.name == mig and e.reason == c.EVENT_MIGRATION_TARGET_GONE
+        ]
+        assert gone, "no TargetGone Event"
+        assert gone[0].type == "Warning", gone
+        for volume in prepared:
+            assert f"{volume['pool']}/{volume['volume']}" in str(gone[0].message), gone[0].message
+    finally:
+        host_libvirtd(there.name, up=True)
+        _remove_leftovers(there, uid, prepared)
+        if there.name not in fleet.daemons:
+            fleet.start(there)
+    # The host's daemon, started again, makes its LibvirtHost anew.
+    fleet.wait_hosts_ready([there.name])
+    assert_only_on(guests, lab, api_client, "roamer", here)
 
 
 def test_deleting_the_vm_mid_copy_cancels_it_and_leaves_nothing_anywhere(
