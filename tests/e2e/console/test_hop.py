@@ -12,10 +12,16 @@ proven enough) and a certificate from the lab's console CA made for both server 
 as a hop needs.
 
 Last, a machine on the lab's remote host: its remote-mode replica publishes its hop address in the
-host's claim (the Lease it holds), and a console sent to A hops there.
+host's claim (the Lease it holds), and a console sent to A hops there. The replica also keeps the
+remote guest's console log itself (--console-log-dir, a small --console-log-bytes): with no
+session ever attached, `--logs` prints the guest's boot; a line typed later is in it after the
+log rotated; deleting the machine removes the files. These two tests share the remote guest of
+the hop's test (one boot for the three), and run first, before any session attached to it.
 
-Cost: 10 tests, 34-37 s warm in the last runs on the shared 2-core machine (the remote case about
-16 s), most of it the daemons' starts and the guests' boots.
+Cost: 12 tests, 46 s warm in the last run on the shared 2-core machine (the remote part about
+23 s: the replica's start 3 s, waiting for the boot line in --logs 6 s, the typed line and the
+rotation 2.5 s, the hop's console 2 s, the machine's deletion and its log's removal 9 s), most
+of it the daemons' starts and the guests' boots.
 """
 
 from __future__ import annotations
