@@ -93,7 +93,8 @@ class KeeperState:
 
 @dataclass(frozen=True)
 class KeeperPlan:
-    """One pass's work: streams to open, streams to close (the files stay), and machines to
+    """One pass's work: streams to open; machines that stopped, whose stream is closed (the files
+    stay) and whose backoff is cleared (so their next start is kept at once); and machines to
     forget with their files."""
 
     open: tuple[tuple[str, KeptMachine], ...] = ()
@@ -125,7 +126,7 @@ def plan(
         found = where.get(key)
         if found is None or found[0] != state.host:
             to_forget.append(key)
-        elif not found[1].running and state.open:
+        elif not found[1].running and (state.open or state.retry_at > 0):
             to_close.append(key)
     for key, (host, machine) in where.items():
         if not machine.running or key in to_forget:

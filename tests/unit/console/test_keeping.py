@@ -86,6 +86,10 @@ def test_a_machine_that_stops_loses_its_stream_and_keeps_its_files() -> None:
     closed = {a.key: KeeperState("h1", a, open=False)}
     assert plan({"h1": [stopped]}, closed, now=1.0) == KeeperPlan()
     assert plan({"h1": [a]}, closed, now=1.0) == KeeperPlan(open=(("h1", a),))
+    # Its stream ended as it stopped and a retry waits: cleared, so a start soon after is kept
+    # from its first line rather than after the backoff.
+    waiting = {a.key: KeeperState("h1", a, open=False, retry_at=50.0)}
+    assert plan({"h1": [stopped]}, waiting, now=1.0) == KeeperPlan(close=(a.key,))
 
 
 def test_a_deleted_machine_or_a_host_handed_back_is_forgotten_with_its_files() -> None:

@@ -210,3 +210,15 @@ def test_stopping_closes_the_streams_and_keeps_the_files(tmp_path: Path) -> None
     lab.keeper.stop()
     assert lab.hv.streams[0].closed
     assert lab.log.read_bytes() == b"kept\n"
+
+
+def test_a_machine_restarted_soon_after_its_stream_ended_is_kept_again_at_once(
+    tmp_path: Path,
+) -> None:
+    lab = _Lab(tmp_path)
+    lab.run()
+    lab.hv.streams[0].on_closed("the guest's console closed")
+    lab.run()  # the stream's end noted: a retry waits for the backoff
+    lab.run(running=False)  # then its status says it stopped: the backoff is cleared
+    lab.run(running=True)
+    assert len(lab.hv.streams) == 2
