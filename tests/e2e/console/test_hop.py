@@ -15,13 +15,14 @@ Last, a machine on the lab's remote host: its remote-mode replica publishes its 
 host's claim (the Lease it holds), and a console sent to A hops there. The replica also keeps the
 remote guest's console log itself (--console-log-dir, a small --console-log-bytes): with no
 session ever attached, `--logs` prints the guest's boot; a line typed later is in it after the
-log rotated; deleting the machine removes the files. These two tests share the remote guest of
-the hop's test (one boot for the three), and run first, before any session attached to it.
+log rotated; `--logs --follow` prints the file, then new output; deleting the machine removes the
+files. These three tests share the remote guest of the hop's test (one boot for the four), and
+run first, before any session attached to it.
 
-Cost: 12 tests, 46 s warm in the last run on the shared 2-core machine (the remote part about
-23 s: the replica's start 3 s, waiting for the boot line in --logs 6 s, the typed line and the
-rotation 2.5 s, the hop's console 2 s, the machine's deletion and its log's removal 9 s), most
-of it the daemons' starts and the guests' boots.
+Cost: 13 tests, about 55 s warm on the shared 2-core machine (the remote part 30 to 40 s: the
+replica's start and the guest's boot 3 to 11 s, waiting for the boot line in --logs 6 to 8 s, the
+typed line and the rotation 2.5 to 7 s, --follow 6 s, the hop's console 2 s, the machine's
+deletion and its log's removal 6 to 9 s), most of it the daemons' starts and the guests' boots.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import signal
 import socket
 import ssl
 import subprocess
@@ -766,6 +768,35 @@ def test_a_line_typed_into_a_remote_console_is_in_its_rotated_log_afterwards(
     assert max(sizes) <= KEPT_LOG_BYTES, sizes
     # What --logs printed begins in the rotated file.
     assert rotated.read_bytes()[-64:].decode(errors="replace") in printed
+
+
+def test_logs_follow_on_a_remote_host_prints_the_kept_log_then_new_output(
+    lab: LabInfo, api_client: client.ApiClient, daemons: Hops, remote_hop: RemoteHop, tmp_path: Path
+) -> None:
+    """`--logs --follow`: the replica's file first (an answer typed before it started), then the
+    output as it comes (one typed after), on the stream the replica keeps open."""
+    ns = remote_hop.ns
+    kubeconfig = tmp_path / "follower.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=ns, name="far-follower")
+    bind_console(api_client, ns, user)
+    before, after = ("VMAPI-BEFORE-" + uuid.uuid4().hex[:8], "VMAPI-AFTER-" + uuid.uuid4().hex[:8])
+    writer = Plugin(kubeconfig, ns, "far")
+    try:
+        eventually(lambda: _answered(writer, before), timeout=60, interval=2,
+                   what=f"far's shell answering ({writer.errors})")  # fmt: skip
+        follow = Plugin(kubeconfig, ns, "far", "--logs", "--follow")
+        try:
+            eventually(lambda: f"{before}-42" in follow.output, timeout=30, interval=0.5,
+                       what=f"the kept log's answer in --follow ({follow.errors})")  # fmt: skip
+            eventually(lambda: _answered(writer, after), timeout=60, interval=2,
+                       what=f"far's shell answering again ({writer.errors})")  # fmt: skip
+            eventually(lambda: f"{after}-42" in follow.output, timeout=30, interval=0.5,
+                       what=f"the new answer in --follow ({follow.errors})")  # fmt: skip
+        finally:
+            follow.process.send_signal(signal.SIGINT)
+            assert follow.leave() == 0, follow.errors
+    finally:
+        assert writer.leave() == 0, writer.errors
 
 
 def test_a_console_on_a_remote_host_works_through_daemon_a_and_the_replicas_hop(
