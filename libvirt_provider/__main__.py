@@ -217,7 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="host directory where each machine's serial console is logged "
         "(<domain>.serial.log, removed with the machine); created at start when its parent "
-        "exists; default: no console logs",
+        "exists; in remote mode (with --console-port), the directory where this replica keeps "
+        "the console logs of the remote hosts it serves; default: no console logs",
+    )
+    parser.add_argument(
+        "--console-log-bytes",
+        type=_positive_int,
+        default=c.CONSOLE_LOG_BYTES,
+        metavar="BYTES",
+        help="remote mode: a kept console log is rotated at this size (one rotated file kept, "
+        f"so a machine takes at most twice this); default {c.CONSOLE_LOG_BYTES}",
     )
     parser.add_argument(
         "--image-gc-interval",
@@ -412,6 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             workers=args.workers,
             generic_namespaces=tuple(args.generic_namespace),
             console_log_dir=paths.console_log_dir,
+            console_log_bytes=args.console_log_bytes,
             console_port=args.console_port,
             console_address=args.console_address,
             console_cert_file=args.console_cert_file or "",

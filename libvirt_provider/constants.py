@@ -643,6 +643,22 @@ CONSOLE_VIEWER_BACKLOG_BYTES: Final = 4 * 1024 * 1024
 CONSOLE_LOGS_MAX_BYTES: Final = 1024 * 1024
 # Machines whose last output the daemon keeps in memory after their last session left.
 CONSOLE_KEPT_REPLAYS: Final = 256
+# -- remote hosts' console logs, kept by the daemon serving them (docs/console.md, "Remote hosts'
+# console logs") --
+# Bytes of one console log file before it is rotated (--console-log-bytes); a machine's log
+# takes at most this times (1 + CONSOLE_LOG_ROTATED) on the daemon's disk.
+CONSOLE_LOG_BYTES: Final = 4 * 1024 * 1024
+# Rotated files kept beside the current one (`<file>.1`, the older one).
+CONSOLE_LOG_ROTATED: Final = 1
+# Seconds between the keeper's passes over the served hosts' machines (in-memory copies only; a
+# libvirt call only to open a console).
+CONSOLE_KEEPER_SECONDS: Final = 1.0
+# Backoff of a console that could not be opened, or whose stream ended while its machine still
+# runs: the first retry after this many seconds, doubling up to the cap.
+CONSOLE_KEEPER_RETRY_SECONDS: Final = 2.0
+CONSOLE_KEEPER_RETRY_MAX_SECONDS: Final = 300.0
+# A stream that stayed open this long ended for a new reason: its retries start from the first.
+CONSOLE_KEEPER_HEALTHY_SECONDS: Final = 60.0
 
 # Port-forward (docs/console.md, "Port-forward and ssh"): `libvirtmachines/portforward/{port}`,
 # RBAC `get` on `libvirtmachines/portforward`; one TCP stream per WebSocket, in binary frames of the

@@ -37,6 +37,7 @@ from generic.adapters.kubeclient import (
 )
 from generic.lean import Kept
 from libvirt_provider import constants as c
+from libvirt_provider.console.keeping import KeptMachine, kept_machine
 from libvirt_provider.errors import (
     AccessDeniedError,
     NotFoundError,
@@ -215,6 +216,11 @@ class KubeAdapter:
         """Each of this host's machines' power state and InfrastructureReady reason, from the
         watch-fed copies (no API call)."""
         return self.machines.project(machine_state)
+
+    def kept_consoles(self) -> list[KeptMachine]:
+        """Each of this host's machines as the console keeper sees it (its domain, whether it
+        runs), from the watch-fed copies (no API call)."""
+        return [m for m in self.machines.project(kept_machine) if m is not None]
 
     def machine_readiness(self) -> list[MachineReadiness]:
         """Each of this host's machines' readiness and its VM's desired power state, from the

@@ -61,6 +61,7 @@ from generic.adapters.kubeclient import (
 from generic.background import BackgroundLoop
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.host.agent import heartbeat_lease_name
+from libvirt_provider.adapters.process.console_keeper import ConsoleKeeper, KeptHost
 from libvirt_provider.adapters.process.console_share import (
     ConsoleHub,
     SharedConsole,
@@ -224,10 +225,19 @@ class ConsoleServer:
         stats: MachineStatsCollector | None = None,
         sharing: SharingSettings | None = None,
         dialer: GuestDialer | None = None,
+        kept_hosts: Callable[[], list[KeptHost]] | None = None,
     ) -> None:
         self._settings = settings
         self._sharing = sharing or SharingSettings()
         self._hub = ConsoleHub(self._sharing)
+        # Remote hosts' logs (their qemu's files are out of reach): kept by this daemon.
+        self._keeper = (
+            ConsoleKeeper(
+                self._hub, kept_hosts, folder=self._sharing.log_dir, limit=self._sharing.log_bytes
+            )
+            if kept_hosts is not None and self._sharing.log_dir is not None
+            else None
+        )
         # Each writer's session, so one that is taken over can be told and ended.
         self._writer_bridges: dict[Seat, _Bridge] = {}
         self._dialer = dialer or GuestDialer()
@@ -278,6 +288,8 @@ class ConsoleServer:
                 self._settings.hop.port, hopped=True
             )
         self._refresh.start()
+        if self._keeper is not None:
+            self._keeper.start()
 
     def _listen(self, port: int, *, hopped: bool) -> tuple[socket.socket, threading.Thread]:
         listener = socket.create_server((self._settings.address, port))
@@ -312,6 +324,9 @@ class ConsoleServer:
 
     def stop(self) -> None:
         self._stopping.set()
+        if self._keeper is not None:
+            # Before the hosts' connections close under the kept streams.
+            self._keeper.stop()
         self._refresh.stop(5.0)
         for thread in (self._accept_thread, self._hop_accept_thread):
             if thread is not None:
@@ -985,7 +1000,8 @@ class ConsoleServer:
     def _log_file(
         self, route: ConsoleRoute, target: ConsoleTarget, machine: dict[str, Any]
     ) -> str | None:
-        """The host's console log of the machine (local hosts with --console-log-dir only)."""
+        """The machine's console log: qemu's file on a local host, the file this daemon keeps
+        for a remote host's machine (both with --console-log-dir only)."""
         if self._sharing.log_dir is None:
             return None
         recorded = ((machine.get("status") or {}).get("providerMetadata") or {}).get("domainName")
@@ -997,10 +1013,15 @@ class ConsoleServer:
     def _logged_output(
         self, route: ConsoleRoute, target: ConsoleTarget, machine: dict[str, Any]
     ) -> bytes:
-        """The last `CONSOLE_LOGS_MAX_BYTES` of the host's console log; without one (remote
-        hosts), what this daemon read of the console in sessions and keeps in memory."""
+        """The last `CONSOLE_LOGS_MAX_BYTES` of the machine's console log; without one (no
+        --console-log-dir), what this daemon read of the console in sessions and keeps in
+        memory."""
         path = self._log_file(route, target, machine)
-        logged = read_tail(path, c.CONSOLE_LOGS_MAX_BYTES) if path else None
+        logged = (
+            read_tail(path, c.CONSOLE_LOGS_MAX_BYTES, rotated=self._sharing.log_rotated)
+            if path
+            else None
+        )
         if logged is not None:
             return logged
         return self._hub.output_of((route.namespace, route.name), target.domain_uuid)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from libvirt_provider import constants as c
+from libvirt_provider.console.keeping import log_files, tail_ranges
 from libvirt_provider.console.sharing import ReplayRing
 from libvirt_provider.driver.libvirt_console import LibvirtConsoleStream
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
@@ -37,8 +38,14 @@ class SharingSettings:
     writer_idle_seconds: float = c.CONSOLE_WRITER_IDLE_SECONDS
     viewer_idle_seconds: float = c.CONSOLE_VIEWER_IDLE_SECONDS
     viewer_backlog_bytes: int = c.CONSOLE_VIEWER_BACKLOG_BYTES
-    # The host's console-log folder (--console-log-dir; None on remote hosts, which keep none).
+    # The console-log folder (--console-log-dir): qemu's files on a local host; on a remote-mode
+    # replica, the files its console keeper writes (`console_keeper.py`).
     log_dir: str | None = None
+    # A kept log's size bound per file (--console-log-bytes; remote hosts' logs only).
+    log_bytes: int = c.CONSOLE_LOG_BYTES
+    # Rotated files read beside the current one: the keeper's (`<file>.1`) on a remote-mode
+    # replica; none on a local host, whose rotation (virtlogd's, when used) names its own.
+    log_rotated: int = 0
 
 
 class Subscriber(Protocol):
@@ -57,15 +64,29 @@ class Subscriber(Protocol):
         ...
 
 
-def read_tail(path: str, max_bytes: int) -> bytes | None:
-    """The last `max_bytes` of a file, or None when it cannot be read (no such file)."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            f.seek(max(0, size - max_bytes))
-            return f.read(max_bytes)
-    except OSError:
+def read_tail(path: str, max_bytes: int, *, rotated: int = 0) -> bytes | None:
+    """The last `max_bytes` of a console log, from its `rotated` older files (`<path>.1` ...,
+    as the console keeper rotates them) too when the current one holds fewer; None when there is
+    no log at all (no such file)."""
+    files = log_files(path, rotated)
+    sizes: list[int] = []
+    for name in files:
+        try:
+            sizes.append(os.stat(name).st_size)
+        except OSError:
+            sizes.append(0)
+    if not os.path.exists(path) and not any(sizes):
         return None
+    parts: list[bytes] = []
+    for index, offset, length in tail_ranges(sizes, max_bytes):
+        try:
+            with open(files[index], "rb") as f:
+                f.seek(offset)
+                parts.append(f.read(length))
+        except OSError:
+            # Rotated meanwhile: what is left is still the log's end.
+            continue
+    return b"".join(parts)[-max_bytes:] if max_bytes > 0 else b""
 
 
 class SharedConsole:
@@ -178,7 +199,9 @@ class ConsoleHub:
         size = self._settings.replay_bytes
         # The host's log has what the guest wrote while nobody watched; else what this daemon
         # read in earlier sessions.
-        from_log = read_tail(log_file, size) if log_file else None
+        from_log = (
+            read_tail(log_file, size, rotated=self._settings.log_rotated) if log_file else None
+        )
         if from_log is not None:
             return ReplayRing(size, from_log)
         kept = self._kept.pop((*key, uuid), None)

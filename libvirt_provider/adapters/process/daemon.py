@@ -52,6 +52,7 @@ from libvirt_provider.adapters.host.remote import RemoteHosts
 from libvirt_provider.adapters.host.unit import HostUnit, UnitSettings
 from libvirt_provider.adapters.kube.adapter import KEPT, LEAN_KINDS, KubeAdapter
 from libvirt_provider.adapters.process.call_metrics import register_call_metrics
+from libvirt_provider.adapters.process.console_keeper import KeptHost
 from libvirt_provider.adapters.process.console_server import (
     ConsoleServer,
     HopSettings,
@@ -93,6 +94,7 @@ class DaemonConfig:
     generic_namespaces: tuple[str, ...] = ()
     # Host directory where serial consoles are logged (None: no console logs).
     console_log_dir: str | None = None
+    console_log_bytes: int = c.CONSOLE_LOG_BYTES
     # The console subresources' TLS port (None: not served), address and serving certificate.
     console_port: int | None = None
     console_address: str = "0.0.0.0"
@@ -169,6 +171,9 @@ class Mode:
     together: list[Step]
     then: list[Step]
     description: str
+    # The hosts whose machines' console logs this daemon keeps itself (remote hosts: qemu's
+    # files are on them); None: qemu's own files, or none.
+    kept_consoles: Callable[[], list[KeptHost]] | None = None
 
 
 def _local_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mode:
@@ -213,10 +218,10 @@ def _remote_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mod
     """Remote mode: no libvirtd of its own; every remote LibvirtHost this replica claims is
     served by a unit of its own (`host.remote`). Ready when the API server answers."""
     identity = cfg.identity or f"{socket.gethostname()}-{os.getpid()}"
-    if cfg.console_log_dir is not None:
-        log.warning(
-            "--console-log-dir is ignored in remote mode: a remote host's consoles are files on "
-            "that host (docs/remote-hosts.md)"
+    if cfg.console_log_dir is not None and cfg.console_port is None:
+        log.info(
+            "--console-log-dir keeps remote hosts' console logs for kubectl vm console --logs, "
+            "which needs --console-port: none are kept"
         )
     root = make_root(Path(cfg.credentials_dir) if cfg.credentials_dir else default_root())
     store = KubeAdapter(api, host=identity)
@@ -243,6 +248,11 @@ def _remote_mode(cfg: DaemonConfig, api: ApiClient, catalog: CatalogFeed) -> Mod
         together=[("the remote hosts", remote.stop)],
         then=[("the credential files", lambda: remove_root(root))],
         description=f"in remote mode as {identity}: serving LibvirtHosts with spec.connection",
+        # A host handed back leaves this list, and its machines' kept logs go with it.
+        kept_consoles=lambda: [
+            KeptHost(name, unit.hypervisor, unit.store.kept_consoles)
+            for name, unit in remote.units()
+        ],
     )
 
 
@@ -315,6 +325,7 @@ def run(cfg: DaemonConfig) -> int:
             stats=machine_stats,
             sharing=_console_sharing(cfg),
             dialer=GuestDialer(netns_path(cfg.guest_netns) if cfg.guest_netns else None),
+            kept_hosts=mode.kept_consoles,
         )
         if cfg.console_port is not None
         else None
@@ -471,6 +482,9 @@ def _console_sharing(cfg: DaemonConfig) -> SharingSettings:
         replay_bytes=cfg.console_replay_bytes,
         writer_idle_seconds=cfg.console_idle_timeout,
         viewer_idle_seconds=cfg.console_viewer_idle_timeout,
-        # Remote hosts' log files are on them, out of this daemon's reach.
-        log_dir=None if cfg.remote else cfg.console_log_dir,
+        # Remote mode: the folder this replica keeps its remote hosts' logs in (qemu's files
+        # are on those hosts, out of its reach).
+        log_dir=cfg.console_log_dir,
+        log_bytes=cfg.console_log_bytes,
+        log_rotated=c.CONSOLE_LOG_ROTATED if cfg.remote else 0,
     )

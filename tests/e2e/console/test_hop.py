@@ -12,10 +12,17 @@ proven enough) and a certificate from the lab's console CA made for both server 
 as a hop needs.
 
 Last, a machine on the lab's remote host: its remote-mode replica publishes its hop address in the
-host's claim (the Lease it holds), and a console sent to A hops there.
+host's claim (the Lease it holds), and a console sent to A hops there. The replica also keeps the
+remote guest's console log itself (--console-log-dir, a small --console-log-bytes): with no
+session ever attached, `--logs` prints the guest's boot; a line typed later is in it after the
+log rotated; `--logs --follow` prints the file, then new output; deleting the machine removes the
+files. These three tests share the remote guest of the hop's test (one boot for the four), and
+run first, before any session attached to it.
 
-Cost: 10 tests, 34-37 s warm in the last runs on the shared 2-core machine (the remote case about
-16 s), most of it the daemons' starts and the guests' boots.
+Cost: 13 tests, about 55 s warm on the shared 2-core machine (the remote part 30 to 40 s: the
+replica's start and the guest's boot 3 to 11 s, waiting for the boot line in --logs 6 to 8 s, the
+typed line and the rotation 2.5 to 7 s, --follow 6 s, the hop's console 2 s, the machine's
+deletion and its log's removal 6 to 9 s), most of it the daemons' starts and the guests' boots.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import signal
 import socket
 import ssl
 import subprocess
@@ -91,6 +99,8 @@ from tests.support.waiting import GiveUp, eventually
 
 LEASES = "vm-api-system"
 REMOTE_SECRET = "e2e-hop-remote"
+# The remote-mode replica's --console-log-bytes: small, so a test rotates its log cheaply.
+KEPT_LOG_BYTES = 16 * 1024
 CONSOLE_PATH = (
     "/apis/subresources.infrastructure.vm-api.io/v1alpha1/namespaces/{ns}"
     "/libvirtmachines/{name}/console"
@@ -578,6 +588,7 @@ class RemoteHop:
     daemon: RemoteDaemon
     hop_port: int
     ns: str  # the namespace of a busybox guest `far` on the remote host, running
+    logs: Path  # the replica's --console-log-dir, where it keeps the remote host's console logs
 
 
 def _forwarder(
@@ -618,6 +629,7 @@ def remote_hop(
         pytest.fail("the lab has no remote host (VMAPI_LAB_REMOTE=0); run make lab-up", False)
     folder = tmp_path_factory.mktemp("hop-remote")
     sock = folder / "hop.sock"
+    logs = folder / "console-logs"
     hop_port = free_port()
     forwarders = [
         _forwarder(
@@ -656,6 +668,8 @@ def remote_hop(
                 f"--console-hop-port={hop_port}",
                 f"--console-hop-ca-file={daemons.pki.ca}",
                 "--console-advertise-address=127.0.0.1",
+                f"--console-log-dir={logs}",
+                f"--console-log-bytes={KEPT_LOG_BYTES}",
             ),
         )
         eventually(
@@ -671,8 +685,14 @@ def remote_hop(
                 return status.get("powerState") == "PoweredOn"
 
             eventually(running, timeout=180, what=f"LibvirtMachine {ns}/far PoweredOn remotely")
-            yield RemoteHop(remote, replica, hop_port, ns)
+            yield RemoteHop(remote, replica, hop_port, ns, logs)
             delete_vm_and_wait(api_client, ns, "far", what="the remote machine deleted")
+            # The replica forgets a deleted machine's log, as a host's daemon removes qemu's.
+            eventually(
+                lambda: not any(logs.iterdir()),
+                timeout=30,
+                what=f"the deleted machine's kept console log removed ({list(logs.iterdir())})",
+            )
     finally:
         if replica is not None:
             replica.stop()
@@ -681,6 +701,102 @@ def remote_hop(
         for proc in forwarders:
             proc.terminate()
             proc.wait(10)
+
+
+def _logs(kubeconfig: Path, ns: str, name: str) -> str:
+    """`kubectl vm console NAME --logs`: what it printed (it exits by itself, 0)."""
+    plugin = Plugin(kubeconfig, ns, name, "--logs")
+    assert plugin.process.wait(timeout=60) == 0, plugin.errors
+    plugin.leave()
+    return plugin.output
+
+
+def test_a_remote_hosts_console_output_is_kept_with_no_session_and_read_with_logs(
+    lab: LabInfo, api_client: client.ApiClient, daemons: Hops, remote_hop: RemoteHop, tmp_path: Path
+) -> None:
+    """Before anyone attached to the remote guest's console, its boot output is in the log the
+    replica keeps, and `kubectl vm console --logs` (through A, which hops) prints it. A remote
+    host's qemu log is on that host, out of the replica's reach: this is the replica's own."""
+    ns = remote_hop.ns
+    assert f"attached to {ns}/far" not in remote_hop.daemon.text(), "no session yet"
+    kubeconfig = tmp_path / "reader.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=ns, name="far-reader")
+    bind_console(api_client, ns, user)
+    printed = ""
+
+    def booted() -> bool:
+        nonlocal printed
+        printed = _logs(kubeconfig, ns, "far")
+        return "VMAPI-GUEST-BOOTED" in printed
+
+    eventually(booted, timeout=60, interval=2, what="far's boot output in its --logs")
+    assert re.search(
+        rf"console log of {re.escape(ns)}/far on host {re.escape(remote_hop.remote.name)}: kept",
+        remote_hop.daemon.text(),
+    )
+    # --logs takes no seat and opens no session.
+    assert f"attached to {ns}/far" not in remote_hop.daemon.text()
+    assert remote_hop.daemon.refusals() == []
+
+
+def test_a_line_typed_into_a_remote_console_is_in_its_rotated_log_afterwards(
+    lab: LabInfo, api_client: client.ApiClient, daemons: Hops, remote_hop: RemoteHop, tmp_path: Path
+) -> None:
+    """A session shares the stream the replica keeps open (libvirt gives the console to one
+    stream at a time): what the shell answers goes to the session and to the log. Output past
+    --console-log-bytes rotates the log (`.1`), no file grows past the bound, and `--logs`
+    reads across the rotation."""
+    ns = remote_hop.ns
+    kubeconfig = tmp_path / "typist.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=ns, name="far-typist")
+    bind_console(api_client, ns, user)
+    marker = "VMAPI-KEPT-" + uuid.uuid4().hex[:8]
+    writer = Plugin(kubeconfig, ns, "far")
+    try:
+        # More than a file's bound of output, then the marker's answer.
+        writer.type(f"seq 1 {KEPT_LOG_BYTES // 3}\n")
+        eventually(lambda: _answered(writer, marker), timeout=60, interval=2,
+                   what=f"far's shell answering ({writer.errors})")  # fmt: skip
+    finally:
+        assert writer.leave() == 0, writer.errors
+    printed = _logs(kubeconfig, ns, "far")
+    assert f"{marker}-42" in printed, printed[-2000:]
+    current = next(remote_hop.logs.glob("*.serial.log"))
+    rotated = Path(f"{current}.1")
+    assert rotated.exists(), "the log rotated"
+    sizes = [current.stat().st_size, rotated.stat().st_size]
+    assert max(sizes) <= KEPT_LOG_BYTES, sizes
+    # What --logs printed begins in the rotated file.
+    assert rotated.read_bytes()[-64:].decode(errors="replace") in printed
+
+
+def test_logs_follow_on_a_remote_host_prints_the_kept_log_then_new_output(
+    lab: LabInfo, api_client: client.ApiClient, daemons: Hops, remote_hop: RemoteHop, tmp_path: Path
+) -> None:
+    """`--logs --follow`: the replica's file first (an answer typed before it started), then the
+    output as it comes (one typed after), on the stream the replica keeps open."""
+    ns = remote_hop.ns
+    kubeconfig = tmp_path / "follower.kubeconfig"
+    user = user_kubeconfig(lab, api_client, kubeconfig, namespace=ns, name="far-follower")
+    bind_console(api_client, ns, user)
+    before, after = ("VMAPI-BEFORE-" + uuid.uuid4().hex[:8], "VMAPI-AFTER-" + uuid.uuid4().hex[:8])
+    writer = Plugin(kubeconfig, ns, "far")
+    try:
+        eventually(lambda: _answered(writer, before), timeout=60, interval=2,
+                   what=f"far's shell answering ({writer.errors})")  # fmt: skip
+        follow = Plugin(kubeconfig, ns, "far", "--logs", "--follow")
+        try:
+            eventually(lambda: f"{before}-42" in follow.output, timeout=30, interval=0.5,
+                       what=f"the kept log's answer in --follow ({follow.errors})")  # fmt: skip
+            eventually(lambda: _answered(writer, after), timeout=60, interval=2,
+                       what=f"far's shell answering again ({writer.errors})")  # fmt: skip
+            eventually(lambda: f"{after}-42" in follow.output, timeout=30, interval=0.5,
+                       what=f"the new answer in --follow ({follow.errors})")  # fmt: skip
+        finally:
+            follow.process.send_signal(signal.SIGINT)
+            assert follow.leave() == 0, follow.errors
+    finally:
+        assert writer.leave() == 0, writer.errors
 
 
 def test_a_console_on_a_remote_host_works_through_daemon_a_and_the_replicas_hop(

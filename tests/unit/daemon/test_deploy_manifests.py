@@ -291,3 +291,19 @@ def test_the_remote_account_reaches_every_kind_of_the_group_the_node_account_doe
     node = _resources(_docs("rbac.yaml"), group)
     remote = _resources(_docs("remote", "rbac.yaml"), group)
     assert node - remote == set()
+
+
+def test_the_remote_replicas_keep_console_logs_on_a_volume_of_their_own() -> None:
+    """The replicas' root filesystem is read-only: --console-log-dir must be a mounted volume, the
+    pod's own (an emptyDir: a restarted replica starts a new log, docs/console.md)."""
+    deployment = yaml.safe_load((REPO / "deploy" / "remote" / "deployment.yaml").read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.remote
+    assert args.console_log_dir
+    assert container["securityContext"]["readOnlyRootFilesystem"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == args.console_log_dir]
+    assert not mount.get("readOnly")
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" in volume
