@@ -3,15 +3,18 @@
 
 Every use reads the Secret first (one GET), so a rotated Secret is written before the next
 migration uses it and a deleted or broken one refuses that migration (`migration/credentials.py`
-decides; this shell reads and writes). Each file is replaced in one rename (`write_private`):
-the folder is a host path shared with libvirtd, which reads it by name, so it cannot be swapped
-as a whole as a remote host's directory is.
+decides; this shell reads and writes). Each Secret version gets a subfolder of the configured
+folder (a host path shared with libvirtd), made whole under a temporary name and renamed into
+place; the URI names it, so libvirtd never reads the three files mid-rotation.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -24,12 +27,18 @@ from libvirt_provider.driver.endpoint import ConnectionProblemError
 from libvirt_provider.errors import ProviderError
 from libvirt_provider.migration.credentials import (
     PKI_FILES,
+    VERSION_PREFIX,
     CredentialsProblemError,
     SecretName,
     pki_files,
     stale,
+    superseded,
     unusable,
+    version_folder,
 )
+
+# The subfolders this class makes: a version's, or one being made or set aside.
+_OURS = (VERSION_PREFIX, ".new-", ".old-")
 
 __all__ = ["MigrationCredentials"]
 
@@ -47,11 +56,14 @@ class MigrationCredentials:
         self._secret = SecretName(namespace, secret)
         self._folder = folder
         self._lock = threading.Lock()
-        # The Secret's resourceVersion the files were last written from (None: not by us yet).
+        # The Secret's resourceVersion the files were last written from (None: not by us yet),
+        # and the subfolder holding them.
         self._written: str | None = None
+        self._current: str | None = None
+        self._previous: str | None = None
 
     def pkipath(self) -> str:
-        """The folder, its files written from the Secret as it is now.
+        """The subfolder holding the files of the Secret as it is now (written first if need be).
         `CredentialsProblemError` when the Secret cannot be used (the migration is refused);
         `ProviderError` when the API server did not answer (the pass is tried again)."""
         with self._lock:
@@ -66,27 +78,59 @@ class MigrationCredentials:
                 refusal = unusable(self._secret, detail, host=self._host)
                 log.warning("migration credentials: %s", refusal.message)
                 raise refusal from None
-            present = [name for name in PKI_FILES if (self._folder / name).is_file()]
+            current = self._folder / version_folder(version)
+            present = [name for name in PKI_FILES if (current / name).is_file()]
             if stale(self._written, version, present):
                 try:
                     files = pki_files(self._secret, data, host=self._host)
                 except CredentialsProblemError as refusal:
                     log.warning("migration credentials: %s", refusal.message)
                     raise
-                self._folder.mkdir(mode=0o700, exist_ok=True)
-                for name, content in files.items():
-                    write_private(self._folder / name, content)
-                self._written = version
+                self._put(current, files)
+                if self._current != current.name:
+                    self._previous = self._current
+                for name in superseded(
+                    os.listdir(self._folder), current=current.name, previous=self._previous
+                ):
+                    shutil.rmtree(self._folder / name, ignore_errors=True)
+                # Files an older daemon wrote straight into the folder.
+                for name in PKI_FILES:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self._folder / name).unlink()
+                self._written, self._current = version, current.name
                 log.info(
                     "migration credentials written into %s from %s, resourceVersion %s",
-                    self._folder,
+                    current,
                     self._secret,
                     version,
                 )
-            return str(self._folder)
+            return str(current)
+
+    def _put(self, current: Path, files: dict[str, bytes]) -> None:
+        """`current` holding `files` (each 0600), made whole beside it and renamed into place."""
+        self._folder.mkdir(mode=0o700, exist_ok=True)
+        made = Path(tempfile.mkdtemp(prefix=".new-", dir=self._folder))
+        try:
+            for name, content in files.items():
+                write_private(made / name, content)
+            if current.exists():
+                # The same version again (a file was removed behind the daemon's back).
+                aside = Path(tempfile.mkdtemp(prefix=".old-", dir=self._folder))
+                os.replace(current, aside / current.name)
+                os.replace(made, current)
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
+                os.replace(made, current)
+        except BaseException:
+            shutil.rmtree(made, ignore_errors=True)
+            raise
 
     def _remove(self) -> None:
-        self._written = None
-        for name in PKI_FILES:
-            with contextlib.suppress(FileNotFoundError):
-                (self._folder / name).unlink()
+        self._written = self._current = self._previous = None
+        if not self._folder.is_dir():
+            return
+        for entry in self._folder.iterdir():
+            if entry.is_dir() and entry.name.startswith(_OURS):
+                shutil.rmtree(entry, ignore_errors=True)
+            elif entry.name in PKI_FILES:
+                entry.unlink(missing_ok=True)

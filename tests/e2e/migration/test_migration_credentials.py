@@ -29,6 +29,7 @@ import pytest
 from kubernetes import client
 
 from libvirt_provider import constants as c
+from libvirt_provider.migration.credentials import version_folder
 from tests.e2e.migration.credentials import (
     delete_migration_secret,
     migration_secret_data,
@@ -90,6 +91,15 @@ def _hosts(api: client.ApiClient, lab: LabInfo, guest: Guest) -> tuple[LabHost, 
 def _pkipath(fleet: Fleet, host: LabHost) -> Path:
     flag = "--migration-pkipath="
     return Path(next(a for a in fleet.host_args(host) if a.startswith(flag))[len(flag) :])
+
+
+def _written(api: client.ApiClient, fleet: Fleet, host: LabHost) -> Path:
+    """The subfolder of the host's pkipath folder written from its Secret as it is now (one per
+    resourceVersion: docs/migration.md, "What a host needs")."""
+    secret = client.CoreV1Api(api).read_namespaced_secret(
+        migration_secret_name(host), SYSTEM_NAMESPACE
+    )
+    return _pkipath(fleet, host) / version_folder(str(secret.metadata.resource_version))
 
 
 def _condition(status: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +186,7 @@ def test_a_secret_without_its_ca_refuses_the_move_and_the_fixed_secret_moves_it(
     # Fixed: the next migration writes the files from it and moves the machine.
     put_migration_secret(api_client, source)
     _move(api_client, guest, target)
-    folder = _pkipath(fleet, source)
+    folder = _written(api_client, fleet, source)
     data = migration_secret_data(source)
     for key, file in zip(("ca.crt", "tls.crt", "tls.key"), PKI_FILES, strict=True):
         assert (folder / file).read_bytes().strip() == base64.b64decode(data[key]).strip()
@@ -195,9 +205,10 @@ def test_a_deleted_secret_refuses_the_move_and_its_key_is_not_kept(
     here, there = _hosts(api_client, lab, guest)
     _move(api_client, guest, there)
     _move(api_client, guest, here)
+    written = _written(api_client, fleet, here)
+    assert all((written / f).is_file() for f in PKI_FILES), list(written.iterdir())
+    assert all((_written(api_client, fleet, there) / f).is_file() for f in PKI_FILES)
     folder = _pkipath(fleet, here)
-    assert all((folder / f).is_file() for f in PKI_FILES), list(folder.iterdir())
-    assert all((_pkipath(fleet, there) / f).is_file() for f in PKI_FILES)
     secret = migration_secret_name(here)
     delete_migration_secret(api_client, here)
     _assert_refused_and_untouched(
@@ -209,7 +220,7 @@ def test_a_deleted_secret_refuses_the_move_and_its_key_is_not_kept(
         says=f"Secret {SYSTEM_NAMESPACE}/{secret} does not exist (--migration-secret)",
     )
     # A revocation: the client key written from it is gone with it.
-    assert not any((folder / f).exists() for f in PKI_FILES), list(folder.iterdir())
+    assert list(folder.iterdir()) == [], list(folder.iterdir())
     for value in _secret_values(here):
         assert value not in fleet.daemons[here.name].log.read_text()
 

@@ -25,6 +25,8 @@ from libvirt_provider.migration.credentials import (
     SecretName,
     pki_files,
     stale,
+    superseded,
+    version_folder,
 )
 from tests.support.apiserver import StubApiServer
 
@@ -128,30 +130,56 @@ def test_the_shell_writes_the_pkipath_files_0600_and_rewrites_them_when_the_secr
 ) -> None:
     caplog.set_level(logging.DEBUG)
     folder = tmp_path / "pki"
-    _put(server, GOOD)
+    folder.mkdir()
+    # What a daemon from before version subfolders left in the folder.
+    (folder / "clientkey.pem").write_bytes(b"old")
+    first = _put(server, GOOD)
     creds = _shell(server, folder)
-    assert creds.pkipath() == str(folder)
-    assert sorted(p.name for p in folder.iterdir()) == sorted(PKI_FILES)
+    path = Path(creds.pkipath())
+    assert path == folder / version_folder(first)
+    assert [p.name for p in folder.iterdir()] == [path.name]
+    assert sorted(p.name for p in path.iterdir()) == sorted(PKI_FILES)
     for name in PKI_FILES:
-        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
-    assert (folder / "clientkey.pem").read_bytes() == KEY
-    inode = (folder / "clientkey.pem").stat().st_ino
+        assert stat.S_IMODE((path / name).stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700
+    assert (path / "clientkey.pem").read_bytes() == KEY
+    inode = (path / "clientkey.pem").stat().st_ino
     # Unchanged: not written again.
-    creds.pkipath()
-    assert (folder / "clientkey.pem").stat().st_ino == inode
-    # Rotated: written before the next use, each file replaced whole (a new inode), no temp left.
+    assert creds.pkipath() == str(path)
+    assert (path / "clientkey.pem").stat().st_ino == inode
+    # Rotated: a new subfolder, whole, before the next use; the one before it stays for a copy
+    # that was handed its path just before, older ones go.
     rotated = KEY.replace(b"U0VD", b"TkVX")
-    _put(server, {**GOOD, "tls.key": rotated})
-    creds.pkipath()
-    assert (folder / "clientkey.pem").read_bytes() == rotated
-    assert (folder / "clientkey.pem").stat().st_ino != inode
-    assert sorted(p.name for p in folder.iterdir()) == sorted(PKI_FILES)
-    # A file removed behind the daemon's back is written again.
-    (folder / "cacert.pem").unlink()
-    creds.pkipath()
-    assert (folder / "cacert.pem").read_bytes() == CERT + b"\n"
+    second = _put(server, {**GOOD, "tls.key": rotated})
+    newer = Path(creds.pkipath())
+    assert newer == folder / version_folder(second)
+    assert (newer / "clientkey.pem").read_bytes() == rotated
+    assert (path / "clientkey.pem").read_bytes() == KEY
+    third = _put(server, GOOD)
+    newest = Path(creds.pkipath())
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [version_folder(second), version_folder(third)]
+    )
+    # A file removed behind the daemon's back: the subfolder is made whole again.
+    (newest / "cacert.pem").unlink()
+    assert creds.pkipath() == str(newest)
+    assert (newest / "cacert.pem").read_bytes() == CERT + b"\n"
+    assert sorted(p.name for p in newest.iterdir()) == sorted(PKI_FILES)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [version_folder(second), version_folder(third)]
+    )
     for value in ("U0VD", "TkVX", "TUlJ"):
         assert value not in caplog.text
+
+
+def test_a_secret_version_names_a_safe_subfolder_and_only_older_ones_go() -> None:
+    assert version_folder("12345") == "v-12345"
+    assert version_folder("../a b") == "v-.._a_b"
+    assert version_folder("") == "v-_"
+    assert superseded(["v-1", "v-2", "v-3", ".new-x", "other"], current="v-3", previous="v-2") == [
+        "v-1"
+    ]
+    assert superseded(["v-1", "v-3"], current="v-3", previous=None) == ["v-1"]
 
 
 def test_the_shell_refuses_a_broken_secret_and_keeps_no_key_of_a_deleted_one(
@@ -173,7 +201,7 @@ def test_the_shell_refuses_a_broken_secret_and_keeps_no_key_of_a_deleted_one(
     assert "Secret vm-api-system/migration-tls does not exist (--migration-secret)" in (
         problem.value.message
     )
-    assert not any((folder / name).exists() for name in PKI_FILES)
+    assert list(folder.iterdir()) == []
     assert "lacks tls.key" in caplog.text
     assert "TUlJ" not in caplog.text
 
