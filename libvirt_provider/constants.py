@@ -165,6 +165,7 @@ __all__ = [
     "METADATA_NAMESPACE",
     "METADATA_PREFIX",
     "METRICS_PREFIX",
+    "MIGRATION_CLAIM_RETRY_SECONDS",
     "MIGRATION_CONDITION_SUCCEEDED",
     "MIGRATION_DEADLINE_SECONDS_PER_GIB",
     "MIGRATION_FINALIZER",
@@ -871,6 +872,9 @@ MIGRATION_SLOT_RECHECK_SECONDS: Final = 30.0
 # How often the source looks whether a deleted migration's target host, which has not cleaned up,
 # was deleted meanwhile (an admin giving the host up; host deletions are not watched).
 MIGRATION_TARGET_GONE_RECHECK_SECONDS: Final = 5.0
+# The range of the random delay before a source whose slot claim met other hosts' claims tries
+# again (`migration/limits.py`: all of them withdrew; spread out, they do not collide again).
+MIGRATION_CLAIM_RETRY_SECONDS: Final = (1.0, 5.0)
 
 # -- VNC through the aggregated API (docs/console.md, "VNC and screenshots") -----------------------
 # `libvirtmachines/vnc`: the guest's RFB stream over a WebSocket (RBAC: `get` on

@@ -3,10 +3,14 @@
 Two limits hold when the source's daemon is about to accept a migration: its host's outbound
 migrations running at once, and the cluster's. What counts as running is read from the
 LibvirtMigrations themselves (every daemon lists them from the API server at that moment): a
-migration accepted and not ended, that is in phase `Preparing` or `Migrating`. One daemon
-accepts its host's migrations under a lock, so the per-host limit is exact; the cluster's is
-checked against the list as read, so daemons of different hosts accepting in the same instant
-may pass it by the number of hosts doing so (docs/migration.md, "MigrationLimits and ends").
+migration accepted and not ended, that is in phase `Preparing` or `Migrating`, and one whose
+source claimed a slot a moment ago (`slotClaimedAt`, still `Pending`). One daemon accepts its
+host's migrations under a lock, so the per-host limit is exact. The cluster's is made exact by
+claiming before counting: the source writes its claim, lists again, and starts only if the
+others (claims included) leave it a slot, otherwise it withdraws the claim and waits. Of
+several sources claiming at once, the last to write its claim sees every earlier claim, so
+they never start more than the limit together; at worst all of them wait and try again
+(docs/migration.md, "Limits and ends").
 
 While it runs, `Watchdog` watches the source's job statistics: no shrinking of the bytes left
 (memory and disk) for the no-progress time, or a copy longer than its deadline (seconds per GiB
@@ -24,6 +28,7 @@ from libvirt_provider import constants as c
 from libvirt_provider.migration_api import MigrationPhase
 
 __all__ = [
+    "CLAIM_SECONDS",
     "GIB",
     "MigrationLimits",
     "Verdict",
@@ -35,6 +40,9 @@ __all__ = [
 
 _RUNNING = frozenset({MigrationPhase.PREPARING.value, MigrationPhase.MIGRATING.value})
 GIB = 2**30
+# How long a claim counts: a claim is followed within a second by the start or its withdrawal;
+# one whose daemon died in between must not hold a slot for ever.
+CLAIM_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -60,9 +68,30 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("namespace")), str(meta.get("name"))
 
 
-def running(migrations: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The migrations accepted and not ended (Preparing or Migrating)."""
-    return [m for m in migrations if (m.get("status") or {}).get("phase") in _RUNNING]
+def _claimed(status: Mapping[str, Any], now: dt.datetime | None) -> bool:
+    """A source claimed a slot for it less than `CLAIM_SECONDS` ago and has not started it."""
+    if now is None or status.get("phase") not in (None, MigrationPhase.PENDING.value):
+        return False
+    at = status.get("slotClaimedAt")
+    if not isinstance(at, str):
+        return False
+    try:
+        claimed = dt.datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return abs((now - claimed).total_seconds()) < CLAIM_SECONDS
+
+
+def running(
+    migrations: Iterable[Mapping[str, Any]], *, now: dt.datetime | None = None
+) -> list[Mapping[str, Any]]:
+    """The migrations accepted and not ended (Preparing or Migrating), and, given `now`, those
+    a source claimed a slot for."""
+    return [
+        m
+        for m in migrations
+        if (status := m.get("status") or {}).get("phase") in _RUNNING or _claimed(status, now)
+    ]
 
 
 def over_limit(
@@ -71,12 +100,14 @@ def over_limit(
     *,
     host: str,
     limits: MigrationLimits,
+    now: dt.datetime | None = None,
 ) -> Verdict | None:
     """Why `candidate`, about to be accepted on `host`, must wait; None when it may start.
+    Given `now`, other sources' fresh claims count as running.
 
     The candidate itself never counts (it is not running yet)."""
     me = _key(candidate)
-    others = [m for m in running(migrations) if _key(m) != me]
+    others = [m for m in running(migrations, now=now) if _key(m) != me]
     outbound = [m for m in others if (m.get("status") or {}).get("source") == host]
     if len(outbound) >= limits.per_host:
         return Verdict(

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -172,8 +173,12 @@ class MigrationReconciler:
         progress_seconds: float = c.MIGRATION_PROGRESS_SECONDS,
         limits: MigrationLimits | None = None,
         heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS,
+        collision_delay: Callable[[], float] = lambda: random.uniform(
+            *c.MIGRATION_CLAIM_RETRY_SECONDS
+        ),
     ) -> None:
         self._store = store
+        self._collision_delay = collision_delay
         self._grace = heartbeat_grace
         self._hv = hypervisor
         self._host = host
@@ -372,8 +377,27 @@ class MigrationReconciler:
             # Counted and recorded (phase Preparing) under the lock: this host's next accept
             # counts this one.
             verdict = over_limit(
-                obj, self._store.list_migrations(), host=self._host, limits=self.limits
+                obj,
+                self._store.list_migrations(),
+                host=self._host,
+                limits=self.limits,
+                now=self._clock(),
             )
+            if verdict is None:
+                # Other hosts' daemons accept at the same moment: claim a slot, then count
+                # again with every claim written before this one (`migration/limits.py`).
+                obj = self._write(obj, {"slotClaimedAt": format_time(self._clock())})
+                verdict = over_limit(
+                    obj,
+                    self._store.list_migrations(),
+                    host=self._host,
+                    limits=self.limits,
+                    now=self._clock(),
+                )
+                if verdict is not None:
+                    obj = self._write(obj, {"slotClaimedAt": None})
+                    self._waiting.add(_key_of(obj))
+                    return self._wait_for_slot(obj, verdict, collided=True)
             if verdict is not None:
                 self._waiting.add(_key_of(obj))
                 return self._wait_for_slot(obj, verdict)
@@ -387,9 +411,11 @@ class MigrationReconciler:
                 )
             return self._start(obj, machine, name=name, target=str(target), recorded=recorded)
 
-    def _wait_for_slot(self, obj: Obj, verdict: Verdict) -> Outcome:
+    def _wait_for_slot(self, obj: Obj, verdict: Verdict, *, collided: bool = False) -> Outcome:
         """Pending with the limit's reason (an Event when it first says so); looked at again
-        when a migration ends, or after a while without that."""
+        when a migration ends, or after a while without that. A claim that met others' claims
+        is tried again after a short random delay: the claims withdrawn, nothing ends to wake
+        it, and sources that collided once must not keep colliding."""
         current = next(
             (
                 cond
@@ -407,6 +433,8 @@ class MigrationReconciler:
                 reason=verdict.reason,
                 message=verdict.message,
             )
+        if collided:
+            return Outcome(requeue_after=self._collision_delay())
         return SLOT_WAIT
 
     def _not_waiting(self, obj: Obj) -> None:
@@ -435,6 +463,7 @@ class MigrationReconciler:
                 **recorded,
                 "phase": MigrationPhase.PREPARING.value,
                 "startTime": format_time(self._clock()),
+                "slotClaimedAt": None,
             },
             reason=c.MIGRATION_REASON_PREPARING,
             message=message,

@@ -8,6 +8,7 @@ from typing import Any
 
 from libvirt_provider import constants as c
 from libvirt_provider.migration.limits import (
+    CLAIM_SECONDS,
     GIB,
     MigrationLimits,
     Watchdog,
@@ -161,3 +162,32 @@ def test_the_deadline_counts_the_guests_memory_while_only_disks_are_reported() -
     early = unsized.observe(T0 + dt.timedelta(seconds=2), {**mirror, "disk_remaining": 4 << 20})
     assert early is not None
     assert early.reason == c.MIGRATION_REASON_DEADLINE_EXCEEDED
+
+
+def _claimed(name: str, at: dt.datetime) -> dict[str, Any]:
+    mig = _mig(name, c.MIGRATION_PHASE_PENDING)
+    mig["status"]["slotClaimedAt"] = at.isoformat().replace("+00:00", "Z")
+    return mig
+
+
+def test_a_fresh_claim_counts_as_running_for_the_cluster_and_a_stale_one_does_not() -> None:
+    limits = MigrationLimits(per_host=2, per_cluster=2)
+    running = [_mig("m0", c.MIGRATION_PHASE_MIGRATING, "h0")]
+    claim = _claimed("other", T0)
+    now = T0 + dt.timedelta(seconds=1)
+    verdict = over_limit(_mig("me"), [*running, claim], host="h9", limits=limits, now=now)
+    assert verdict is not None
+    assert verdict.reason == c.MIGRATION_REASON_CLUSTER_LIMIT
+    assert "ns/other" in verdict.message
+    # Without the time, claims are not looked at; a claim older than CLAIM_SECONDS is one whose
+    # daemon died between claiming and starting.
+    assert over_limit(_mig("me"), [*running, claim], host="h9", limits=limits) is None
+    late = T0 + dt.timedelta(seconds=CLAIM_SECONDS + 1)
+    assert over_limit(_mig("me"), [*running, claim], host="h9", limits=limits, now=late) is None
+    # The candidate's own claim never counts, and a claim left on a started or ended migration
+    # is not a second count of it.
+    mine = _claimed("me", T0)
+    assert over_limit(mine, [*running, mine], host="h9", limits=limits, now=now) is None
+    ended = _claimed("done", T0)
+    ended["status"]["phase"] = c.MIGRATION_PHASE_FAILED
+    assert over_limit(_mig("me"), [*running, ended], host="h9", limits=limits, now=now) is None

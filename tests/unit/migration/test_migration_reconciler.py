@@ -639,3 +639,59 @@ def test_an_api_server_that_does_not_answer_retries_the_pass_and_refuses_nothing
     _settle(daemons, rounds=2)
     assert "status" not in store.migrations["m"] or not store.migrations["m"]["status"].get("phase")
     assert "migration" not in store.machines["web"]["status"]
+
+
+class _ClaimingElsewhere(Store):
+    """Another host's daemon writes a claim for its own migration `x` the moment this one
+    writes its claim: both counted the running migrations before either claim was there."""
+
+    def patch_migration_status(self, obj: dict[str, Any], status: dict[str, Any]) -> Any:
+        if status.get("slotClaimedAt") and "x" not in self.migrations:
+            self.migrations["x"] = {
+                "kind": c.MIGRATION_KIND,
+                "metadata": {"name": "x", "namespace": NS, "generation": 1},
+                "spec": {"machineName": "other"},
+                "status": {
+                    "phase": c.MIGRATION_PHASE_PENDING,
+                    "slotClaimedAt": status["slotClaimedAt"],
+                },
+            }
+        return super().patch_migration_status(obj, status)
+
+
+def test_a_claim_that_meets_another_hosts_claim_is_withdrawn_and_tried_again_soon() -> None:
+    store, a, b = _world()
+    claiming = _ClaimingElsewhere()
+    claiming.__dict__.update(store.__dict__)
+    _running_elsewhere(claiming, "busy", "c")
+    limits = MigrationLimits(per_host=2, per_cluster=2)
+    daemons = _daemons(claiming, a, b, limits)
+    source = MigrationReconciler(
+        store=claiming,  # type: ignore[arg-type]
+        hypervisor=a,  # type: ignore[arg-type]
+        host="a",
+        prepare=lambda _obj: Incoming(volumes=[]),
+        migration_uri="qemu+tls://x/system",
+        pkipath="/pki/a",
+        limits=limits,
+        collision_delay=lambda: 2.5,
+    )
+    outcome = source.reconcile(MigrationKey(NS, "m"))
+    assert outcome.requeue_after == 2.5
+    status = claiming.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_PENDING
+    assert "slotClaimedAt" not in status
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_CLUSTER_LIMIT
+    assert f"{NS}/x" in status["conditions"][0]["message"]
+    assert "migration" not in claiming.machines["web"]["status"]
+    assert b.volume_names(POOL) == []
+    # The other claim withdrawn (its own count saw this one): the next try starts, and the
+    # claim is gone from the started migration's status.
+    del claiming.migrations["x"]["status"]["slotClaimedAt"]
+    claiming.migrations["x"]["status"]["phase"] = c.MIGRATION_PHASE_FAILED
+    source.reconcile(MigrationKey(NS, "m"))
+    status = claiming.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_PREPARING, status
+    assert "slotClaimedAt" not in status
+    _settle(daemons)
+    assert claiming.migrations["m"]["status"]["phase"] == c.MIGRATION_PHASE_SUCCEEDED
