@@ -212,6 +212,7 @@ __all__ = [
     "MIGRATION_SHORT_NAMES",
     "MIGRATION_SLOT_RECHECK_SECONDS",
     "MIGRATION_TARGET_GONE_RECHECK_SECONDS",
+    "MIGRATION_TARGET_WATCH_SECONDS",
     "MODIFY_VOLUME_INFEASIBLE",
     "MODIFY_VOLUME_IN_PROGRESS",
     "MODIFY_VOLUME_PENDING",
@@ -872,6 +873,8 @@ MIGRATION_SLOT_RECHECK_SECONDS: Final = 30.0
 # How often the source looks whether a deleted migration's target host, which has not cleaned up,
 # was deleted meanwhile (an admin giving the host up; host deletions are not watched).
 MIGRATION_TARGET_GONE_RECHECK_SECONDS: Final = 5.0
+# How often the source looks whether the target still serves while it prepares.
+MIGRATION_TARGET_WATCH_SECONDS: Final = 10.0
 # The range of the random delay before a source whose slot claim met other hosts' claims tries
 # again (`migration/limits.py`: all of them withdrew; spread out, they do not collide again).
 MIGRATION_CLAIM_RETRY_SECONDS: Final = (1.0, 5.0)

@@ -58,6 +58,9 @@ class Step(enum.StrEnum):
     """Target: delete the volumes it prepared for a migration that did not succeed."""
     RELEASE = "release"
     """Source: drop the finalizer of a deleted migration that has nothing left anywhere."""
+    AWAIT_TARGET = "await-target"
+    """Source: the target prepares; look now and then whether it still serves (a target that
+    stopped before preparing would keep the migration Preparing for ever)."""
     AWAIT_CLEANUP = "await-cleanup"
     """Source: a deleted migration waits for its target to delete what it prepared. The target's
     status write wakes it; the target's LibvirtHost being deleted (the host is lost for good)
@@ -117,8 +120,8 @@ def next_step(role: Role, facts: Facts) -> Step:
     # The source.
     if phase in (MigrationPhase.PENDING, MigrationPhase.SCHEDULING):
         return Step.ACCEPT
-    if phase is MigrationPhase.PREPARING and facts.prepared:
-        return Step.MIGRATE
+    if phase is MigrationPhase.PREPARING:
+        return Step.MIGRATE if facts.prepared else Step.AWAIT_TARGET
     if phase is MigrationPhase.MIGRATING and not facts.handed_over:
         return Step.MIGRATE
     if facts.deleting and terminal(phase):

@@ -30,6 +30,7 @@ from libvirt_provider.driver.base import MigrationHypervisor
 from libvirt_provider.driver.types import DomainState
 from libvirt_provider.errors import NotFoundError, ProviderError, StateConflictError
 from libvirt_provider.hosts import placement
+from libvirt_provider.hosts.heartbeat import fresh
 from libvirt_provider.hosts.inventory import parse_size
 from libvirt_provider.hosts.machines import request_of
 from libvirt_provider.hosts.placement import ZONE_LABEL, Usage
@@ -71,6 +72,7 @@ RETRY = Outcome(retry=True)
 IMAGE_POLL = Outcome(requeue_after=3.0)
 SLOT_WAIT = Outcome(requeue_after=c.MIGRATION_SLOT_RECHECK_SECONDS)
 CLEANUP_WAIT = Outcome(requeue_after=c.MIGRATION_TARGET_GONE_RECHECK_SECONDS)
+TARGET_WATCH = Outcome(requeue_after=c.MIGRATION_TARGET_WATCH_SECONDS)
 
 
 def _status(obj: Obj) -> dict[str, Any]:
@@ -140,12 +142,16 @@ class _Watch:
         return self._watchdog
 
 
-def _target_facts(host: Obj | None) -> TargetFacts | None:
+def _target_facts(
+    host: Obj | None, heartbeat: dt.datetime | None, now: dt.datetime, grace: float
+) -> TargetFacts | None:
+    """The target as the refusals judge it: Ready only with its condition True and a fresh
+    heartbeat (a daemon that died leaves its last `Ready` in the status)."""
     if host is None:
         return None
     offers = _status(host).get("offers") or {}
     return TargetFacts(
-        ready=_ready(host),
+        ready=_ready(host) and fresh(heartbeat, now, grace),
         cordoned=bool((host.get("spec") or {}).get("unschedulable")),
         networks=frozenset(str(n) for n in offers.get("networks") or []),
         pools=frozenset(str(p) for p in offers.get("pools") or []),
@@ -270,6 +276,7 @@ class MigrationReconciler:
             Step.CANCEL: self._cancel,
             Step.CLEAN_TARGET: self._clean_target,
             Step.RELEASE: self._release,
+            Step.AWAIT_TARGET: self._await_target,
         }.get(step)
         if handler is None:
             return DONE
@@ -354,7 +361,7 @@ class MigrationReconciler:
             migration=name,
             machine_host=self._host,
             target=str(target) if target else None,
-            target_facts=_target_facts(host_obj),
+            target_facts=self._facts_of(host_obj),
             running=running,
             power_state=machine_status.get("powerState"),
             failure_domain=((vm or {}).get("spec") or {}).get("failureDomain"),
@@ -410,6 +417,34 @@ class MigrationReconciler:
                     "that fits)",
                 )
             return self._start(obj, machine, name=name, target=str(target), recorded=recorded)
+
+    def _facts_of(self, host: Obj | None) -> TargetFacts | None:
+        if host is None:
+            return None
+        name = str(_meta(host).get("name"))
+        beat = self._store.heartbeats().get(name)
+        return _target_facts(host, beat, self._clock(), self._grace)
+
+    def _await_target(self, obj: Obj, _machine: Obj | None) -> Outcome:
+        """Source, while the target prepares: a target that stops serving before it prepared
+        (its daemon or libvirtd gone: no fresh heartbeat, or not Ready) would leave the
+        machine locked and the migration Preparing for ever, so it ends the migration."""
+        target = str(_status(obj).get("target") or "")
+        facts = self._facts_of(self._store.get_host(target)) if target else None
+        if facts is not None and facts.ready:
+            return TARGET_WATCH
+        why = (
+            f"there is no LibvirtHost {target!r} any more"
+            if facts is None
+            else f"host {target} is not Ready any more (no heartbeat within {self._grace:g} s, "
+            "or its libvirtd is not serving)"
+        )
+        return self._fail(
+            obj,
+            c.MIGRATION_REASON_TARGET_NOT_READY,
+            f"{why} before it prepared the machine's volumes; nothing was copied and the "
+            f"machine keeps running on host {self._host}",
+        )
 
     def _wait_for_slot(self, obj: Obj, verdict: Verdict, *, collided: bool = False) -> Outcome:
         """Pending with the limit's reason (an Event when it first says so); looked at again

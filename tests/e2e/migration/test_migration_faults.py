@@ -15,6 +15,9 @@ anyone's help (docs/migration.md, "Faults", has the table this module proves):
 - the migration link taken down, then up again: `Failed` (`MigrationFailed`) once it is back,
   as above (a link that stays down holds libvirt's job until the kernel gives its connections
   up: docs/migration.md);
+- the target's daemon killed before it prepares (its heartbeat still fresh, so the source
+  accepts): `Failed` (`TargetNotReady`) once the heartbeat is older than the grace, the machine
+  unlocked on its source;
 - the target lost for good (its daemon and libvirtd killed, never started again): `Failed`, the
   machine runs on at its source; deleted, the migration waits for the target's cleanup until
   its LibvirtHost is deleted, then is released with a `TargetGone` warning naming what is left
@@ -28,7 +31,8 @@ Two busybox guests: `roamer` moves back and forth through the cases; `doomed` is
 
 Cost: 98 s, 124 s, 143 s and 128 s in four runs here, beside two other labs (the two guests
 booted together, 16-36 s; the link case 32-39 s, the API server's restart 14-25 s, each other
-case 4-16 s; the lost target 11-12 s, twice, with the module 127 s).
+case 4-16 s; the lost target 10-12 s, the target dying before it prepares 22 s (the
+module's 20 s heartbeat grace), with the module 117-127 s).
 """
 
 from __future__ import annotations
@@ -72,7 +76,12 @@ from tests.support.waiting import eventually
 
 # A slowed copy must outlast the fault and the wait for its effect: 600 s per GiB gives a busybox
 # guest's ~257 MiB 150 s (at 1 MiB/s, ~100 MiB to send take ~100 s).
-MIGRATION_DAEMON_ARGS = ("--migration-deadline-per-gib=600",)
+# Half the usual heartbeat grace: the case of a target that dies before preparing waits it out.
+HEARTBEAT_GRACE = 20
+MIGRATION_DAEMON_ARGS = (
+    "--migration-deadline-per-gib=600",
+    f"--heartbeat-grace={HEARTBEAT_GRACE}",
+)
 UNLIMITED_MIB_S = 1 << 20
 
 
@@ -327,6 +336,37 @@ def test_taking_the_link_down_mid_copy_fails_it_once_the_link_is_back(
         assert_only_on(guests, lab, api_client, "roamer", here)
     finally:
         migration_link(there.name, up=True)
+
+
+def test_a_target_whose_daemon_dies_before_it_prepares_ends_the_migration(
+    guests: Guests, lab: LabInfo, api_client: client.ApiClient, fleet: Fleet
+) -> None:
+    """The target's daemon is killed just before the migration is asked for: its heartbeat is
+    still fresh, so the source accepts and locks the machine, but nobody prepares the target.
+    Once the heartbeat is older than the grace, the source ends the migration (`Failed`,
+    `TargetNotReady`) and unlocks the machine, which never stopped running."""
+    here, there = _ends(guests, api_client, "roamer")
+    uid = guests.uids["roamer"]
+    fleet.stop(there.name, kill=True)
+    try:
+        mig = "orphan-" + uuid.uuid4().hex[:6]
+        create_migration(api_client, migration(guests.ns, mig, "roamer", there.name))
+        eventually(
+            lambda: _lock(api_client, guests.ns, "roamer") is not None,
+            timeout=30,
+            what="the source accepting and locking the machine",
+        )
+        status = wait_ended(api_client, guests.ns, mig, timeout=HEARTBEAT_GRACE + 60)["status"]
+        assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+        assert _reason(status) == c.MIGRATION_REASON_TARGET_NOT_READY, status
+        assert "before it prepared the machine's volumes" in str(status["conditions"]), status
+        assert "preparedVolumes" not in status, status
+        assert _running_on(here, uid) is True
+    finally:
+        if there.name not in fleet.daemons:
+            fleet.start(there)
+    fleet.wait_hosts_ready([there.name])
+    assert_only_on(guests, lab, api_client, "roamer", here)
 
 
 def _remove_leftovers(host: LabHost, uid: str, volumes: list[dict[str, Any]]) -> None:

@@ -33,7 +33,8 @@ def test_the_source_is_the_recorded_host_then_the_machines() -> None:
     [
         (S, Facts(phase=None), Step.ACCEPT),
         (T, Facts(phase=None), Step.WAIT),
-        (S, Facts(phase=P.PREPARING), Step.WAIT),
+        # The source watches whether the target still serves while it prepares.
+        (S, Facts(phase=P.PREPARING), Step.AWAIT_TARGET),
         (T, Facts(phase=P.PREPARING), Step.PREPARE),
         (T, Facts(phase=P.PREPARING, prepared=True), Step.WAIT),
         (S, Facts(phase=P.PREPARING, prepared=True), Step.MIGRATE),

@@ -117,6 +117,7 @@ class Store:
         self.machines: dict[str, dict[str, Any]] = {}
         self.hosts: dict[str, dict[str, Any]] = {}
         self.events: list[tuple[str, str, bool]] = []
+        self.silent: set[str] = set()
 
     def get_migration(self, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.migrations.get(name))
@@ -137,7 +138,9 @@ class Store:
         return [copy.deepcopy(h) for h in self.hosts.values()]
 
     def heartbeats(self) -> dict[str, dt.datetime]:
-        return {}
+        """Every host's daemon renewed its heartbeat just now, but those in `silent`."""
+        now = dt.datetime.now(dt.UTC)
+        return {name: now for name in self.hosts if name not in self.silent}
 
     def patch_migration_status(self, obj: dict[str, Any], status: dict[str, Any]) -> Any:
         stored = self.migrations[obj["metadata"]["name"]]
@@ -695,3 +698,43 @@ def test_a_claim_that_meets_another_hosts_claim_is_withdrawn_and_tried_again_soo
     assert "slotClaimedAt" not in status
     _settle(daemons)
     assert claiming.migrations["m"]["status"]["phase"] == c.MIGRATION_PHASE_SUCCEEDED
+
+
+def test_a_named_target_whose_heartbeat_stopped_is_refused_though_its_status_says_ready() -> None:
+    """A daemon that died leaves `Ready` True in its host's status; its heartbeat tells."""
+    store, a, b = _world()
+    store.silent = {"b"}
+    _settle(_daemons(store, a, b), rounds=1)
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+    assert status["conditions"][0]["reason"] == c.MIGRATION_REASON_TARGET_NOT_READY
+    assert "migration" not in store.machines["web"]["status"]
+
+
+def test_a_target_that_stops_serving_before_it_prepared_ends_the_migration() -> None:
+    store, a, b = _world()
+    daemons = _daemons(store, a, b)
+    key = MigrationKey(NS, "m")
+    daemons["a"].reconcile(key)
+    assert store.migrations["m"]["status"]["phase"] == c.MIGRATION_PHASE_PREPARING
+    assert store.machines["web"]["status"]["migration"]["name"] == "m"
+    # While the target serves, the source looks again now and then.
+    waiting = daemons["a"].reconcile(key)
+    assert waiting.requeue_after == c.MIGRATION_TARGET_WATCH_SECONDS
+    # The target's daemon dies before it prepared anything: its heartbeat stops.
+    store.silent = {"b"}
+    daemons["a"].reconcile(key)
+    status = store.migrations["m"]["status"]
+    assert status["phase"] == c.MIGRATION_PHASE_FAILED, status
+    cond = status["conditions"][0]
+    assert cond["reason"] == c.MIGRATION_REASON_TARGET_NOT_READY
+    assert "before it prepared the machine's volumes" in cond["message"]
+    assert "keeps running on host a" in cond["message"]
+    daemons["a"].reconcile(key)
+    assert "migration" not in store.machines["web"]["status"]
+    assert a.domains[UID].state is DomainState.RUNNING
+    # Back, the target's daemon finds an ended migration it prepared nothing for.
+    store.silent = set()
+    _settle(daemons, rounds=2)
+    assert b.volume_names(POOL) == []
+    assert store.machines["web"]["spec"]["host"] == "a"
