@@ -281,6 +281,17 @@ def _machine_step(
             )
         return powering, [PowerOff(machine.namespace, machine.name)], events
     # LiveMigrate: the migrations of attempts done so far failed; the next one is current.
+    if attempts >= c.DRAIN_MAX_ATTEMPTS and entry is not None:
+        # Given up on a pass before: the entry's count holds it (its migrations may be gone).
+        kept = base.model_copy(
+            update={
+                "state": c.DRAIN_MACHINE_BLOCKED,
+                "migration": entry.migration,
+                "target": entry.target,
+                "reason": entry.reason,
+            }
+        )
+        return kept, [], _blocked_event(entry, kept, ref)
     while True:
         current = by_name.get(
             (machine.namespace, migration_name(drain_id, attempts + 1, machine.name))

@@ -234,6 +234,27 @@ class TestMoves:
         assert result.status is not None
         assert result.status["phase"] == c.DRAIN_PHASE_BLOCKED
 
+    def test_a_blocked_machine_stays_blocked_on_the_passes_after(self) -> None:
+        """The pass after the one that gave up starts from the entry's attempts: it must not
+        take the missing next attempt for a move still to make (seen in a CI run: a fourth
+        migration after the drain said Blocked)."""
+        moves = [
+            Move("ns", migration_name(GEN, n, "a"), c.MIGRATION_PHASE_FAILED, "NoProgress", "slow")
+            for n in range(1, c.DRAIN_MAX_ATTEMPTS + 1)
+        ]
+        blocked = run(machines=[A], previous=_draining([A]), moves=moves).status
+        again = run(machines=[A], previous=blocked, moves=moves)
+        assert again.actions == []
+        assert again.events == []
+        a = entry(again, "a")
+        assert a["state"] == c.DRAIN_MACHINE_BLOCKED
+        assert a["attempts"] == c.DRAIN_MAX_ATTEMPTS
+        assert a["reason"] == "3 migrations failed, the last NoProgress: slow"
+        assert again.status is not None
+        assert again.status["phase"] == c.DRAIN_PHASE_BLOCKED
+        # Its failed migrations deleted meanwhile: the entry's count still holds it.
+        assert run(machines=[A], previous=blocked, moves=[]).actions == []
+
     def test_a_machine_another_migration_holds_waits_for_its_end(self) -> None:
         held = MachineOnHost("ns", "a", locked_by="user-move")
         result = run(machines=[held], previous=_draining([A]))
