@@ -13,10 +13,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import io
+import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from time import struct_time
+from typing import Any, Final
 
 import yaml
 
@@ -36,6 +40,10 @@ __all__ = [
 VOLUME_LABEL = "cidata"
 # NoCloud insists on a user-data file; an empty cloud-config is the "nothing to do" document.
 EMPTY_USER_DATA = b"#cloud-config\n{}\n"
+# The one date every seed carries (2000-01-01T00:00:00Z): the seed's bytes then depend on its
+# inputs only, so a migration's target, which renders the CD-ROM again for the running guest,
+# gives it the very bytes it had on the source (libvirt does not copy a read-only disk).
+SEED_EPOCH: Final = 946_684_800.0
 
 
 @dataclass(frozen=True)
@@ -185,12 +193,41 @@ def _feed(digest: hmac.HMAC | hashlib._Hash, files: Sequence[tuple[str, bytes]])
         digest.update(content)
 
 
+class _SeedClock:
+    """`time` as pycdlib's modules see it: always SEED_EPOCH, in UTC. pycdlib dates the volume
+    descriptors, directory records and Rock Ridge entries with `time.time()` in the build's local
+    time zone and takes no date from its caller, so two hosts (or two builds a second apart)
+    would write different bytes for the same files."""
+
+    def time(self) -> float:
+        return SEED_EPOCH
+
+    def localtime(self, seconds: float | None = None) -> struct_time:
+        return time.gmtime(SEED_EPOCH if seconds is None else seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+_clock_lock = threading.Lock()
+
+
+def _date_pycdlib() -> None:
+    """Give every loaded pycdlib module the seed's clock (once; later calls find it there)."""
+    with _clock_lock:
+        for name, module in list(sys.modules.items()):
+            if name.split(".")[0] == "pycdlib" and getattr(module, "time", None) is time:
+                module.time = _SeedClock()  # type: ignore[attr-defined]
+
+
 def build_cidata_iso(data: CloudInitData) -> bytes:
-    """The NoCloud ISO image for `data`, as bytes ready to upload into a pool volume."""
+    """The NoCloud ISO image for `data`, as bytes ready to upload into a pool volume: the same
+    bytes for the same inputs, whenever and wherever it is built."""
     # Imported here: only a machine being created (or its seed rewritten) needs it, and a daemon
     # that never builds a seed saves its import (~5 MiB).
     import pycdlib  # noqa: PLC0415
 
+    _date_pycdlib()
     iso = pycdlib.PyCdlib()
     iso.new(interchange_level=3, joliet=3, rock_ridge="1.09", vol_ident=VOLUME_LABEL)
     try:

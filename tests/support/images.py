@@ -44,11 +44,14 @@ class Server:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
 
-def serve_guest(lab: LabInfo, root: Path) -> tuple[Server, str]:
-    """The lab's guest image over HTTP, and its sha256."""
+def serve_guest(lab: LabInfo, root: Path, *, volume: str | None = None) -> tuple[Server, str]:
+    """The lab's busybox guest image (or another volume of the main pool, e.g. the Debian one) over
+    HTTP as `/guest.qcow2`, and its sha256."""
     image = root / "guest.qcow2"
-    image.write_bytes((lab.dir / "pool" / lab.guest_volume).read_bytes())
-    return Server(root), hashlib.sha256(image.read_bytes()).hexdigest()
+    image.write_bytes((lab.dir / "pool" / (volume or lab.guest_volume)).read_bytes())
+    with image.open("rb") as served:
+        sha256 = hashlib.file_digest(served, "sha256").hexdigest()
+    return Server(root), sha256
 
 
 def create_image(api_client: client.ApiClient, name: str, url: str, sha256: str) -> None:

@@ -8,14 +8,18 @@ alike.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import re
 import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import libvirt
+import libvirt_qemu
 from lxml import etree
 from lxml.builder import E
 
@@ -186,3 +190,36 @@ class GuestShell:
             return eventually(typed_and_answered, timeout=timeout, interval=0, what=command)
         except TimedOutError as err:
             raise AssertionError(f"{err}; the console's end:\n{self.text()[-1500:]}") from err
+
+
+class GuestAgentError(AssertionError):
+    """A command run through the guest agent failed (its exit code and stderr in the message)."""
+
+
+def agent_command(dom: libvirt.virDomain, execute: str, **arguments: Any) -> Any:
+    """One qemu-guest-agent command on `dom`, sent by libvirt on the test's own connection (never
+    through the daemon under test); its `return` value."""
+    request: dict[str, Any] = {"execute": execute}
+    if arguments:
+        request["arguments"] = arguments
+    answer = libvirt_qemu.qemuAgentCommand(dom, json.dumps(request), 30, 0)
+    return json.loads(answer)["return"]
+
+
+def agent_run(dom: libvirt.virDomain, script: str, *, timeout: float = 60) -> str:
+    """`script` run by /bin/sh in the guest through its agent (`guest-exec` as root, then
+    `guest-exec-status` until it exited); its stdout, stripped. A non-zero exit fails."""
+    pid = agent_command(
+        dom, "guest-exec", path="/bin/sh", arg=["-c", script], **{"capture-output": True}
+    )["pid"]
+
+    def exited() -> dict[str, Any] | None:
+        status: dict[str, Any] = agent_command(dom, "guest-exec-status", pid=pid)
+        return status if status.get("exited") else None
+
+    done = eventually(exited, timeout=timeout, interval=0.2, what=f"the guest running {script!r}")
+    out = base64.b64decode(done.get("out-data", "")).decode(errors="replace")
+    if done.get("exitcode") != 0:
+        err = base64.b64decode(done.get("err-data", "")).decode(errors="replace")
+        raise GuestAgentError(f"{script!r} exited {done.get('exitcode')}: {err.strip()}")
+    return out.strip()

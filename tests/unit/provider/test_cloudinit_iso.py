@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import pycdlib
 import pytest
@@ -132,3 +133,24 @@ def test_generated_network_config_matches_nics_by_mac() -> None:
     assert ethernets["eth0"]["dhcp4"] is True
     assert ethernets["eth1"]["routes"] == [{"to": "default", "via": "fd00::1"}]
     assert ethernets["eth1"]["nameservers"] == {"addresses": [], "search": ["lab.example"]}
+
+
+def test_the_same_inputs_give_the_same_bytes_whenever_and_wherever_they_are_rendered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A migration's target renders the seed again for the running guest (libvirt does not copy a
+    read-only disk): the CD-ROM must not change under it. Found by the Debian guest's migration,
+    whose device read back different bytes on the target: pycdlib dated the ISO with the time and
+    time zone of the build."""
+    first = build_cidata_iso(seed())
+    later = time.time() + 86_400 * 400 + 3_723.5
+    monkeypatch.setattr(time, "time", lambda: later)
+    monkeypatch.setenv("TZ", "Pacific/Chatham")
+    time.tzset()
+    try:
+        again = build_cidata_iso(seed())
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert again == first
+    assert build_cidata_iso(seed(hostname="web-2")) != first
