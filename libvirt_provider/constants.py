@@ -611,6 +611,12 @@ CONSOLE_MAX_FRAME: Final = 1 << 20
 # before reading from the guest pauses.
 CONSOLE_READ_CHUNK: Final = 64 * 1024
 CONSOLE_QUEUE_CHUNKS: Final = 256
+# Bytes of a client's input handed to libvirt per call. libvirt's send blocks while its
+# connection's socket to libvirtd is full, which during a paste is most of the time (the guest's
+# serial line takes some tens of KiB/s): small pieces hold the stream's lock, which libvirt's
+# event thread needs to read this console's output, briefly, and let the session notice between
+# two that its client is gone.
+CONSOLE_INPUT_CHUNK: Final = 4 * 1024
 # (connect, read) seconds of the console endpoint's calls to the API server (its ConfigMap, the
 # SubjectAccessReview, the machine), so a slow API server never holds a request for long.
 CONSOLE_API_TIMEOUT: Final = (5.0, 10.0)
