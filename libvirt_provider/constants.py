@@ -605,6 +605,10 @@ AUTHENTICATION_REFRESH_SECONDS: Final = 60.0
 # Seconds between two keepalive pings on an idle console WebSocket (under the 21 s after which
 # some proxies drop an idle connection).
 CONSOLE_PING_SECONDS: Final = 10.0
+# Seconds between pings while the client's input flows (a paste). The API server notices a client
+# that died only when it writes to it; during a paste with no output from the guest, a ping is
+# all it writes, and until it notices, the dead client's session goes on.
+CONSOLE_BUSY_PING_SECONDS: Final = 1.0
 # The largest WebSocket frame payload the console accepts from a client, in bytes.
 CONSOLE_MAX_FRAME: Final = 1 << 20
 # Bytes read from the guest's console per read, and output chunks queued toward a slow client

@@ -38,6 +38,7 @@ __all__ = [
     "input_pieces",
     "logs_target",
     "on_output",
+    "ping_due",
 ]
 
 # The close reason once `--logs` without `--follow` was sent all there is (the plugin prints
@@ -173,3 +174,13 @@ def input_pieces(payload: bytes, size: int) -> list[bytes]:
     if size <= 0:
         raise ValueError(f"piece size must be positive, not {size}")
     return [payload[at : at + size] for at in range(0, len(payload), size)]
+
+
+def ping_due(
+    since_ping: float, since_input: float, *, idle_every: float, busy_every: float
+) -> bool:
+    """Whether a session pings its client now: every `idle_every` seconds, or every `busy_every`
+    while the client's input came within that (a paste, whose client may die with nothing
+    flowing back to show it)."""
+    every = busy_every if since_input < busy_every else idle_every
+    return since_ping >= every

@@ -132,6 +132,7 @@ from libvirt_provider.console.sharing import (
     input_pieces,
     logs_target,
     on_output,
+    ping_due,
 )
 from libvirt_provider.console.stats import (
     HostSample,
@@ -1286,7 +1287,12 @@ class _Bridge:
             idle = self._idle(now - typed)
             if idle is not None:
                 return idle
-            if now - pinged >= c.CONSOLE_PING_SECONDS:
+            if ping_due(
+                now - pinged,
+                now - typed,
+                idle_every=c.CONSOLE_PING_SECONDS,
+                busy_every=c.CONSOLE_BUSY_PING_SECONDS,
+            ):
                 self._send(Opcode.PING, b"vmapi")
                 pinged = now
             wait = min(
