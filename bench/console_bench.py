@@ -92,7 +92,7 @@ from tests.support.daemons import stop_daemon  # noqa: E402
 from tests.support.factories import pair  # noqa: E402
 from tests.support.kube import create, get, namespace  # noqa: E402
 from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
-from tests.support.memory import RssSampler, rss_kib  # noqa: E402
+from tests.support.memory import PeakSampler, rss_kib  # noqa: E402
 from tests.support.port_echo import echo_round  # noqa: E402
 from tests.support.waiting import GiveUp, TimedOutError, eventually  # noqa: E402
 
@@ -544,7 +544,10 @@ def paste(lab: LabInfo, ns: str, pid: int, size: int) -> bool:
              interval=1.0, what="the shell answering through the plugin")  # fmt: skip
         tag = read_raw(plugin, size)
         before = {who: rss_kib(p) for who, p in (("daemon", pid), ("libvirtd", libvirtd))}
-        samplers = {"daemon": RssSampler(pid), "libvirtd": RssSampler(libvirtd)}
+        samplers = {
+            "daemon": PeakSampler(lambda: rss_kib(pid)),
+            "libvirtd": PeakSampler(lambda: rss_kib(libvirtd)),
+        }
         began = time.monotonic()
         for at in range(0, size, 64 * KIB):
             plugin.send(payload[at : at + 64 * KIB])
