@@ -34,7 +34,12 @@ kubeconfig:
   the time and rate (the serial line's input rate), and the RSS of the daemon and of the lab's
   libvirtd before, at their peak (sampled every 0.1 s) and after (memory bounded: neither may
   hold the paste); the run exits 1 if the md5 differs. `--paste-only` boots the guest and
-  measures only this.
+  measures only this;
+- the hop: after the rest, with daemons of its own (daemon A on the lab's first extra host, B on
+  its second, both taking hops, the APIService naming A: test_hop.py's set-up from
+  tests/support/hop.py), keystroke round trips to a guest on A's host (direct) and to one on
+  B's host (A forwards the session to B over mutual TLS), `--hop-keystrokes` of each in
+  alternate blocks of 20; both p50/p95 and the hop's ratio. `--hop-only` measures only this.
 
 Whatever happens, the daemon is stopped, the APIService removed and the namespace (with its
 guest) deleted. Traffic goes only to 127.0.0.1 and, for the direct connection, to the guest inside
@@ -42,10 +47,10 @@ the lab's namespace. Needs the lab (`make lab-up`) and root (`ip netns exec`), a
 
 usage: .venv/bin/python bench/console_bench.py [--attaches 20] [--keystrokes 200] [--viewers 20]
        [--output-kib 1024] [--idle-seconds 15] [--forward-mib 8] [--paste-mib 10] [--paste-only]
-       [--smoke]
+       [--hop-keystrokes 200] [--hop-only] [--smoke]
 --smoke: two attaches of each kind, one plugin start, ten keystrokes, two viewers of 16 KiB, 2 s
-idle, one round of 256 KiB forwarded, 64 KiB pasted; it still fails if an attach shows nothing or
-a byte is lost.
+idle, one round of 256 KiB forwarded, 64 KiB pasted, ten keystrokes each way of the hop; it still
+fails if an attach shows nothing or a byte is lost.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ from tests.support.console import (  # noqa: E402
 )
 from tests.support.daemons import stop_daemon  # noqa: E402
 from tests.support.factories import pair  # noqa: E402
+from tests.support.hop import hop_daemons, hop_pki  # noqa: E402
 from tests.support.kube import create, get, namespace  # noqa: E402
 from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
 from tests.support.memory import PeakSampler, rss_kib  # noqa: E402
@@ -114,9 +120,11 @@ class Console:
     """One console WebSocket through the API server, its output collected by a thread as it
     comes (pings are answered while it reads), with the time its first byte arrived."""
 
-    def __init__(self, cfg: client.Configuration, ns: str, *, viewer: bool) -> None:
+    def __init__(
+        self, cfg: client.Configuration, ns: str, *, viewer: bool, name: str = GUEST
+    ) -> None:
         self.opened = time.monotonic()
-        self.ws = _connect(cfg, console_path(ns, GUEST) + session_query(viewer=viewer))
+        self.ws = _connect(cfg, console_path(ns, name) + session_query(viewer=viewer))
         self.upgraded = time.monotonic()
         self.first_byte: float | None = None
         self.closed_reason = ""
@@ -577,6 +585,56 @@ def paste(lab: LabInfo, ns: str, pid: int, size: int) -> bool:
     return intact
 
 
+def hop_latency(lab: LabInfo, api: client.ApiClient, count: int) -> None:
+    """Keystroke round trips to a guest on daemon A's own host (direct) and to one on daemon B's
+    host (A forwards each session to B over the hop), through the API server to A, in alternate
+    blocks of 20 in one run; both figures and their ratio. The set-up is test_hop.py's
+    (tests/support/hop.py)."""
+    workdir = Path(tempfile.mkdtemp(prefix="console-bench-hop-"))
+    (workdir / "pki").mkdir()
+    pki = hop_pki(lab, workdir / "pki")
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=lab.kubeconfig, client_configuration=cfg)
+    with hop_daemons(lab, api, pki, workdir, log_prefix="bench-hop") as hops, namespace(api) as ns:
+        routes = {"direct": ("near", hops.a.host.name), "hop": ("far", hops.b.host.name)}
+        for name, host in routes.values():
+            vm, lm = pair(ns, name)
+            lm["metadata"]["labels"][c.HOST_LABEL] = host
+            lm["spec"]["host"] = host
+            create(api, [vm, lm])
+        for name, host in routes.values():
+            wait(
+                lambda name=name: (
+                    ((get(api, ns, name, vm=False) or {}).get("status") or {}).get("powerState")
+                    == "PoweredOn"
+                ),
+                timeout=180,
+                what=f"LibvirtMachine {ns}/{name} PoweredOn on {host}",
+            )
+        writers = {route: Console(cfg, ns, viewer=False, name=name)
+                   for route, (name, _) in routes.items()}  # fmt: skip
+        try:
+            for writer in writers.values():
+                shell_ready(writer)
+            took: dict[str, list[float]] = {route: [] for route in routes}
+            while len(took["hop"]) < count:
+                for route, writer in writers.items():
+                    took[route] += keystrokes(writer, min(20, count - len(took[route])))
+        finally:
+            for writer in writers.values():
+                writer.close()
+    for route, (_, host) in routes.items():
+        via = "API server, daemon A" + (", the hop, daemon B" if route == "hop" else "")
+        print(f"keystroke round trip, {route} ({via}; host {host}): {ms(took[route])}")
+    p50 = {route: statistics.median(values) for route, values in took.items()}
+    print(
+        f"the hop's cost: p50 x{p50['hop'] / p50['direct']:.2f} "
+        f"(+{(p50['hop'] - p50['direct']) * 1e3:.1f} ms), "
+        f"p95 x{p95(took['hop']) / p95(took['direct']):.2f}",
+        flush=True,
+    )
+
+
 def measure(
     lab: LabInfo, api: client.ApiClient, daemon: tuple[int, int], ns: str, args: argparse.Namespace
 ) -> int:
@@ -651,6 +709,8 @@ def main() -> int:
     parser.add_argument("--idle-seconds", type=float, default=15)
     parser.add_argument("--forward-mib", type=float, default=8)
     parser.add_argument("--forward-rounds", type=int, default=3)
+    parser.add_argument("--hop-keystrokes", type=int, default=200)
+    parser.add_argument("--hop-only", action="store_true", help="only the hop's figure")
     parser.add_argument("--paste-mib", type=float, default=10)
     parser.add_argument("--paste-only", action="store_true", help="boot the guest, paste, stop")
     parser.add_argument("--smoke", action="store_true", help="a tiny run; bytes still checked")
@@ -659,9 +719,15 @@ def main() -> int:
         args.attaches, args.plugin_attaches, args.keystrokes = 2, 1, 10
         args.viewers, args.output_kib, args.idle_seconds = 2, 16, 2
         args.forward_mib, args.forward_rounds = 0.25, 1
-        args.paste_mib = 1 / 16
+        args.paste_mib, args.hop_keystrokes = 1 / 16, 10
     lab = read_lab()
     api = config.new_client_from_config(config_file=lab.kubeconfig)
+    if args.hop_only:
+        try:
+            hop_latency(lab, api, args.hop_keystrokes)
+        finally:
+            api.close()
+        return 0
     proc, log, port = start_console_daemon(
         lab, api, Path(tempfile.mkdtemp(prefix="console-bench-")), log_name="bench-console.log"
     )
@@ -672,6 +738,9 @@ def main() -> int:
     finally:
         unregister_apiservice(api)
         stop_daemon(proc, log)
+        if args.hop_keystrokes:
+            # Its own daemons (A and B on the lab's extra hosts), once this one has stopped.
+            hop_latency(lab, api, args.hop_keystrokes)
         api.close()
 
 
