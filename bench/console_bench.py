@@ -27,16 +27,30 @@ kubeconfig:
 - port-forward: `--forward-mib` MiB echoed by busybox `nc` in the guest, through
   `kubectl vm port-forward` and through a direct connection made inside the lab's network
   namespace, alternately `--forward-rounds` times; the ratio of the two throughputs (the goal: at
-  least 0.5).
+  least 0.5);
+- paste: `--paste-mib` MiB of random bytes written into `kubectl vm console`'s stdin as fast as
+  it takes them (a user's paste), the guest's shell reading them on a raw tty (`stty raw -echo`)
+  with `head -c N | md5sum`: bytes sent, the guest's md5 against the sent data's (nothing lost),
+  the time and rate (the serial line's input rate), and the RSS of the daemon and of the lab's
+  libvirtd before, at their peak (sampled every 0.1 s) and after (memory bounded: neither may
+  hold the paste); the run exits 1 if the md5 differs. `--paste-only` boots the guest and
+  measures only this;
+- the hop: after the rest, with daemons of its own (daemon A on the lab's first extra host, B on
+  its second, both taking hops, the APIService naming A: test_hop.py's set-up from
+  tests/support/hop.py), keystroke round trips to a guest on A's host (direct) and to one on
+  B's host (A forwards the session to B over mutual TLS), `--hop-keystrokes` of each in
+  alternate blocks of 20; both p50/p95 and the hop's ratio. `--hop-only` measures only this.
 
 Whatever happens, the daemon is stopped, the APIService removed and the namespace (with its
 guest) deleted. Traffic goes only to 127.0.0.1 and, for the direct connection, to the guest inside
 the lab's namespace. Needs the lab (`make lab-up`) and root (`ip netns exec`), as the e2e tests.
 
 usage: .venv/bin/python bench/console_bench.py [--attaches 20] [--keystrokes 200] [--viewers 20]
-       [--output-kib 1024] [--idle-seconds 15] [--forward-mib 8] [--smoke]
+       [--output-kib 1024] [--idle-seconds 15] [--forward-mib 8] [--paste-mib 10] [--paste-only]
+       [--hop-keystrokes 200] [--hop-only] [--smoke]
 --smoke: two attaches of each kind, one plugin start, ten keystrokes, two viewers of 16 KiB, 2 s
-idle, one round of 256 KiB forwarded; it still fails if an attach shows nothing or a byte is lost.
+idle, one round of 256 KiB forwarded, 64 KiB pasted, ten keystrokes each way of the hop; it still
+fails if an attach shows nothing or a byte is lost.
 """
 
 from __future__ import annotations
@@ -69,16 +83,22 @@ from libvirt_provider import constants as c  # noqa: E402
 from libvirt_provider.console.client import console_path, session_query, websocket_url  # noqa: E402
 from libvirt_provider.console.portforward import guest_address, portforward_path  # noqa: E402
 from tests.support.console import (  # noqa: E402
+    Plugin,
     PortForward,
     plugin_command,
+    raw_md5,
+    read_raw,
     register_apiservice,
+    shell_answers,
     start_console_daemon,
     unregister_apiservice,
 )
 from tests.support.daemons import stop_daemon  # noqa: E402
 from tests.support.factories import pair  # noqa: E402
+from tests.support.hop import hop_daemons, hop_pki  # noqa: E402
 from tests.support.kube import create, get, namespace  # noqa: E402
 from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
+from tests.support.memory import PeakSampler, rss_kib  # noqa: E402
 from tests.support.port_echo import echo_round  # noqa: E402
 from tests.support.waiting import GiveUp, TimedOutError, eventually  # noqa: E402
 
@@ -100,9 +120,11 @@ class Console:
     """One console WebSocket through the API server, its output collected by a thread as it
     comes (pings are answered while it reads), with the time its first byte arrived."""
 
-    def __init__(self, cfg: client.Configuration, ns: str, *, viewer: bool) -> None:
+    def __init__(
+        self, cfg: client.Configuration, ns: str, *, viewer: bool, name: str = GUEST
+    ) -> None:
         self.opened = time.monotonic()
-        self.ws = _connect(cfg, console_path(ns, GUEST) + session_query(viewer=viewer))
+        self.ws = _connect(cfg, console_path(ns, name) + session_query(viewer=viewer))
         self.upgraded = time.monotonic()
         self.first_byte: float | None = None
         self.closed_reason = ""
@@ -514,6 +536,105 @@ def port_forward(
         forward.stop()
 
 
+def paste(lab: LabInfo, ns: str, pid: int, size: int) -> bool:
+    """`size` random bytes written into `kubectl vm console`'s stdin as fast as it takes them (a
+    user's paste), the guest's serial shell reading them raw (`stty raw -echo`: no echo, no
+    line discipline) into `md5sum`; whether the guest's md5 is the sent data's. The daemon's
+    and the lab's libvirtd's RSS are sampled throughout: neither may hold the paste (flow control
+    holds the plugin back, and the plugin holds back its stdin)."""
+    payload = os.urandom(size)
+    digest = hashlib.md5(payload).hexdigest()
+    libvirtd = int((Path(lab.dir) / "libvirt" / "libvirtd.pid").read_text())
+    plugin = Plugin(Path(lab.kubeconfig), ns, GUEST)
+    try:
+        ready = f"R{uuid.uuid4().hex[:6]}"
+        wait(lambda: shell_answers(plugin, ready), timeout=60,
+             interval=1.0, what="the shell answering through the plugin")  # fmt: skip
+        tag = read_raw(plugin, size)
+        before = {who: rss_kib(p) for who, p in (("daemon", pid), ("libvirtd", libvirtd))}
+        samplers = {
+            "daemon": PeakSampler(lambda: rss_kib(pid)),
+            "libvirtd": PeakSampler(lambda: rss_kib(libvirtd)),
+        }
+        began = time.monotonic()
+        for at in range(0, size, 64 * KIB):
+            plugin.send(payload[at : at + 64 * KIB])
+        written = time.monotonic() - began
+        # A line at 2 KiB/s would be slow, not broken.
+        got = raw_md5(plugin, tag, timeout=120 + size / (2 * KIB))
+        took = time.monotonic() - began
+        peak = {who: sampler.stop() for who, sampler in samplers.items()}
+        after = {who: rss_kib(p) for who, p in (("daemon", pid), ("libvirtd", libvirtd))}
+    finally:
+        plugin.leave()
+    intact = got == digest
+    print(
+        f"paste: {size} bytes ({size / MIB:g} MiB) into kubectl vm console's stdin, the guest's "
+        f"`head -c {size} | md5sum` {got[:16]} {'==' if intact else '!='} sent {digest[:16]} "
+        f"({'nothing lost' if intact else 'BYTES LOST OR CHANGED'}); {took:.1f} s, "
+        f"{size / took / KIB:.1f} KiB/s (the plugin took the last byte after {written:.1f} s)",
+        flush=True,
+    )
+    for who in ("daemon", "libvirtd"):
+        print(
+            f"  {who} RSS: {before[who] / KIB:.1f} MiB before, {peak[who] / KIB:.1f} MiB at its "
+            f"peak during the paste (sampled every 0.1 s), {after[who] / KIB:.1f} MiB after "
+            f"(peak - before: {(peak[who] - before[who]) / KIB:.1f} MiB)",
+            flush=True,
+        )
+    return intact
+
+
+def hop_latency(lab: LabInfo, api: client.ApiClient, count: int) -> None:
+    """Keystroke round trips to a guest on daemon A's own host (direct) and to one on daemon B's
+    host (A forwards each session to B over the hop), through the API server to A, in alternate
+    blocks of 20 in one run; both figures and their ratio. The set-up is test_hop.py's
+    (tests/support/hop.py)."""
+    workdir = Path(tempfile.mkdtemp(prefix="console-bench-hop-"))
+    (workdir / "pki").mkdir()
+    pki = hop_pki(lab, workdir / "pki")
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=lab.kubeconfig, client_configuration=cfg)
+    with hop_daemons(lab, api, pki, workdir, log_prefix="bench-hop") as hops, namespace(api) as ns:
+        routes = {"direct": ("near", hops.a.host.name), "hop": ("far", hops.b.host.name)}
+        for name, host in routes.values():
+            vm, lm = pair(ns, name)
+            lm["metadata"]["labels"][c.HOST_LABEL] = host
+            lm["spec"]["host"] = host
+            create(api, [vm, lm])
+        for name, host in routes.values():
+            wait(
+                lambda name=name: (
+                    ((get(api, ns, name, vm=False) or {}).get("status") or {}).get("powerState")
+                    == "PoweredOn"
+                ),
+                timeout=180,
+                what=f"LibvirtMachine {ns}/{name} PoweredOn on {host}",
+            )
+        writers = {route: Console(cfg, ns, viewer=False, name=name)
+                   for route, (name, _) in routes.items()}  # fmt: skip
+        try:
+            for writer in writers.values():
+                shell_ready(writer)
+            took: dict[str, list[float]] = {route: [] for route in routes}
+            while len(took["hop"]) < count:
+                for route, writer in writers.items():
+                    took[route] += keystrokes(writer, min(20, count - len(took[route])))
+        finally:
+            for writer in writers.values():
+                writer.close()
+    for route, (_, host) in routes.items():
+        via = "API server, daemon A" + (", the hop, daemon B" if route == "hop" else "")
+        print(f"keystroke round trip, {route} ({via}; host {host}): {ms(took[route])}")
+    p50 = {route: statistics.median(values) for route, values in took.items()}
+    print(
+        f"the hop's cost: p50 x{p50['hop'] / p50['direct']:.2f} "
+        f"(+{(p50['hop'] - p50['direct']) * 1e3:.1f} ms), "
+        f"p95 x{p95(took['hop']) / p95(took['direct']):.2f}",
+        flush=True,
+    )
+
+
 def measure(
     lab: LabInfo, api: client.ApiClient, daemon: tuple[int, int], ns: str, args: argparse.Namespace
 ) -> int:
@@ -534,6 +655,8 @@ def measure(
     shell_ready(writer)
     print(f"guest {ns}/{GUEST} booted, its shell answering, in {time.monotonic() - booted:.0f} s")
     writer.close()
+    if args.paste_only:
+        return 0 if paste(lab, ns, pid, int(args.paste_mib * MIB)) else 1
 
     cold, upgrades = attaches(cfg, ns, args.attaches)
     print(f"attach, nobody attached (stream opened, replay from the host's log): {ms(cold)}")
@@ -571,8 +694,9 @@ def measure(
         rounds=args.forward_rounds,
     )  # fmt: skip
     print(f"port-forward / direct throughput: median ratio {ratio:.2f} (goal: at least 0.5)")
+    pasted = paste(lab, ns, pid, int(args.paste_mib * MIB))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    return 0 if intact else 1
+    return 0 if intact and pasted else 1
 
 
 def main() -> int:
@@ -585,14 +709,25 @@ def main() -> int:
     parser.add_argument("--idle-seconds", type=float, default=15)
     parser.add_argument("--forward-mib", type=float, default=8)
     parser.add_argument("--forward-rounds", type=int, default=3)
+    parser.add_argument("--hop-keystrokes", type=int, default=200)
+    parser.add_argument("--hop-only", action="store_true", help="only the hop's figure")
+    parser.add_argument("--paste-mib", type=float, default=10)
+    parser.add_argument("--paste-only", action="store_true", help="boot the guest, paste, stop")
     parser.add_argument("--smoke", action="store_true", help="a tiny run; bytes still checked")
     args = parser.parse_args()
     if args.smoke:
         args.attaches, args.plugin_attaches, args.keystrokes = 2, 1, 10
         args.viewers, args.output_kib, args.idle_seconds = 2, 16, 2
         args.forward_mib, args.forward_rounds = 0.25, 1
+        args.paste_mib, args.hop_keystrokes = 1 / 16, 10
     lab = read_lab()
     api = config.new_client_from_config(config_file=lab.kubeconfig)
+    if args.hop_only:
+        try:
+            hop_latency(lab, api, args.hop_keystrokes)
+        finally:
+            api.close()
+        return 0
     proc, log, port = start_console_daemon(
         lab, api, Path(tempfile.mkdtemp(prefix="console-bench-")), log_name="bench-console.log"
     )
@@ -603,6 +738,9 @@ def main() -> int:
     finally:
         unregister_apiservice(api)
         stop_daemon(proc, log)
+        if args.hop_keystrokes:
+            # Its own daemons (A and B on the lab's extra hosts), once this one has stopped.
+            hop_latency(lab, api, args.hop_keystrokes)
         api.close()
 
 

@@ -607,12 +607,22 @@ AUTHENTICATION_REFRESH_SECONDS: Final = 60.0
 # Seconds between two keepalive pings on an idle console WebSocket (under the 21 s after which
 # some proxies drop an idle connection).
 CONSOLE_PING_SECONDS: Final = 10.0
+# Seconds between pings while the client's input flows (a paste). The API server notices a client
+# that died only when it writes to it; during a paste with no output from the guest, a ping is
+# all it writes, and until it notices, the dead client's session goes on.
+CONSOLE_BUSY_PING_SECONDS: Final = 1.0
 # The largest WebSocket frame payload the console accepts from a client, in bytes.
 CONSOLE_MAX_FRAME: Final = 1 << 20
 # Bytes read from the guest's console per read, and output chunks queued toward a slow client
 # before reading from the guest pauses.
 CONSOLE_READ_CHUNK: Final = 64 * 1024
 CONSOLE_QUEUE_CHUNKS: Final = 256
+# Bytes of a client's input handed to libvirt per call. libvirt's send blocks while its
+# connection's socket to libvirtd is full, which during a paste is most of the time (the guest's
+# serial line takes some tens of KiB/s): small pieces hold the stream's lock, which libvirt's
+# event thread needs to read this console's output, briefly, and let the session notice between
+# two that its client is gone.
+CONSOLE_INPUT_CHUNK: Final = 4 * 1024
 # (connect, read) seconds of the console endpoint's calls to the API server (its ConfigMap, the
 # SubjectAccessReview, the machine), so a slow API server never holds a request for long.
 CONSOLE_API_TIMEOUT: Final = (5.0, 10.0)

@@ -28,19 +28,27 @@ from libvirt_provider.console.routes import ConsoleRoute, ConsoleTarget, console
 from libvirt_provider.console.sessions import VIEWER, WRITER
 
 __all__ = [
+    "CLIENT_GONE_REASON",
     "LOGS_END_REASON",
     "ConsoleOptions",
     "OutputDecision",
     "ReplayRing",
     "console_options",
     "idle_expired",
+    "input_pieces",
     "logs_target",
     "on_output",
+    "ping_due",
 ]
 
 # The close reason once `--logs` without `--follow` was sent all there is (the plugin prints
 # nothing for it).
 LOGS_END_REASON = "end of the console log"
+
+# Why a writer's session ended when its client's connection went away with input still unsent
+# (a client killed in the middle of a paste): the rest is dropped, so the seat is free at once
+# rather than after the guest's serial line took what a dead client sent.
+CLIENT_GONE_REASON = "the client disconnected (its input not yet sent to the guest was dropped)"
 
 _TRUE = frozenset({"", "1", "true", "yes"})
 _FALSE = frozenset({"0", "false", "no"})
@@ -158,3 +166,21 @@ def logs_target(
     status = dict(machine.get("status") or {})
     status["powerState"] = "PoweredOn"  # only the power state is set aside
     return console_target(route, {**machine, "status": status}, served_hosts)
+
+
+def input_pieces(payload: bytes, size: int) -> list[bytes]:
+    """A client's input frame in the pieces handed to the guest's console one at a time (the
+    session checks between two that its client is still there)."""
+    if size <= 0:
+        raise ValueError(f"piece size must be positive, not {size}")
+    return [payload[at : at + size] for at in range(0, len(payload), size)]
+
+
+def ping_due(
+    since_ping: float, since_input: float, *, idle_every: float, busy_every: float
+) -> bool:
+    """Whether a session pings its client now: every `idle_every` seconds, or every `busy_every`
+    while the client's input came within that (a paste, whose client may die with nothing
+    flowing back to show it)."""
+    every = busy_every if since_input < busy_every else idle_every
+    return since_ping >= every

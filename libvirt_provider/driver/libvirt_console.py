@@ -7,6 +7,9 @@ hand each chunk to `on_output`; a consumer that is full says so by returning Fal
 pauses until `resume_reading`. Input is sent from the caller's thread; when libvirt's buffer is
 full the sender waits for the stream's writable event, bounded by a deadline. Every stream call
 holds the stream's lock, so the event thread and the sender never interleave inside libvirt.
+libvirt's send in fact blocks while the connection's socket to libvirtd is full (the lab never
+saw it answer "would block"), so input goes in `CONSOLE_INPUT_CHUNK` pieces: the lock, which the
+event thread needs to read this console's output, is held for one piece at a time.
 
 The console is opened with `VIR_DOMAIN_CONSOLE_FORCE`: a session this daemon left behind (a
 crashed client) never keeps the console; one writer per machine is the session registry's job
@@ -24,7 +27,7 @@ from collections.abc import Callable
 
 import libvirt
 
-from libvirt_provider.constants import CONSOLE_READ_CHUNK
+from libvirt_provider.constants import CONSOLE_INPUT_CHUNK, CONSOLE_READ_CHUNK
 from libvirt_provider.driver.libvirt_connection import LibvirtConnection
 from libvirt_provider.driver.libvirt_errors import translated
 from libvirt_provider.errors import RetryableError
@@ -138,7 +141,7 @@ class LibvirtConsoleStream:
                 if self._closed:
                     raise RetryableError("the console is closed")
                 try:
-                    sent = self._stream.send(bytes(view[:CONSOLE_READ_CHUNK]))
+                    sent = self._stream.send(bytes(view[:CONSOLE_INPUT_CHUNK]))
                 except libvirt.libvirtError as err:
                     raise RetryableError(
                         f"writing to the console failed: {err.get_error_message() or err}"

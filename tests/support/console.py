@@ -15,10 +15,12 @@ import base64
 import contextlib
 import http.client
 import os
+import re
 import ssl
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +225,13 @@ class Plugin:
             return
         assert self.process.stdin is not None
         self.process.stdin.write(text.encode())
+        self.process.stdin.flush()
+
+    def send(self, data: bytes) -> None:
+        """Bytes into the plugin's stdin (not a terminal's), blocking while it does not take
+        them, as a pipe does."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
         self.process.stdin.flush()
 
     def leave(self, timeout: float = 30) -> int:
@@ -468,3 +477,55 @@ class PortForward:
         self.process.wait(timeout=30)
         for thread in self._threads:
             thread.join(10)
+
+
+def shell_answers(plugin: Plugin, marker: str, *, command: str = "") -> bool:
+    """Type `command; echo MARKER-$((6*7))` (the answer only the shell can produce) unless the
+    answer came already; whether it has. A plugin that exited ends the wait at once."""
+    if plugin.process.poll() is not None:
+        raise GiveUp(f"kubectl vm exited {plugin.process.returncode}: {plugin.errors}")
+    if f"{marker}-42" in plugin.output:
+        return True
+    plugin.type(f"{command + '; ' if command else ''}echo {marker}-$((6*7))\n")
+    return f"{marker}-42" in plugin.output
+
+
+def read_raw(plugin: Plugin, size: int, *, timeout: float = 60) -> str:
+    """Have the guest's serial shell read the next `size` bytes raw (`stty raw -echo`: no echo,
+    no line discipline, so any byte passes unchanged) into `md5sum`, then print a marker; once
+    the tty is raw, the tag to pass to `raw_md5`. The shell must be answering (`shell_answers`):
+    the command is typed once, as anything typed after it is read as data."""
+    tag = uuid.uuid4().hex[:8]
+    plugin.type(
+        f"stty raw -echo; echo P{tag}-$((6*7)); head -c {size} | md5sum; stty sane; "
+        f"echo D{tag}-$((6*7))\n"
+    )
+    eventually(
+        lambda: _printed(plugin, f"P{tag}-42"),
+        timeout=timeout,
+        what=f"the guest's tty raw (stderr: {plugin.errors!r})",
+    )
+    return tag
+
+
+def raw_md5(plugin: Plugin, tag: str, *, timeout: float) -> str:
+    """The md5 the guest printed for `read_raw`'s bytes, once it has read them all (the guest's
+    own lines, a DHCP lease's, may come between; the md5 is the 32 hex digits)."""
+    eventually(
+        lambda: _printed(plugin, f"D{tag}-42"),
+        timeout=timeout,
+        interval=0.5,
+        what=f"the guest's md5 of the raw read (stderr: {plugin.errors!r})",
+    )
+    out = plugin.output
+    answer = out[out.index(f"P{tag}-42") + len(tag) + 4 : out.index(f"D{tag}-42")]
+    found = re.search(r"\b[0-9a-f]{32}\b", answer)
+    return found.group() if found else answer
+
+
+def _printed(plugin: Plugin, text: str) -> bool:
+    if text in plugin.output:
+        return True
+    if plugin.process.poll() is not None:
+        raise GiveUp(f"kubectl vm exited {plugin.process.returncode}: {plugin.errors}")
+    return False

@@ -12,7 +12,8 @@ output block: a slow reader of the plugin's output holds the stream back, as a p
 The end of the local input: with the port-forward subprotocol's half-close
 (`PORTFORWARD_SUBPROTOCOL`) an empty binary frame tells the server, and the stream goes on until
 the server closes it (the guest has answered and closed); otherwise the plugin sends its close
-frame and waits a little for the server's. `run` returns the server's close reason.
+frame and waits for the server's (as long as the server keeps talking: it answers only once the
+guest took the input before it). `run` returns the server's close reason.
 
 Only the socket is used after websocket-client's handshake (its handshake reads the response byte
 by byte, so nothing of the stream is buffered there).
@@ -94,11 +95,13 @@ class Pump:
     def _queue(self, opcode: Opcode, payload: bytes = b"") -> None:
         self._out += encode_frame(opcode, payload, mask=os.urandom(4))
 
-    def _begin_close(self, code: CloseCode, why: str = "") -> None:
+    def _begin_close(self, code: CloseCode, why: str = "", *, wait: bool = True) -> None:
+        """Send a close frame after what is queued; then wait `close_wait` for the server's, or
+        without `wait` as long as the server keeps talking (pings; the silence limit)."""
         if not self._closing:
             self._closing = True
             self._queue(Opcode.CLOSE, close_payload(code, why))
-            self._deadline = time.monotonic() + self._close_wait
+            self._deadline = time.monotonic() + self._close_wait if wait else None
         self._source = None
 
     def _flush(self) -> None:
@@ -183,7 +186,10 @@ class Pump:
             if self._half_close:
                 self._queue(Opcode.BINARY, b"")
             else:
-                self._begin_close(CloseCode.NORMAL)
+                # The input's end (a script's, a piped file's) comes long before the guest took
+                # it all: the server answers the close only after the input before it, at the
+                # guest's pace, and leaving earlier would drop what is still on its way.
+                self._begin_close(CloseCode.NORMAL, wait=False)
             return
         send, leave = self._transform(data) if self._transform else (data, False)
         if send:
@@ -205,7 +211,7 @@ class Pump:
                 return self.reason
             if self._deadline is not None and now > self._deadline:
                 return self.reason
-            if not self._closing and now - self._heard > self._silence:
+            if self._deadline is None and now - self._heard > self._silence:
                 self.reason = "the server stopped answering"
                 return self.reason
             reading: list[int | socket.socket] = [self._sock]

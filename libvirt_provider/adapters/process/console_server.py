@@ -123,13 +123,16 @@ from libvirt_provider.console.routes import (
 )
 from libvirt_provider.console.sessions import VIEWER, WRITER, Seat, SessionRegistry, WriterBusyError
 from libvirt_provider.console.sharing import (
+    CLIENT_GONE_REASON,
     LOGS_END_REASON,
     ConsoleOptions,
     OutputDecision,
     console_options,
     idle_expired,
+    input_pieces,
     logs_target,
     on_output,
+    ping_due,
 )
 from libvirt_provider.console.stats import (
     HostSample,
@@ -1284,7 +1287,12 @@ class _Bridge:
             idle = self._idle(now - typed)
             if idle is not None:
                 return idle
-            if now - pinged >= c.CONSOLE_PING_SECONDS:
+            if ping_due(
+                now - pinged,
+                now - typed,
+                idle_every=c.CONSOLE_PING_SECONDS,
+                busy_every=c.CONSOLE_BUSY_PING_SECONDS,
+            ):
                 self._send(Opcode.PING, b"vmapi")
                 pinged = now
             wait = min(
@@ -1332,15 +1340,22 @@ class _Bridge:
                         return "the client closed the session"
 
     def _keystrokes(self, stream: SharedConsole, payload: bytes) -> str | None:
-        """Send a client's input to the guest (a viewer's goes nowhere); why it failed."""
+        """Send a client's input to the guest (a viewer's goes nowhere); why the session ends
+        instead: it failed, or the client went away meanwhile."""
         if self._role == VIEWER:
             return None
-        try:
-            stream.send(payload, timeout=c.CONSOLE_IO_TIMEOUT)
-        except ProviderError as err:
-            with contextlib.suppress(OSError):
-                self._send(Opcode.CLOSE, close_payload(CloseCode.INTERNAL_ERROR, str(err)))
-            return str(err)
+        for piece in input_pieces(payload, c.CONSOLE_INPUT_CHUNK):
+            # A paste reaches the guest at its serial line's pace, so the client may be gone
+            # long before its input is: what it sent is still unread on this socket, and
+            # pasting it all first would hold the seat for as long.
+            if _hung_up(self._conn):
+                return CLIENT_GONE_REASON
+            try:
+                stream.send(piece, timeout=c.CONSOLE_IO_TIMEOUT)
+            except ProviderError as err:
+                with contextlib.suppress(OSError):
+                    self._send(Opcode.CLOSE, close_payload(CloseCode.INTERNAL_ERROR, str(err)))
+                return str(err)
         return None
 
     def _idle_left(self, seconds: float) -> float:
@@ -1390,6 +1405,17 @@ class _Bridge:
 
 def _records(answer: list[DomainStats] | None) -> tuple[DomainStats, ...] | None:
     return tuple(answer) if answer is not None else None
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """The peer closed the connection (or it failed), whether or not bytes it sent before are
+    still unread: Linux reports the peer's FIN as POLLRDHUP at once."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLRDHUP)
+    return any(
+        events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+        for _, events in poller.poll(0)
+    )
 
 
 def _cut(sock: socket.socket) -> None:

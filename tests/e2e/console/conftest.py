@@ -30,16 +30,17 @@ from tests.support.waiting import eventually
 
 
 @pytest.fixture(scope="module")
-def console_port(
+def console_daemon(
     request: pytest.FixtureRequest,
     lab: LabInfo,
     api_client: client.ApiClient,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[int]:
-    """A daemon serving consoles on this port, registered as the APIService, Available. It runs
-    with a token of deploy/'s ServiceAccount, so deploy/'s RBAC (console-rbac.yaml: reviews and
-    the front proxy's ConfigMap) is what the tests prove enough. A module's
-    `CONSOLE_DAEMON_ARGS` adds flags to its daemon."""
+) -> Iterator[tuple[int, int]]:
+    """A daemon serving consoles, registered as the APIService, Available: its process id (for
+    tests that watch its memory) and console port. It runs with a token of deploy/'s
+    ServiceAccount, so deploy/'s RBAC (console-rbac.yaml: reviews and the front proxy's
+    ConfigMap) is what the tests prove enough. A module's `CONSOLE_DAEMON_ARGS` adds flags to
+    its daemon."""
     proc, log, port = start_console_daemon(
         lab,
         api_client,
@@ -49,10 +50,16 @@ def console_port(
     )
     try:
         register_apiservice(lab, api_client, port)
-        yield port
+        yield proc.pid, port
     finally:
         unregister_apiservice(api_client)
         stop_daemon(proc, log)
+
+
+@pytest.fixture(scope="module")
+def console_port(console_daemon: tuple[int, int]) -> int:
+    """The console port of the module's daemon (`console_daemon`)."""
+    return console_daemon[1]
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,6 @@ from typing import Any
 import libvirt
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from libvirt_provider import constants as c
 from libvirt_provider.console.portforward import guest_address
@@ -56,48 +55,38 @@ from tests.support.console import (
     direct_request,
     grant_machine_reading,
     grant_stats,
-    lab_pki,
-    register_apiservice,
     run_forward_stdio,
     run_top,
     top_rows,
-    unregister_apiservice,
     user_kubeconfig,
 )
 from tests.support.daemons import (
     RemoteDaemon,
-    answers,
     free_port,
-    health_base,
-    start_daemon,
     start_remote_daemon,
-    stop_daemon,
 )
 from tests.support.factories import pair, remote_pair
+from tests.support.hop import LEASES, Hops, Pki, hop_daemons, hop_lease, hop_pki
 from tests.support.hosts import (
     delete_secret,
     forget_host,
     put_secret,
-    reset_host,
     set_host,
     ssh_data,
 )
 from tests.support.kube import (
-    NS_PREFIX,
     apply,
     create,
     delete_vm_and_wait,
     get,
-    install_api,
     namespace,
     service_account_kubeconfig,
 )
-from tests.support.lab_access import REPO, LabHost, LabInfo, LabRemote
+from tests.support.lab_access import REPO, LabInfo, LabRemote
 from tests.support.port_echo import echo_round
 from tests.support.vnc import VncForward, bind_vnc, libvirt_screen_size, rfb_server_init
 from tests.support.waiting import GiveUp, eventually
 
-LEASES = "vm-api-system"
 REMOTE_SECRET = "e2e-hop-remote"
 # The remote-mode replica's --console-log-bytes: small, so a test rotates its log cheaply.
 KEPT_LOG_BYTES = 16 * 1024
@@ -105,83 +94,11 @@ CONSOLE_PATH = (
     "/apis/subresources.infrastructure.vm-api.io/v1alpha1/namespaces/{ns}"
     "/libvirtmachines/{name}/console"
 )
-EXTENSIONS = """[req]
-distinguished_name = dn
-[dn]
-[ca]
-basicConstraints = critical,CA:TRUE
-keyUsage = critical,keyCertSign,cRLSign
-[hop]
-basicConstraints = critical,CA:FALSE
-keyUsage = critical,digitalSignature,keyEncipherment
-extendedKeyUsage = serverAuth,clientAuth
-subjectAltName = DNS:{name},DNS:localhost,IP:127.0.0.1
-"""
-
-
-@dataclass
-class Pki:
-    ca: Path  # the lab's console CA: the APIService's caBundle and --console-hop-ca-file
-    hop: tuple[Path, Path]  # every daemon's serving and hop certificate, from that CA
-    rogue: tuple[Path, Path]  # the same names, from a CA nobody trusts
-    front_proxy: tuple[Path, Path]  # the API server's front-proxy client certificate
-
-
-@dataclass
-class HopDaemon:
-    host: LabHost
-    proc: subprocess.Popen[bytes]
-    log: Path
-    port: int
-    hop_port: int
-
-
-@dataclass
-class Hops:
-    a: HopDaemon  # the APIService's daemon
-    b: HopDaemon  # the guest's host's daemon
-    pki: Pki
-
-
-def _cert(pki: Path, cnf: Path, name: str, subject: str, section: str, *, ca: str | None) -> None:
-    cmd = [
-        "openssl", "req", "-x509", "-new", "-config", str(cnf), "-extensions", section,
-        "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", str(pki / f"{name}.key"), "-out", str(pki / f"{name}.crt"),
-        "-subj", subject, "-days", "2", "-sha256",
-    ]  # fmt: skip
-    if ca is not None:
-        cmd += ["-CA", str(pki / f"{ca}.crt"), "-CAkey", str(pki / f"{ca}.key")]
-    subprocess.run(cmd, check=True, capture_output=True)
 
 
 @pytest.fixture(scope="module")
 def pki(lab: LabInfo, tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    out = tmp_path_factory.mktemp("hop-pki")
-    cnf = out / "openssl.cnf"
-    cnf.write_text(EXTENSIONS.format(name=c.HOP_PEER_NAME))
-    lab_ca = lab_pki(lab)
-    for suffix in ("crt", "key"):
-        (out / f"console-ca.{suffix}").write_bytes((lab_ca / f"console-ca.{suffix}").read_bytes())
-    _cert(out, cnf, "hop", f"/CN={c.HOP_PEER_NAME}", "hop", ca="console-ca")
-    _cert(out, cnf, "rogue-ca", "/CN=vmapi lab rogue console CA", "ca", ca=None)
-    _cert(out, cnf, "rogue", f"/CN={c.HOP_PEER_NAME}", "hop", ca="rogue-ca")
-    return Pki(
-        ca=out / "console-ca.crt",
-        hop=(out / "hop.crt", out / "hop.key"),
-        rogue=(out / "rogue.crt", out / "rogue.key"),
-        front_proxy=(lab_ca / "front-proxy-client.crt", lab_ca / "front-proxy-client.key"),
-    )
-
-
-def _hop_lease(api: client.ApiClient, host: str) -> str | None:
-    try:
-        lease = client.CoordinationV1Api(api).read_namespaced_lease(f"libvirt-host-{host}", LEASES)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return (lease.metadata.annotations or {}).get(c.HOP_ADDRESS_ANNOTATION)
+    return hop_pki(lab, tmp_path_factory.mktemp("hop-pki"))
 
 
 @pytest.fixture(scope="module")
@@ -191,54 +108,11 @@ def daemons(
     pki: Pki,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Hops]:
-    """Daemon A on the lab's first extra host, B on its second, both taking hops; the APIService
-    names A's console port."""
-    assert len(lab.hosts) >= 2, "the hop needs two of the lab's extra hosts"
-    install_api(lab, api_client)
-    deploy = REPO / "deploy"
-    apply(lab, deploy / "namespace.yaml", deploy / "rbac.yaml", deploy / "console-rbac.yaml")
-    kubeconfig = tmp_path_factory.mktemp("hop") / "provider.kubeconfig"
-    service_account_kubeconfig(lab, api_client, kubeconfig)
-    started: list[HopDaemon] = []
-    try:
-        for index, host in enumerate(lab.hosts[:2]):
-            reset_host(api_client, host.name)
-            port, hop_port = free_port(), free_port()
-            proc, log = start_daemon(
-                lab,
-                host=host.name,
-                libvirt_uri=host.uri,
-                log_name=f"e2e-hop-{'ab'[index]}.log",
-                kubeconfig=str(kubeconfig),
-                lease_namespace=LEASES,
-                generic_namespaces=(f"{NS_PREFIX}*",),
-                host_spec=None,
-                extra_args=(
-                    f"--console-port={port}",
-                    "--console-address=127.0.0.1",
-                    f"--console-cert-file={pki.hop[0]}",
-                    f"--console-key-file={pki.hop[1]}",
-                    f"--console-hop-port={hop_port}",
-                    f"--console-hop-ca-file={pki.ca}",
-                    "--console-advertise-address=127.0.0.1",
-                    f"--guest-netns={host.netns}",
-                ),
-            )
-            started.append(HopDaemon(host, proc, log, port, hop_port))
-        for daemon in started:
-            base = health_base(daemon.proc, daemon.log)
-            eventually(lambda base=base: answers(f"{base}/readyz"), timeout=90, what="ready")
-            eventually(
-                lambda d=daemon: _hop_lease(api_client, d.host.name) == f"127.0.0.1:{d.hop_port}",
-                timeout=60,
-                what=f"host {daemon.host.name}'s Lease publishing its daemon's hop address",
-            )
-        register_apiservice(lab, api_client, started[0].port)
-        yield Hops(started[0], started[1], pki)
-    finally:
-        unregister_apiservice(api_client)
-        for daemon in started:
-            stop_daemon(daemon.proc, daemon.log)
+    """Daemon A on the lab's first extra host, B on its second (tests/support/hop.py)."""
+    with hop_daemons(
+        lab, api_client, pki, tmp_path_factory.mktemp("hop"), log_prefix="e2e-hop"
+    ) as hops:
+        yield hops
 
 
 @pytest.fixture(scope="module")
@@ -673,7 +547,7 @@ def remote_hop(
             ),
         )
         eventually(
-            lambda: _hop_lease(api_client, remote.name) == f"127.0.0.1:{hop_port}",
+            lambda: hop_lease(api_client, remote.name) == f"127.0.0.1:{hop_port}",
             timeout=60,
             what=f"remote host {remote.name}'s Lease publishing the replica's hop address",
         )

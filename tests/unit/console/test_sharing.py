@@ -20,6 +20,7 @@ from libvirt_provider.console.sharing import (
     idle_expired,
     logs_target,
     on_output,
+    ping_due,
 )
 
 PATH = "/apis/g/v1alpha1/namespaces/a/libvirtmachines/vm/console"
@@ -195,3 +196,19 @@ def test_a_seat_taken_over_is_no_longer_held() -> None:
     assert registry.holds(second)
     registry.release(viewer)
     assert not registry.holds(viewer)
+
+
+def test_a_session_pings_every_ten_seconds_and_every_second_while_input_flows() -> None:
+    def due(since_ping: float, since_input: float) -> bool:
+        return ping_due(
+            since_ping,
+            since_input,
+            idle_every=c.CONSOLE_PING_SECONDS,
+            busy_every=c.CONSOLE_BUSY_PING_SECONDS,
+        )
+
+    assert not due(9.9, 60)
+    assert due(10, 60)
+    assert due(1.0, 0.2)  # a paste flowing: a client that died is found out within seconds
+    assert not due(0.5, 0.2)
+    assert not due(1.5, 5)  # typing paused: back to the idle pace

@@ -288,3 +288,40 @@ def test_a_local_side_that_went_away_ends_the_stream_with_a_close() -> None:
     assert join() == ""
     plugin.close()
     server_end.close()
+
+
+def test_at_the_end_of_its_input_the_plugin_waits_for_a_slow_server_past_the_close_wait() -> None:
+    """A piped paste: the input ends at once, the guest takes it at its serial line's pace. The
+    plugin leaves only when the server closed, after the last byte, not `close_wait` after the
+    input's end (it used to, dropping what it had not sent yet)."""
+    plugin, server_end = socket.socketpair()
+    plugin.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    server_end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    server = _FakeServer(server_end)
+    pasted = os.urandom(600_000)
+    source, _ = _feed(pasted)
+    join = _in_thread(Pump(plugin, sink=lambda d: None, source=source, close_wait=0.05))
+    got = bytearray()
+    while True:
+        # A slow guest: a pause per frame, many times the close wait in all.
+        time.sleep(0.02)
+        opcode, payload = server.next_frame()
+        if opcode == Opcode.CLOSE:
+            break
+        got += payload
+    assert bytes(got) == pasted
+    server.send(Opcode.CLOSE, close_payload(CloseCode.NORMAL))
+    assert join() == ""
+    os.close(source)
+    plugin.close()
+    server_end.close()
+
+
+def test_after_the_end_of_its_input_a_silent_server_is_still_given_up_on() -> None:
+    plugin, server_end = socket.socketpair()
+    source, _ = _feed(b"ls\n")
+    reason = Pump(plugin, sink=lambda d: None, source=source, silence=0.3).run()
+    assert reason == "the server stopped answering"
+    os.close(source)
+    plugin.close()
+    server_end.close()

@@ -5,14 +5,22 @@ kept for the next one (from the host's log when there is one)."""
 
 from __future__ import annotations
 
+import os
+import select
+import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from libvirt_provider import constants as c
 from libvirt_provider.adapters.process.console_server import _Bridge
 from libvirt_provider.adapters.process.console_share import ConsoleHub, SharingSettings, read_tail
+from libvirt_provider.console.framing import CloseCode, Opcode, close_payload, encode_frame
 from libvirt_provider.console.sessions import VIEWER, WRITER
+from libvirt_provider.console.sharing import CLIENT_GONE_REASON, input_pieces
 from libvirt_provider.driver.libvirt_driver import LibvirtHypervisor
+from tests.support.waiting import eventually
 
 KEY = ("team-a", "vm")
 UUID = "3b1c0f8e-0000-4000-8000-000000000001"
@@ -142,3 +150,95 @@ def test_a_viewer_too_far_behind_is_cut_off_and_the_writer_pauses_instead() -> N
     finally:
         viewer.close()
         writer.close()
+
+
+class _PlainSocket(socket.socket):
+    """A TCP socket as the bridge takes its TLS one (nothing decrypted ahead)."""
+
+    def pending(self) -> int:
+        return 0
+
+
+class _PastedStream:
+    """The shared console as the bridge writes to it: records each piece; `on_piece` runs after
+    each one (a client dying in the middle of a paste)."""
+
+    def __init__(self, on_piece: Callable[[int], None] = lambda n: None) -> None:
+        self.pieces: list[bytes] = []
+        self._on_piece = on_piece
+
+    def send(self, data: bytes, *, timeout: float) -> None:
+        self.pieces.append(data)
+        self._on_piece(len(self.pieces))
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _connected() -> tuple[socket.socket, _PlainSocket]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    return client, _PlainSocket(fileno=server.detach())
+
+
+def _bridge_in_thread(bridge: _Bridge, stream: _PastedStream) -> Callable[[], str]:
+    result: list[str] = []
+    thread = threading.Thread(target=lambda: result.append(bridge.run(cast(Any, stream))))
+    thread.start()
+
+    def join() -> str:
+        thread.join(20)
+        assert result, "the bridge's loop did not end"
+        return result[0]
+
+    return join
+
+
+def test_input_is_handed_to_the_guest_in_small_pieces_and_nothing_is_lost() -> None:
+    assert input_pieces(b"abcdefg", 3) == [b"abc", b"def", b"g"]
+    assert input_pieces(b"", 3) == []
+    client, server = _connected()
+    stream = _PastedStream()
+    bridge = _Bridge(server, WRITER, SharingSettings())
+    join = _bridge_in_thread(bridge, stream)
+    pasted = os.urandom(3 * c.CONSOLE_READ_CHUNK + 5)
+    try:
+        client.sendall(encode_frame(Opcode.BINARY, pasted, mask=os.urandom(4)))
+        client.sendall(encode_frame(Opcode.CLOSE, close_payload(CloseCode.NORMAL), mask=b"abcd"))
+        assert join() == "the client closed the session"
+    finally:
+        client.close()
+        server.close()
+        bridge.close()
+    assert b"".join(stream.pieces) == pasted
+    assert max(len(piece) for piece in stream.pieces) == c.CONSOLE_INPUT_CHUNK
+
+
+def test_a_client_gone_in_the_middle_of_a_paste_ends_the_session_at_once() -> None:
+    """Its input still unread on the socket is dropped: the seat is not held while the guest's
+    serial line would take it."""
+    client, server = _connected()
+
+    def die(pieces: int) -> None:
+        if pieces == 2:
+            client.close()
+            # The FIN has reached the daemon's end before the next piece is considered.
+            eventually(lambda: _peer_closed(server), timeout=10, what="the client's FIN")
+
+    stream = _PastedStream(die)
+    bridge = _Bridge(server, WRITER, SharingSettings())
+    join = _bridge_in_thread(bridge, stream)
+    try:
+        client.sendall(encode_frame(Opcode.BINARY, os.urandom(c.CONSOLE_READ_CHUNK), mask=b"abcd"))
+        assert join() == CLIENT_GONE_REASON
+    finally:
+        server.close()
+        bridge.close()
+    assert len(stream.pieces) == 2
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLRDHUP)
+    return bool(poller.poll(0))
