@@ -153,6 +153,14 @@ class LibvirtMigrationStatus(KubeModel):
         description="When the source accepted it (RFC 3339).",
         json_schema_extra={"format": "date-time"},
     )
+    slot_claimed_at: str | None = Field(
+        default=None,
+        max_length=64,
+        description="While Pending: when the source claimed one of the cluster's migration "
+        "slots for it, a moment before counting the running migrations again (RFC 3339); "
+        "cleared when it starts or waits.",
+        json_schema_extra={"format": "date-time"},
+    )
     completion_time: str | None = Field(
         default=None,
         max_length=64,
