@@ -383,24 +383,12 @@ class MigrationReconciler:
         with self._accepting:
             # Counted and recorded (phase Preparing) under the lock: this host's next accept
             # counts this one.
-            verdict = over_limit(
-                obj,
-                self._store.list_migrations(),
-                host=self._host,
-                limits=self.limits,
-                now=self._clock(),
-            )
+            verdict = self._over_limit(obj)
             if verdict is None:
                 # Other hosts' daemons accept at the same moment: claim a slot, then count
                 # again with every claim written before this one (`migration/limits.py`).
                 obj = self._write(obj, {"slotClaimedAt": format_time(self._clock())})
-                verdict = over_limit(
-                    obj,
-                    self._store.list_migrations(),
-                    host=self._host,
-                    limits=self.limits,
-                    now=self._clock(),
-                )
+                verdict = self._over_limit(obj)
                 if verdict is not None:
                     obj = self._write(obj, {"slotClaimedAt": None})
                     self._waiting.add(_key_of(obj))
@@ -417,6 +405,16 @@ class MigrationReconciler:
                     "that fits)",
                 )
             return self._start(obj, machine, name=name, target=str(target), recorded=recorded)
+
+    def _over_limit(self, obj: Obj) -> Verdict | None:
+        """Why `obj` must wait for a slot, counted from the migrations as they are now."""
+        return over_limit(
+            obj,
+            self._store.list_migrations(),
+            host=self._host,
+            limits=self.limits,
+            now=self._clock(),
+        )
 
     def _facts_of(self, host: Obj | None) -> TargetFacts | None:
         if host is None:

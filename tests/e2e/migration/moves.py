@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import libvirt
+import pytest
 from kubernetes import client
 
 from libvirt_provider import constants as c
-from tests.support.lab_access import LabInfo
+from tests.support.lab_access import LabHost, LabInfo
 from tests.support.migrations import (
     PLURAL,
     create_migration,
@@ -22,6 +23,7 @@ from tests.support.waiting import eventually
 
 __all__ = [
     "PLURAL",
+    "assert_moved_whole",
     "create_migration",
     "delete_migrations",
     "migration",
@@ -64,3 +66,23 @@ def pool_volumes(conn: libvirt.virConnect, lab: LabInfo, prefix: str) -> list[st
     pool = conn.storagePoolLookupByName(lab.pool)
     pool.refresh(0)
     return [v.name() for v in pool.listAllVolumes(0) if v.name().startswith(prefix)]
+
+
+def assert_moved_whole(
+    lab: LabInfo, source: LabHost, target: LabHost, uid: str, domain: str
+) -> None:
+    """After a successful move: the source has no domain and no volume of the machine left, the
+    target holds its volumes."""
+    conn = libvirt.open(source.uri)
+    try:
+        with pytest.raises(libvirt.libvirtError) as missing:
+            conn.lookupByUUIDString(uid)
+        assert missing.value.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN
+        assert pool_volumes(conn, lab, domain) == []
+    finally:
+        conn.close()
+    conn = libvirt.open(target.uri)
+    try:
+        assert pool_volumes(conn, lab, domain), f"{target.name} holds none of the machine's volumes"
+    finally:
+        conn.close()
