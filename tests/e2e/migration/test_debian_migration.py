@@ -62,7 +62,7 @@ from tests.e2e.migration.moves import (
 )
 from tests.support.daemons import Fleet
 from tests.support.factories import pair
-from tests.support.images import delete_image, host_entry, serve_guest
+from tests.support.images import delete_image, drop_base, host_entry, serve_guest
 from tests.support.kube import GROUP, V, create, domain_of, get, vm_status, wait_ready
 from tests.support.lab_access import LabHost, LabInfo
 from tests.support.virt import agent_command, agent_run
@@ -242,16 +242,37 @@ def _pair(ns: str, host: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
+def debian_bases(
+    fleet: Fleet, api_client: client.ApiClient, lab: LabInfo
+) -> Iterator[dict[str, str]]:
+    """Set up before the module's namespace, so torn down after its machine is gone: the
+    catalog objects go, and so does the Debian base each host imported into its pool (the
+    extra hosts' pools hold only the busybox image, which test_lab_hosts.py checks)."""
+    found: dict[str, str] = {}
+    yield found
+    delete_image(api_client, IMAGE)
+    _delete_network(api_client)
+    if "sha256" in found:
+        for host in lab.hosts[:2]:
+            conn = libvirt.open(host.uri)
+            try:
+                drop_base(conn, lab, found["sha256"])
+            finally:
+                conn.close()
+
+
+@pytest.fixture(scope="module")
 def moved(
-    fleet: Fleet,
     api_client: client.ApiClient,
     lab: LabInfo,
+    debian_bases: dict[str, str],
     ns: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Moved]:
     source, target = lab.hosts[0], lab.hosts[1]
     root = tmp_path_factory.mktemp("debian-image")
     server, sha256 = serve_guest(lab, root, volume=lab.debian_volume)
+    debian_bases["sha256"] = sha256
     try:
         _catalog(api_client, lab, f"{server.url}/guest.qcow2", sha256)
         client.CoreV1Api(api_client).create_namespaced_secret(

@@ -230,17 +230,15 @@ def test_two_hosts_accepting_at_once_start_no_more_than_the_clusters_limit(
     bodies = [migration(ns, mig, machine, target) for machine, (mig, target) in moves.items()]
     for body in bodies:
         create_migration(api_client, body)
-    ended = [wait_ended(api_client, ns, mig)["status"] for mig, _ in moves.values()]
-    for status in ended:
+    ended = {mig: wait_ended(api_client, ns, mig)["status"] for mig, _ in moves.values()}
+    for status in ended.values():
         assert status["phase"] == c.MIGRATION_PHASE_SUCCEEDED, status
         assert "slotClaimedAt" not in status, status
-    earlier, later = sorted(ended, key=lambda s: str(s["startTime"]))
-    assert str(later["startTime"]) >= str(earlier["completionTime"]), (earlier, later)
-    waited = [
-        mig
-        for mig, _ in moves.values()
-        if c.MIGRATION_REASON_CLUSTER_LIMIT in migration_events(api_client, ns, mig)
-    ]
-    assert len(waited) == 1, waited
+    earlier, later = sorted(ended, key=lambda mig: str(ended[mig]["startTime"]))
+    assert str(ended[later]["startTime"]) >= str(ended[earlier]["completionTime"]), ended
+    # The later one waited for the slot. The earlier may have been told so too: when both
+    # claimed at once, both withdrew and tried again apart.
+    said = migration_events(api_client, ns, later)
+    assert c.MIGRATION_REASON_CLUSTER_LIMIT in said, said
     for machine, (_mig, target) in moves.items():
         assert (get(api_client, ns, machine, vm=False) or {})["spec"]["host"] == target
