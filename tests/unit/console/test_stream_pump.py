@@ -6,8 +6,11 @@ plain socket as they take a TLS one (the e2e tests run them through the API serv
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+import struct
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +27,7 @@ from libvirt_provider.console.framing import (
     close_payload,
     encode_frame,
 )
+from tests.support.waiting import eventually
 
 _DEADLINE = 20.0
 
@@ -214,6 +218,11 @@ class _FakeServer:
         return frame.opcode, frame.payload
 
 
+def _unread(fd: int) -> int:
+    """Bytes waiting in a pipe's read end."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
 def _in_thread(pump: Pump) -> Callable[[], str]:
     result: list[str] = []
     thread = threading.Thread(target=lambda: result.append(pump.run()), daemon=True)
@@ -299,19 +308,40 @@ def test_at_the_end_of_its_input_the_plugin_waits_for_a_slow_server_past_the_clo
     server_end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     server = _FakeServer(server_end)
     pasted = os.urandom(600_000)
-    source, _ = _feed(pasted)
-    join = _in_thread(Pump(plugin, sink=lambda d: None, source=source, close_wait=0.05))
+    # The whole paste in the pipe before the plugin starts (its input's end is then the pipe
+    # found empty), rather than fed by a thread.
+    source, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)
+    os.write(write_end, pasted)
+    os.close(write_end)
+    result: list[str] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            Pump(plugin, sink=lambda d: None, source=source, close_wait=0.05).run()
+        ),
+        daemon=True,
+    )
+    thread.start()
+    # A slow guest: the server reads nothing until the plugin has read all of its input, then
+    # gives it twenty times the close wait to leave, which it must not do with bytes unsent.
+    eventually(
+        lambda: _unread(source) == 0,
+        timeout=_DEADLINE,
+        interval=0.01,
+        what="the plugin reading all of its input",
+    )
+    thread.join(timeout=1.0)
+    assert thread.is_alive(), f"the plugin left with its paste unsent: {result}"
     got = bytearray()
     while True:
-        # A slow guest: a pause per frame, many times the close wait in all.
-        time.sleep(0.02)
         opcode, payload = server.next_frame()
         if opcode == Opcode.CLOSE:
             break
         got += payload
     assert bytes(got) == pasted
     server.send(Opcode.CLOSE, close_payload(CloseCode.NORMAL))
-    assert join() == ""
+    thread.join(_DEADLINE)
+    assert result == [""]
     os.close(source)
     plugin.close()
     server_end.close()
