@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from generic.formats import parse_time
 from libvirt_provider import constants as c
 from libvirt_provider.migration_api import MigrationPhase
 
@@ -72,14 +73,8 @@ def _claimed(status: Mapping[str, Any], now: dt.datetime | None) -> bool:
     """A source claimed a slot for it less than `CLAIM_SECONDS` ago and has not started it."""
     if now is None or status.get("phase") not in (None, MigrationPhase.PENDING.value):
         return False
-    at = status.get("slotClaimedAt")
-    if not isinstance(at, str):
-        return False
-    try:
-        claimed = dt.datetime.fromisoformat(at.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return abs((now - claimed).total_seconds()) < CLAIM_SECONDS
+    claimed = parse_time(status.get("slotClaimedAt"))
+    return claimed is not None and abs((now - claimed).total_seconds()) < CLAIM_SECONDS
 
 
 def running(
