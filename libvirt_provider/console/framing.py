@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -19,12 +20,16 @@ __all__ = [
     "CloseCode",
     "Frame",
     "FrameReader",
+    "Masker",
     "Opcode",
     "ProtocolError",
     "accept_key",
     "close_payload",
     "encode_frame",
+    "frame_head",
+    "mask_in_place",
     "mask_payload",
+    "masked_body",
 ]
 
 _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -70,36 +75,67 @@ def accept_key(key: str) -> str:
     return base64.b64encode(digest).decode("ascii")
 
 
-def mask_payload(payload: bytes, mask: bytes) -> bytes:
-    """XOR `payload` with the 4-byte `mask` (masking and unmasking are the same operation)."""
+# One XOR table per key byte: masking a payload is then four strided `translate`s, done in C,
+# about three times as fast as XOR over the payload taken as one big integer.
+_XOR_TABLES = tuple(bytes(value ^ key for value in range(256)) for key in range(256))
+
+# How a payload is masked in place: `mask_in_place`, or a compiled routine an adapter hands in.
+Masker = Callable[[bytearray, bytes], None]
+
+
+def mask_in_place(data: bytearray, mask: bytes) -> None:
+    """XOR `data` with the 4-byte `mask` (masking and unmasking are the same operation)."""
     if len(mask) != 4:
         raise ValueError("a WebSocket mask is 4 bytes")
-    if not payload:
-        return payload
-    repeated = (mask * (len(payload) // 4 + 1))[: len(payload)]
-    return (int.from_bytes(payload, "big") ^ int.from_bytes(repeated, "big")).to_bytes(
-        len(payload), "big"
-    )
+    for offset in range(4):
+        data[offset::4] = data[offset::4].translate(_XOR_TABLES[mask[offset]])
 
 
-def encode_frame(
-    opcode: Opcode, payload: bytes = b"", *, fin: bool = True, mask: bytes | None = None
+def mask_payload(payload: bytes, mask: bytes) -> bytes:
+    """`payload` masked with `mask`, as a copy."""
+    data = bytearray(payload)
+    mask_in_place(data, mask)
+    return bytes(data)
+
+
+def frame_head(
+    opcode: Opcode, length: int, *, fin: bool = True, mask: bytes | None = None
 ) -> bytes:
-    """One frame; `mask` for a client's frames (a server sends none)."""
-    if opcode >= Opcode.CLOSE and len(payload) > _MAX_CONTROL:
+    """A frame's header (and mask) for a payload of `length` bytes; `encode_frame` is the whole
+    frame, this for a caller that appends the payload itself."""
+    if opcode >= Opcode.CLOSE and length > _MAX_CONTROL:
         raise ValueError("a control frame's payload is at most 125 bytes")
     first = (0x80 if fin else 0) | int(opcode)
     mask_bit = 0x80 if mask is not None else 0
-    length = len(payload)
     if length < 126:
         header = struct.pack("!BB", first, mask_bit | length)
     elif length < 1 << 16:
         header = struct.pack("!BBH", first, mask_bit | 126, length)
     else:
         header = struct.pack("!BBQ", first, mask_bit | 127, length)
+    return header if mask is None else header + mask
+
+
+def masked_body(payload: bytes, mask: bytes, masker: Masker = mask_in_place) -> bytearray:
+    """A client frame's payload, masked (one copy of `payload`)."""
+    body = bytearray(payload)
+    masker(body, mask)
+    return body
+
+
+def encode_frame(
+    opcode: Opcode,
+    payload: bytes = b"",
+    *,
+    fin: bool = True,
+    mask: bytes | None = None,
+    masker: Masker = mask_in_place,
+) -> bytes:
+    """One frame; `mask` for a client's frames (a server sends none)."""
+    head = frame_head(opcode, len(payload), fin=fin, mask=mask)
     if mask is None:
-        return header + payload
-    return header + mask + mask_payload(payload, mask)
+        return head + payload
+    return head + masked_body(payload, mask, masker)
 
 
 def close_payload(code: CloseCode, reason: str = "") -> bytes:
@@ -111,9 +147,12 @@ def close_payload(code: CloseCode, reason: str = "") -> bytes:
 class FrameReader:
     """Bytes in, whole frames out; at most `max_payload` bytes buffered for one frame."""
 
-    def __init__(self, *, max_payload: int, require_mask: bool = True) -> None:
+    def __init__(
+        self, *, max_payload: int, require_mask: bool = True, unmask: Masker = mask_in_place
+    ) -> None:
         self._max = max_payload
         self._require_mask = require_mask
+        self._unmask = unmask
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> list[Frame]:
@@ -168,8 +207,13 @@ class FrameReader:
             offset += 4
         if len(buf) < offset + length:
             return None
-        payload = bytes(buf[offset : offset + length])
+        if not masked:
+            with memoryview(buf) as view:
+                payload = bytes(view[offset : offset + length])
+        else:
+            # One copy out of the buffer, unmasked in place, one into the frame.
+            body = buf[offset : offset + length]
+            self._unmask(body, mask)
+            payload = bytes(body)
         del buf[: offset + length]
-        if masked:
-            payload = mask_payload(payload, mask)
         return Frame(fin=fin, opcode=opcode, payload=payload)

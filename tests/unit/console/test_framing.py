@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from libvirt_provider.console.framing import (
     CloseCode,
@@ -80,6 +82,20 @@ def test_server_frames_are_unmasked_and_control_frames_bounded() -> None:
 
 def test_masking_twice_is_the_identity() -> None:
     assert mask_payload(mask_payload(b"hello world", MASK), MASK) == b"hello world"
+
+
+def test_a_masked_frame_is_rfc_6455s_example() -> None:
+    mask = bytes([0x37, 0xFA, 0x21, 0x3D])
+    assert encode_frame(Opcode.TEXT, b"Hello", mask=mask) == bytes(
+        [0x81, 0x85, 0x37, 0xFA, 0x21, 0x3D, 0x7F, 0x9F, 0x4D, 0x51, 0x58]
+    )
+
+
+@given(payload=st.binary(max_size=4099), mask=st.binary(min_size=4, max_size=4))
+def test_masking_is_each_byte_xored_with_the_key_byte_at_its_offset(
+    payload: bytes, mask: bytes
+) -> None:
+    assert mask_payload(payload, mask) == bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
 def test_a_close_reason_is_cut_to_fit_on_a_character_boundary() -> None:
