@@ -74,6 +74,7 @@ from libvirt_provider.adapters.process.machine_metrics import HostSource, Machin
 from libvirt_provider.adapters.process.port_forward import PortBridge, switching_protocols
 from libvirt_provider.adapters.process.stats_fanout import StatsFanout
 from libvirt_provider.adapters.process.vnc_server import VncBridge, answer_png, choose_subprotocol
+from libvirt_provider.adapters.runtime.websocket_mask import fast_mask
 from libvirt_provider.console.audit import (
     attached,
     detached,
@@ -1276,7 +1277,7 @@ class _Bridge:
         self._conn.sendall(encode_frame(opcode, payload))
 
     def _loop(self, stream: SharedConsole) -> str:
-        reader = FrameReader(max_payload=c.CONSOLE_MAX_FRAME)
+        reader = FrameReader(max_payload=c.CONSOLE_MAX_FRAME, unmask=fast_mask)
         heard = time.monotonic()
         pinged = heard
         typed = heard

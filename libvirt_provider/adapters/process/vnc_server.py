@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.runtime.websocket_mask import fast_mask
 from libvirt_provider.console.framing import (
     CloseCode,
     FrameReader,
@@ -86,7 +87,7 @@ class VncBridge:
         return why
 
     def _loop(self) -> str:
-        reader = FrameReader(max_payload=c.CONSOLE_MAX_FRAME)
+        reader = FrameReader(max_payload=c.CONSOLE_MAX_FRAME, unmask=fast_mask)
         heard = time.monotonic()
         pinged = heard
         while True:
