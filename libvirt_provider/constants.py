@@ -220,6 +220,7 @@ __all__ = [
     "NETWORK_PLURAL",
     "PLUGIN_CLOSE_WAIT",
     "PLUGIN_MAX_FRAME",
+    "PORTFORWARD_BATCH",
     "PORTFORWARD_BUFFER",
     "PORTFORWARD_DIAL_TIMEOUT",
     "PORTFORWARD_READ_CHUNK",
@@ -680,6 +681,11 @@ PORTFORWARD_SUBRESOURCE: Final = "portforward"
 PORTFORWARD_DIAL_TIMEOUT: Final = 10.0
 # Bytes read from either side of a forwarded stream per read.
 PORTFORWARD_READ_CHUNK: Final = 64 * 1024
+# Bytes a forwarded stream takes from one side per wake-up, reading on while more is ready (a TLS
+# read returns one 16 KiB record, and a wake-up per record cost more than the bytes themselves),
+# and hands to one TLS send. Under the daemon's fixed mmap threshold (MMAP_THRESHOLD_BYTES, 256 KiB)
+# so that a batch's buffers come from the heap: mapped ones cost their page faults every time.
+PORTFORWARD_BATCH: Final = 128 * 1024
 # Bytes for the guest a stream holds while the guest is slow to read; past them, reading from the
 # client pauses.
 PORTFORWARD_BUFFER: Final = 1 << 20

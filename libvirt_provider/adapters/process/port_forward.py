@@ -13,11 +13,17 @@ which sends the close frame after the last bytes. Without it (the console's subp
 plugins of an earlier release) the client's close ends the stream at once, and an answer still
 on its way is lost.
 
-Backpressure: bytes for the guest wait in a buffer written as the guest's socket takes them, so a
-guest slow to read never stops its own output from being sent (an echo would otherwise stall on
-itself); past `PORTFORWARD_BUFFER` bytes nothing more is read from the client until it drains.
-Toward the client, a write blocks (bounded by `CONSOLE_IO_TIMEOUT`) and nothing is read from the
-guest meanwhile. Memory stays a buffer and a frame's worth per stream.
+Both sockets are non-blocking and each direction has a buffer written as its socket takes it, so
+neither side's slowness stalls the other (an echo would otherwise stall on itself); past
+`PORTFORWARD_BUFFER` bytes waiting for one side, nothing more is read from the other until it
+drains. A TLS write that could not finish is retried with the same bytes, as OpenSSL requires.
+Memory stays two buffers and a frame's worth per stream. A client that stops reading stops
+answering pings too, and is let go as on the console; the last frames (the close) are given
+`CONSOLE_IO_TIMEOUT` to go out.
+
+Cost: each wake-up takes all that a side has ready, up to `PORTFORWARD_BATCH`, not one read's
+worth: a TLS read returns one 16 KiB record, and the loop's own cost per wake-up was most of what
+an upload cost the daemon (bench/forward_loops.py measures it).
 """
 
 from __future__ import annotations
@@ -27,9 +33,11 @@ import select
 import socket
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.runtime.websocket_mask import fast_mask
 from libvirt_provider.console.framing import (
     CloseCode,
     Frame,
@@ -67,8 +75,12 @@ class PortBridge:
         # The client said its input ended; then, once all it sent is written, the guest is told.
         self._client_done = False
         self._guest_told = False
-        self._guest.setblocking(False)
         self._to_guest = bytearray()
+        self._to_client = bytearray()
+        # The length of a TLS send that did not finish: OpenSSL wants exactly those bytes again.
+        self._attempt = 0
+        # Decrypted bytes a TLS socket holds that `select` cannot see (a plain socket has none).
+        self._pending: Callable[[], int] = getattr(conn, "pending", lambda: 0)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_w.setblocking(False)
         self._why: str | None = None
@@ -86,10 +98,33 @@ class PortBridge:
 
     def run(self) -> str:
         """Bridge until the stream ends; why it ended."""
+        self._conn.setblocking(False)
+        self._guest.setblocking(False)
         try:
             return self._loop()
         except OSError as err:
             return f"a connection failed: {err}"
+
+    # -- toward the guest ---------------------------------------------------------------------
+
+    def _write_guest(self) -> None:
+        if self._to_guest:
+            with contextlib.suppress(BlockingIOError):
+                sent = self._guest.send(self._to_guest)
+                del self._to_guest[:sent]
+                self.tally.to_guest += sent
+
+    def _to_guest_now(self, payload: bytes) -> None:
+        """Straight to the guest when nothing waits before it (most often all of it goes: no copy
+        into the buffer); what the guest does not take waits in the buffer."""
+        sent = 0
+        if not self._to_guest and payload:
+            with contextlib.suppress(BlockingIOError):
+                sent = self._guest.send(payload)
+                self.tally.to_guest += sent
+        if sent < len(payload):
+            with memoryview(payload) as view:
+                self._to_guest += view[sent:]
 
     def _flush_to_guest(self) -> None:
         if self._to_guest:
@@ -98,16 +133,80 @@ class PortBridge:
             self.tally.to_guest += len(self._to_guest)
             self._to_guest.clear()
 
+    def _read_guest(self) -> bytes | None:
+        """What the guest has ready, up to a batch; b"" once it closed, None if nothing was."""
+        pieces: list[bytes] = []
+        got = 0
+        while got < c.PORTFORWARD_BATCH:
+            try:
+                data = self._guest.recv(c.PORTFORWARD_READ_CHUNK)
+            except BlockingIOError:
+                break
+            if not data:
+                if not pieces:
+                    return b""
+                break  # the close is seen on the next wake-up, after these bytes
+            pieces.append(data)
+            got += len(data)
+        return b"".join(pieces) if pieces else None
+
+    # -- toward the client --------------------------------------------------------------------
+
     def _send(self, opcode: Opcode, payload: bytes) -> None:
-        self._conn.sendall(encode_frame(opcode, payload))
+        self._to_client += encode_frame(opcode, payload)
+
+    def _flush_client(self) -> None:
+        while self._to_client:
+            if not self._attempt:
+                self._attempt = min(len(self._to_client), c.PORTFORWARD_BATCH)
+            try:
+                # A view, not a copy; TLS sees the same bytes again after a send that did not
+                # finish, as it requires.
+                with memoryview(self._to_client) as view:
+                    sent = self._conn.send(view[: self._attempt])
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+                return
+            del self._to_client[:sent]
+            self._attempt = 0
 
     def _close_with(self, code: CloseCode, why: str) -> str:
+        """The close frame after what is queued, given `CONSOLE_IO_TIMEOUT` to go out."""
+        self._send(Opcode.CLOSE, close_payload(code, why))
+        deadline = time.monotonic() + c.CONSOLE_IO_TIMEOUT
         with contextlib.suppress(OSError):
-            self._send(Opcode.CLOSE, close_payload(code, why))
+            while True:
+                self._flush_client()
+                left = deadline - time.monotonic()
+                if not self._to_client or left <= 0:
+                    break
+                select.select([], [self._conn], [], left)
         return why
 
+    # -- from the client ----------------------------------------------------------------------
+
+    def _read_client(self) -> list[bytes] | None:
+        """What the client has ready, up to a batch, as read (fed to the frame reader piece by
+        piece, never joined); empty if nothing was (a TLS record still incomplete), None once
+        the client is gone."""
+        pieces: list[bytes] = []
+        got = 0
+        while got < c.PORTFORWARD_BATCH:
+            try:
+                data = self._conn.recv(c.PORTFORWARD_READ_CHUNK)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                break
+            if not data:
+                if not pieces:
+                    return None
+                break  # the end is seen on the next wake-up, after these bytes
+            pieces.append(data)
+            got += len(data)
+        return pieces
+
+    # -- the loop -----------------------------------------------------------------------------
+
     def _loop(self) -> str:
-        reader = FrameReader(max_payload=c.CONSOLE_MAX_FRAME)
+        reader = FrameReader(max_payload=c.CONSOLE_MAX_FRAME, unmask=fast_mask)
         heard = time.monotonic()
         pinged = heard
         while True:
@@ -121,49 +220,44 @@ class PortBridge:
                 self._send(Opcode.PING, b"vmapi")
                 pinged = now
             wait = max(0.0, pinged + c.CONSOLE_PING_SECONDS - now)
-            room = len(self._to_guest) < c.PORTFORWARD_BUFFER
-            # A TLS socket may hold decrypted bytes that `select` cannot see (a plain one never).
-            if room and getattr(self._conn, "pending", lambda: 0)():
+            guest_room = len(self._to_guest) < c.PORTFORWARD_BUFFER
+            client_room = len(self._to_client) < c.PORTFORWARD_BUFFER
+            if guest_room and self._pending():
                 ready: list[Any] = [self._conn]
-                writable: list[Any] = []
             else:
-                reading = [self._guest, self._wake_r] + ([self._conn] if room else [])
-                ready, writable, _ = select.select(
-                    reading, [self._guest] if self._to_guest else [], [], wait
-                )
+                reading = [self._wake_r]
+                reading += [self._guest] if client_room else []
+                reading += [self._conn] if guest_room else []
+                writing = [self._guest] if self._to_guest else []
+                writing += [self._conn] if self._to_client else []
+                ready, _, _ = select.select(reading, writing, [], wait)
             if self._wake_r in ready:
                 return self._close_with(CloseCode.GOING_AWAY, self._why or "closed")
-            if writable:
-                with contextlib.suppress(BlockingIOError):
-                    sent = self._guest.send(self._to_guest[: c.PORTFORWARD_READ_CHUNK])
-                    del self._to_guest[:sent]
-                    self.tally.to_guest += sent
             if self._guest in ready:
-                try:
-                    data = self._guest.recv(c.PORTFORWARD_READ_CHUNK)
-                except BlockingIOError:
-                    data = None
+                data = self._read_guest()
                 if data == b"":
                     return self._close_with(CloseCode.NORMAL, "the guest closed the connection")
                 if data:
                     self.tally.from_guest += len(data)
                     self._send(Opcode.BINARY, data)
             if self._conn in ready:
-                try:
-                    data = self._conn.recv(c.PORTFORWARD_READ_CHUNK)
-                except ssl.SSLWantReadError:
-                    continue
-                if not data:
+                pieces = self._read_client()
+                if pieces is None:
                     return "the client disconnected"
-                heard = time.monotonic()
-                try:
-                    frames = reader.feed(data)
-                except ProtocolError as err:
-                    self._close_with(err.code, str(err))
-                    return f"protocol error: {err}"
-                ended = self._take(frames)
-                if ended is not None:
-                    return ended
+                if pieces:
+                    heard = time.monotonic()
+                for piece in pieces:
+                    try:
+                        frames = reader.feed(piece)
+                    except ProtocolError as err:
+                        self._close_with(err.code, str(err))
+                        return f"protocol error: {err}"
+                    ended = self._take(frames)
+                    if ended is not None:
+                        return ended
+            # Whether or not `select` said so: most often each side takes its bytes at once.
+            self._write_guest()
+            self._flush_client()
 
     def _take(self, frames: list[Frame]) -> str | None:
         """Act on the client's frames; why the stream ended, or None while it goes on."""
@@ -175,7 +269,7 @@ class PortBridge:
                     return f"protocol error: {why}"
                 if self._half_close and frame.opcode == Opcode.BINARY and frame.fin:
                     self._client_done = self._client_done or not frame.payload
-                self._to_guest += frame.payload
+                self._to_guest_now(frame.payload)
             elif frame.opcode == Opcode.PING:
                 self._send(Opcode.PONG, frame.payload)
             elif frame.opcode == Opcode.CLOSE:

@@ -1,19 +1,24 @@
 """The plugin's one-thread stream (`plugin/pump.py`) against the daemon's port-forward loop
 (`process/port_forward.py`), over real socket pairs: the half-close carries a guest's whole answer
 after the end of the input, big transfers both ways do not stall, and the plugin answers pings,
-leaves when told and gives up on a silent server. TLS is not in the way here: both loops take a
-plain socket as they take a TLS one (the e2e tests run them through the API server's TLS)."""
+leaves when told and gives up on a silent server. Most tests use plain sockets (both loops take
+them as they take TLS ones); one runs an echo through TLS with small socket buffers, where TLS
+sends stop part way and are finished later (the e2e tests go through the API server's TLS)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import socket
+import ssl
 import struct
+import subprocess
 import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -148,6 +153,57 @@ def test_megabytes_both_ways_at_once_do_not_stall_either_side(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
     guest = _Guest(guest_end, answer=lambda chunk: chunk)
     daemon = _Daemon(daemon_conn, bridge_end, half_close=True)
+    payload = os.urandom(8 << 20)
+    source, _ = _feed(payload)
+    out = bytearray()
+    _run_plugin(Pump(plugin, source=source, sink=out.extend, half_close=True))
+    guest.join()
+    assert len(out) == len(payload)
+    assert bytes(out) == payload
+    assert daemon.join() == "the guest closed the connection"
+    assert daemon.bridge.tally.to_guest == daemon.bridge.tally.from_guest == len(payload)
+    os.close(source)
+
+
+@pytest.fixture(scope="module")
+def tls_contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context with a fresh self-signed certificate and a client context trusting it."""
+    # tests/lab/install-deps.sh installs openssl (the lab's PKI needs it too).
+    assert shutil.which("openssl"), "no openssl command to make a certificate"
+    where = tmp_path_factory.mktemp("tls")
+    cert, key = where / "server.crt", where / "server.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=daemon",
+         "-addext", "subjectAltName=DNS:daemon"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    client = ssl.create_default_context(cafile=str(Path(cert)))
+    return server, client
+
+
+def test_megabytes_both_ways_through_tls_with_small_buffers_arrive_whole(
+    wires: tuple[socket.socket, ...], tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
+    """Both loops write TLS without blocking: with 16 KiB socket buffers most sends stop part
+    way and are finished on a later wake-up; every byte still arrives once, in order."""
+    plugin_raw, daemon_raw, bridge_end, guest_end = wires
+    for sock in wires:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
+    server_context, client_context = tls_contexts
+    wrapped: dict[str, ssl.SSLSocket] = {}
+
+    def accept() -> None:
+        wrapped["daemon"] = server_context.wrap_socket(daemon_raw, server_side=True)
+
+    handshake = threading.Thread(target=accept, daemon=True)
+    handshake.start()
+    plugin = client_context.wrap_socket(plugin_raw, server_hostname="daemon")
+    handshake.join(_DEADLINE)
+    guest = _Guest(guest_end, answer=lambda chunk: chunk)
+    daemon = _Daemon(wrapped["daemon"], bridge_end, half_close=True)
     payload = os.urandom(8 << 20)
     source, _ = _feed(payload)
     out = bytearray()
