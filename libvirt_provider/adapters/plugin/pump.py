@@ -31,13 +31,15 @@ from collections.abc import Callable
 import websocket
 
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.runtime.websocket_mask import fast_mask
 from libvirt_provider.console.framing import (
     CloseCode,
     FrameReader,
     Opcode,
     ProtocolError,
     close_payload,
-    encode_frame,
+    frame_head,
+    masked_body,
 )
 
 __all__ = ["Pump", "Transform", "carry"]
@@ -46,6 +48,9 @@ __all__ = ["Pump", "Transform", "carry"]
 Transform = Callable[[bytes], tuple[bytes, bool]]
 
 _CHUNK = 64 * 1024
+# Bytes taken from the server per wake-up while more is ready, read from the local input at once
+# and handed to one TLS send.
+_BATCH = c.PORTFORWARD_BATCH
 # Frames waiting for the server past which local input is no longer read.
 _OUT_LIMIT = 1 << 20
 
@@ -93,7 +98,9 @@ class Pump:
     # -- frames out ---------------------------------------------------------------------------
 
     def _queue(self, opcode: Opcode, payload: bytes = b"") -> None:
-        self._out += encode_frame(opcode, payload, mask=os.urandom(4))
+        mask = os.urandom(4)
+        self._out += frame_head(opcode, len(payload), mask=mask)
+        self._out += masked_body(payload, mask, fast_mask)
 
     def _begin_close(self, code: CloseCode, why: str = "", *, wait: bool = True) -> None:
         """Send a close frame after what is queued; then wait `close_wait` for the server's, or
@@ -107,9 +114,12 @@ class Pump:
     def _flush(self) -> None:
         while self._out:
             if not self._attempt:
-                self._attempt = min(len(self._out), _CHUNK)
+                self._attempt = min(len(self._out), _BATCH)
             try:
-                sent = self._sock.send(self._out[: self._attempt])
+                # A view, not a copy; TLS sees the same bytes again after a send that did not
+                # finish, as it requires.
+                with memoryview(self._out) as view:
+                    sent = self._sock.send(view[: self._attempt])
             except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
                 return
             except OSError as err:
@@ -135,18 +145,32 @@ class Pump:
 
     def _receive(self) -> bool:
         """Read what the server sent; False once the stream is over."""
-        try:
-            data = self._sock.recv(_CHUNK)
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+        pieces: list[bytes] = []
+        got = 0
+        # All that is ready, not one TLS record (16 KiB) per wake-up: the loop's own cost per
+        # wake-up, not the bytes, bounded a forwarded stream.
+        while got < _BATCH:
+            try:
+                piece = self._sock.recv(_CHUNK)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                break
+            except OSError as err:
+                if pieces:
+                    break  # the failure is seen on the next wake-up, after these bytes
+                if not self.closed_by_server and not self.reason:
+                    self.reason = f"the connection failed: {err}"
+                return False
+            if not piece:
+                if pieces:
+                    break
+                if not self.closed_by_server and not self.reason:
+                    self.reason = "the connection closed"
+                return False
+            pieces.append(piece)
+            got += len(piece)
+        if not pieces:
             return True
-        except OSError as err:
-            if not self.closed_by_server and not self.reason:
-                self.reason = f"the connection failed: {err}"
-            return False
-        if not data:
-            if not self.closed_by_server and not self.reason:
-                self.reason = "the connection closed"
-            return False
+        data = b"".join(pieces)
         self._heard = time.monotonic()
         try:
             frames = self._reader.feed(data)
@@ -176,7 +200,7 @@ class Pump:
 
     def _read_source(self, fd: int) -> None:
         try:
-            data = os.read(fd, _CHUNK)
+            data = os.read(fd, _BATCH)
         except BlockingIOError:
             return
         except OSError:
