@@ -27,7 +27,7 @@ kubeconfig:
 - port-forward: `--forward-mib` MiB echoed by busybox `nc` in the guest, through
   `kubectl vm port-forward` and through a direct connection made inside the lab's network
   namespace, alternately `--forward-rounds` times; the ratio of the two throughputs (the goal: at
-  least 0.5);
+  least 0.5); `--forward-only` boots the guest and measures only this;
 - paste: `--paste-mib` MiB of random bytes written into `kubectl vm console`'s stdin as fast as
   it takes them (a user's paste), the guest's shell reading them on a raw tty (`stty raw -echo`)
   with `head -c N | md5sum`: bytes sent, the guest's md5 against the sent data's (nothing lost),
@@ -58,7 +58,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import os
+import resource
 import select
 import socket
 import ssl
@@ -81,7 +83,7 @@ sys.path.insert(0, str(REPO))
 from bench._figures import p95, wait  # noqa: E402
 from libvirt_provider import constants as c  # noqa: E402
 from libvirt_provider.console.client import console_path, session_query, websocket_url  # noqa: E402
-from libvirt_provider.console.portforward import guest_address, portforward_path  # noqa: E402
+from libvirt_provider.console.portforward import guest_address  # noqa: E402
 from tests.support.console import (  # noqa: E402
     Plugin,
     PortForward,
@@ -99,11 +101,14 @@ from tests.support.hop import hop_daemons, hop_pki  # noqa: E402
 from tests.support.kube import create, get, namespace  # noqa: E402
 from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
 from tests.support.memory import PeakSampler, rss_kib  # noqa: E402
-from tests.support.port_echo import echo_round  # noqa: E402
+from tests.support.port_echo import download_round, echo_round, upload_round  # noqa: E402
 from tests.support.waiting import GiveUp, TimedOutError, eventually  # noqa: E402
 
 GUEST = "guest"
-ECHO_PORT = 7000
+# The guest's servers for port-forward's rounds: an echo (both directions at once), zeros sent
+# until the client leaves (download) and a sink (upload).
+FORWARD_PORTS = {"echo": 7000, "download": 7001, "upload": 7002}
+ROUNDS = {"echo": echo_round, "download": download_round, "upload": upload_round}
 KIB = 1 << 10
 MIB = 1 << 20
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -224,63 +229,6 @@ class Console:
         with contextlib.suppress(websocket.WebSocketException, OSError):
             self.ws.close()
         self._thread.join(10)
-
-
-def _daemon_connect(lab: LabInfo, console_port: int, path: str) -> websocket.WebSocket:
-    """A WebSocket straight to the daemon's port, as the API server's aggregation layer opens it
-    (the front proxy's client certificate, the user in X-Remote-* headers): to tell the API
-    server's share of a stream's cost from the daemon's."""
-    pki = Path(lab.dir) / "pki"
-    ws = websocket.WebSocket(
-        sslopt={
-            "cert_reqs": ssl.CERT_REQUIRED,
-            "ca_certs": str(pki / "console-ca.crt"),
-            "certfile": str(pki / "front-proxy-client.crt"),
-            "keyfile": str(pki / "front-proxy-client.key"),
-        },
-        skip_utf8_validation=True,
-    )
-    ws.settimeout(c.CONSOLE_CONNECT_TIMEOUT)
-    ws.connect(
-        f"wss://localhost:{console_port}{path}",
-        header=["X-Remote-User: console-bench", "X-Remote-Group: system:masters"],
-        subprotocols=[c.CONSOLE_SUBPROTOCOL],
-    )
-    return ws
-
-
-def ws_echo_round(ws: websocket.WebSocket, size: int) -> float | str:
-    """`size` random bytes through a port-forward WebSocket to the guest's echo and back, sent
-    on a thread of their own while this one reads (as `kubectl vm port-forward` does); the
-    seconds it took, or how the stream broke. Exits if the bytes differ."""
-    payload = os.urandom(size)
-    chunk = 64 * KIB
-
-    def write() -> None:
-        with contextlib.suppress(websocket.WebSocketException, OSError):
-            for start in range(0, size, chunk):
-                ws.send_bytes(payload[start : start + chunk])
-
-    started = time.monotonic()
-    writer = threading.Thread(target=write, daemon=True)
-    writer.start()
-    got = bytearray()
-    try:
-        while len(got) < size:
-            opcode, data = ws.recv_data()
-            if opcode == websocket.ABNF.OPCODE_CLOSE:
-                break
-            got += data
-    except (websocket.WebSocketException, OSError) as err:
-        return f"broken after {len(got)} of {size} bytes ({err})"
-    finally:
-        took = time.monotonic() - started
-        writer.join(30)
-        with contextlib.suppress(websocket.WebSocketException, OSError):
-            ws.close()
-    if bytes(got) != payload:
-        raise SystemExit(f"bench: {len(got)} of {size} bytes came back through the WebSocket")
-    return took
 
 
 def _connect(cfg: client.Configuration, path: str) -> websocket.WebSocket:
@@ -466,9 +414,12 @@ def idle_cpu(pid: int, seconds: float) -> float:
 
 
 def start_echo_server(api: client.ApiClient, writer: Console, ns: str) -> str:
-    """busybox `nc` echoing on ECHO_PORT in the guest; the guest's address."""
+    """busybox `nc` servers in the guest (an echo, zeros until the client leaves, a sink); the
+    guest's address."""
     # A second nc (the line typed again) cannot bind the port and exits: one server stays.
-    run_command(writer, f"(nc -ll -p {ECHO_PORT} -e cat &)", "NC")
+    run_command(writer, f"(nc -ll -p {FORWARD_PORTS['echo']} -e cat &)", "NC")
+    run_command(writer, f"(nc -ll -p {FORWARD_PORTS['download']} -e cat /dev/zero &)", "NZ")
+    run_command(writer, f"(nc -ll -p {FORWARD_PORTS['upload']} -e sh -c 'cat >/dev/null' &)", "NS")
     return wait(
         lambda: guest_address(get(api, ns, GUEST, vm=False) or {}),
         timeout=120,
@@ -476,8 +427,12 @@ def start_echo_server(api: client.ApiClient, writer: Console, ns: str) -> str:
     )
 
 
-def direct_round(lab: LabInfo, address: str, size: int) -> float:
-    probe = [sys.executable, "-m", "tests.support.port_echo", address, str(ECHO_PORT), str(size)]
+def direct_round(lab: LabInfo, address: str, size: int, mode: str) -> tuple[float, float]:
+    """One round on a connection made inside the lab's namespace; its seconds and the CPU
+    seconds of the process that made it."""
+    port = str(FORWARD_PORTS[mode])
+    probe = [sys.executable, "-m", "tests.support.port_echo", address, port, str(size), mode]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         ["ip", "netns", "exec", lab.netns, *probe],
         capture_output=True,
@@ -486,54 +441,87 @@ def direct_round(lab: LabInfo, address: str, size: int) -> float:
         check=True,
         cwd=REPO,
     )
-    return float(done.stdout.strip())
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return float(done.stdout.strip()), spent
 
 
-def forwarded_round(port: int, size: int) -> float | str:
-    """As `ws_echo_round`, through `kubectl vm port-forward`'s local port."""
+def forwarded_round(port: int, size: int, mode: str) -> float | str:
+    """One round through `kubectl vm port-forward`'s local port; its seconds, or how it broke."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            return echo_round(sock, size)
+            return ROUNDS[mode](sock, size)
         except (AssertionError, OSError) as err:
             return f"broken ({err})"
 
 
 def rate(mib: float, took: float | str) -> str:
-    return f"{mib / took:.1f}" if isinstance(took, float) else f"STREAM {took}"
+    return f"{mib / took:.1f} MiB/s" if isinstance(took, float) else f"STREAM {took}"
+
+
+def guest_qemu_pid(ns: str) -> int:
+    """The pid of the qemu running the bench's guest (its domain's name holds the namespace)."""
+    found = subprocess.run(
+        ["pgrep", "-f", f"qemu-system.*{ns}"], capture_output=True, text=True, check=False
+    ).stdout.split()
+    if not found:
+        raise RuntimeError(f"no qemu process runs a domain of {ns}")
+    return int(found[0])
 
 
 def port_forward(
-    lab: LabInfo, cfg: client.Configuration, ns: str, address: str, console_port: int, *,
-    size: int, rounds: int,
-) -> float:  # fmt: skip
-    """The median ratio forwarded / direct throughput over `rounds` alternating rounds; each
-    round also times the bytes on a WebSocket of the bench's own through the API server and
-    straight to the daemon, which tells where the time goes."""
-    forward = PortForward(lab.kubeconfig, ns, GUEST, f":{ECHO_PORT}")
-    path = portforward_path(ns, GUEST, ECHO_PORT)
+    lab: LabInfo, ns: str, address: str, daemon_pid: int, *, size: int, rounds: int
+) -> bool:
+    """The median ratio forwarded / direct throughput of each kind of round (`FORWARD_PORTS`)
+    over `rounds` rounds, each kind through `kubectl vm port-forward` then direct; each line
+    also gives the CPU seconds every process on the way spent, which tell where the time
+    goes. False if a stream broke or its bytes differed."""
+    forwards = {
+        mode: PortForward(lab.kubeconfig, ns, GUEST, f":{port}")
+        for mode, port in FORWARD_PORTS.items()
+    }
+    api_pid = int(json.loads((Path(lab.dir) / "state.json").read_text())["apiserver_pid"])
+    qemu_pid = guest_qemu_pid(ns)
     mib = size / MIB
+    ratios: dict[str, list[float]] = {mode: [] for mode in FORWARD_PORTS}
     try:
-        ratios = []
         for index in range(rounds):
-            through = forwarded_round(forward.local, size)
-            via_api = ws_echo_round(_connect(cfg, path), size)
-            via_daemon = ws_echo_round(_daemon_connect(lab, console_port, path), size)
-            direct = direct_round(lab, address, size)
-            if isinstance(through, float):
-                ratios.append(direct / through)
-            print(
-                f"port-forward round {index + 1}, {mib:g} MiB echoed, MiB/s: kubectl vm "
-                f"port-forward {rate(mib, through)}, a WebSocket through the API server "
-                f"{rate(mib, via_api)}, a WebSocket straight to the daemon "
-                f"{rate(mib, via_daemon)}, direct in the lab's namespace {rate(mib, direct)}"
-                + (f"; ratio (plugin / direct) {ratios[-1]:.2f}" if isinstance(through, float)
-                   else ""),
-                flush=True,
-            )  # fmt: skip
-        return statistics.median(ratios) if ratios else float("nan")
+            for mode, forward in forwards.items():
+                workers = {
+                    "plugin": forward.process.pid,
+                    "API server": api_pid,
+                    "daemon": daemon_pid,
+                    "guest's qemu": qemu_pid,
+                }
+                spent = {who: cpu_seconds(pid) for who, pid in workers.items()}
+                mine = time.process_time()
+                through = forwarded_round(forward.local, size, mode)
+                costs = {who: cpu_seconds(pid) - spent[who] for who, pid in workers.items()}
+                costs["client"] = time.process_time() - mine
+                qemu = cpu_seconds(qemu_pid)
+                direct, client_cpu = direct_round(lab, address, size, mode)
+                qemu = cpu_seconds(qemu_pid) - qemu
+                if isinstance(through, float):
+                    ratios[mode].append(direct / through)
+                print(
+                    f"port-forward {mode} round {index + 1}, {mib:g} MiB: through kubectl vm "
+                    f"port-forward {rate(mib, through)} (CPU s: "
+                    + ", ".join(f"{who} {cpu:.2f}" for who, cpu in costs.items())
+                    + f"), direct in the lab's namespace {rate(mib, direct)} (CPU s: guest's "
+                    f"qemu {qemu:.2f}, client {client_cpu:.2f})"
+                    + (f"; ratio {ratios[mode][-1]:.2f}" if isinstance(through, float) else ""),
+                    flush=True,
+                )
+        medians = ", ".join(
+            f"{mode} {statistics.median(found) if found else float('nan'):.2f}"
+            for mode, found in ratios.items()
+        )
+        print(f"port-forward / direct throughput, median ratios: {medians} (goal: at least 0.5)")
+        return all(len(found) == rounds for found in ratios.values())
     finally:
-        forward.stop()
+        for forward in forwards.values():
+            forward.stop()
 
 
 def paste(lab: LabInfo, ns: str, pid: int, size: int) -> bool:
@@ -638,7 +626,7 @@ def hop_latency(lab: LabInfo, api: client.ApiClient, count: int) -> None:
 def measure(
     lab: LabInfo, api: client.ApiClient, daemon: tuple[int, int], ns: str, args: argparse.Namespace
 ) -> int:
-    pid, console_port = daemon
+    pid, _console_port = daemon
     cfg = client.Configuration()
     config.load_kube_config(config_file=lab.kubeconfig, client_configuration=cfg)
     create(api, pair(ns, GUEST))
@@ -657,6 +645,16 @@ def measure(
     writer.close()
     if args.paste_only:
         return 0 if paste(lab, ns, pid, int(args.paste_mib * MIB)) else 1
+    if args.forward_only:
+        writer = Console(cfg, ns, viewer=False)
+        writer.wait_first()
+        address = start_echo_server(api, writer, ns)
+        writer.close()
+        forwarded = port_forward(
+            lab, ns, address, pid, size=int(args.forward_mib * MIB), rounds=args.forward_rounds
+        )
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        return 0 if forwarded else 1
 
     cold, upgrades = attaches(cfg, ns, args.attaches)
     print(f"attach, nobody attached (stream opened, replay from the host's log): {ms(cold)}")
@@ -689,14 +687,12 @@ def measure(
 
     address = start_echo_server(api, writer, ns)
     writer.close()
-    ratio = port_forward(
-        lab, cfg, ns, address, console_port, size=int(args.forward_mib * MIB),
-        rounds=args.forward_rounds,
-    )  # fmt: skip
-    print(f"port-forward / direct throughput: median ratio {ratio:.2f} (goal: at least 0.5)")
+    forwarded = port_forward(
+        lab, ns, address, pid, size=int(args.forward_mib * MIB), rounds=args.forward_rounds
+    )
     pasted = paste(lab, ns, pid, int(args.paste_mib * MIB))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    return 0 if intact and pasted else 1
+    return 0 if intact and pasted and forwarded else 1
 
 
 def main() -> int:
@@ -714,6 +710,9 @@ def main() -> int:
     parser.add_argument("--paste-mib", type=float, default=10)
     parser.add_argument("--paste-only", action="store_true", help="boot the guest, paste, stop")
     parser.add_argument("--smoke", action="store_true", help="a tiny run; bytes still checked")
+    parser.add_argument(
+        "--forward-only", action="store_true", help="boot the guest, port-forward's rounds, stop"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.attaches, args.plugin_attaches, args.keystrokes = 2, 1, 10
@@ -738,7 +737,7 @@ def main() -> int:
     finally:
         unregister_apiservice(api)
         stop_daemon(proc, log)
-        if args.hop_keystrokes:
+        if args.hop_keystrokes and not (args.forward_only or args.paste_only):
             # Its own daemons (A and B on the lab's extra hosts), once this one has stopped.
             hop_latency(lab, api, args.hop_keystrokes)
         api.close()

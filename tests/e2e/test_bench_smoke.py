@@ -22,6 +22,7 @@ SMOKE_TIMEOUT = {
     "connect_bench.py": 60,
     "console_bench.py": 120,
     "footprint.py": 120,
+    "forward_loops.py": 60,
     "generic_status_latency.py": 120,
     "image_bench.py": 120,
     "metrics_bench.py": 120,
