@@ -31,6 +31,7 @@ from collections.abc import Callable
 import websocket
 
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.runtime.buffered_send import send_front
 from libvirt_provider.adapters.runtime.websocket_mask import fast_mask
 from libvirt_provider.console.framing import (
     CloseCode,
@@ -116,10 +117,8 @@ class Pump:
             if not self._attempt:
                 self._attempt = min(len(self._out), _BATCH)
             try:
-                # A view, not a copy; TLS sees the same bytes again after a send that did not
-                # finish, as it requires.
-                with memoryview(self._out) as view:
-                    sent = self._sock.send(view[: self._attempt])
+                # Not a copy; TLS sees the same bytes again after a send that did not finish.
+                sent = send_front(self._sock, self._out, self._attempt)
             except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
                 return
             except OSError as err:

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from libvirt_provider import constants as c
+from libvirt_provider.adapters.runtime.buffered_send import send_front
 from libvirt_provider.adapters.runtime.websocket_mask import fast_mask
 from libvirt_provider.console.framing import (
     CloseCode,
@@ -160,10 +161,8 @@ class PortBridge:
             if not self._attempt:
                 self._attempt = min(len(self._to_client), c.PORTFORWARD_BATCH)
             try:
-                # A view, not a copy; TLS sees the same bytes again after a send that did not
-                # finish, as it requires.
-                with memoryview(self._to_client) as view:
-                    sent = self._conn.send(view[: self._attempt])
+                # Not a copy; TLS sees the same bytes again after a send that did not finish.
+                sent = send_front(self._conn, self._to_client, self._attempt)
             except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
                 return
             del self._to_client[:sent]

@@ -7,6 +7,7 @@ sends stop part way and are finished later (the e2e tests go through the API ser
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -44,8 +45,11 @@ def _feed(data: bytes, *, close: bool = True) -> tuple[int, int]:
 
     def write() -> None:
         view = memoryview(data)
-        while view:
-            view = view[os.write(write_fd, view[: 1 << 16]) :]
+        # A reader that left (a test whose stream broke on purpose) ends the writing; a test
+        # that wants the data sees what is missing.
+        with contextlib.suppress(OSError):
+            while view:
+                view = view[os.write(write_fd, view[: 1 << 16]) :]
         if close:
             os.close(write_fd)
 
@@ -213,6 +217,33 @@ def test_megabytes_both_ways_through_tls_with_small_buffers_arrive_whole(
     assert bytes(out) == payload
     assert daemon.join() == "the guest closed the connection"
     assert daemon.bridge.tally.to_guest == daemon.bridge.tally.from_guest == len(payload)
+    os.close(source)
+
+
+def test_a_connection_that_breaks_while_the_plugin_sends_ends_the_stream_with_the_reason(
+    wires: tuple[socket.socket, ...], tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
+    """The plugin sends out of a view of its queue; a TLS send that fails keeps its argument in
+    the exception's traceback, which once made dropping the queue raise BufferError instead of
+    ending the stream with the connection's failure."""
+    plugin_raw, daemon_raw, _bridge_end, _guest_end = wires
+    plugin_raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
+    server_context, client_context = tls_contexts
+    wrapped: dict[str, ssl.SSLSocket] = {}
+
+    def accept() -> None:
+        wrapped["daemon"] = server_context.wrap_socket(daemon_raw, server_side=True)
+
+    handshake = threading.Thread(target=accept, daemon=True)
+    handshake.start()
+    plugin = client_context.wrap_socket(plugin_raw, server_hostname="daemon")
+    handshake.join(_DEADLINE)
+    source, _ = _feed(os.urandom(4 << 20))
+    join = _in_thread(Pump(plugin, source=source, sink=lambda data: None, half_close=True))
+    # The daemon's end reads a little, then goes away without a word.
+    wrapped["daemon"].recv(1024)
+    wrapped["daemon"].close()
+    assert join().startswith("the connection failed")
     os.close(source)
 
 
