@@ -321,6 +321,7 @@ __all__ = [
     "STATS_RESOURCE",
     "STORAGE_CLASS_KIND",
     "STORAGE_CLASS_PLURAL",
+    "TLS_READ_CHUNK",
     "TOP_INTERVAL_SECONDS",
     "TOP_REQUEST_TIMEOUT",
     "VERSION",
@@ -681,6 +682,8 @@ PORTFORWARD_SUBRESOURCE: Final = "portforward"
 PORTFORWARD_DIAL_TIMEOUT: Final = 10.0
 # Bytes read from either side of a forwarded stream per read.
 PORTFORWARD_READ_CHUNK: Final = 64 * 1024
+# Bytes asked of a TLS socket per read: one record's at most, so a read allocates no more.
+TLS_READ_CHUNK: Final = 16 * 1024
 # Bytes a forwarded stream takes from one side per wake-up, reading on while more is ready (a TLS
 # read returns one 16 KiB record, and a wake-up per record cost more than the bytes themselves),
 # and hands to one TLS send. Under the daemon's fixed mmap threshold (MMAP_THRESHOLD_BYTES, 256 KiB)

@@ -150,7 +150,7 @@ class Pump:
         # wake-up, not the bytes, bounded a forwarded stream.
         while got < _BATCH:
             try:
-                piece = self._sock.recv(_CHUNK)
+                piece = self._sock.recv(c.TLS_READ_CHUNK)
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
                 break
             except OSError as err:

@@ -191,7 +191,7 @@ class PortBridge:
         got = 0
         while got < c.PORTFORWARD_BATCH:
             try:
-                data = self._conn.recv(c.PORTFORWARD_READ_CHUNK)
+                data = self._conn.recv(c.TLS_READ_CHUNK)
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
                 break
             if not data:
