@@ -25,7 +25,6 @@ import os
 import socket
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,21 +43,11 @@ from libvirt_provider.adapters.process.daemon import (  # noqa: E402
 from libvirt_provider.adapters.process.heap import Heap  # noqa: E402
 from libvirt_provider.adapters.process.port_forward import PortBridge  # noqa: E402
 from libvirt_provider.constants import PORTFORWARD_BATCH  # noqa: E402
+from tests.support.tls import self_signed  # noqa: E402
 
 MIB = 1 << 20
 KINDS = ("upload", "download", "echo")
 _CHUNK = 1 << 20
-
-
-def _certificate(into: Path) -> tuple[Path, Path]:
-    cert, key = into / "server.crt", into / "server.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
 
 
 def _guest(listener: socket.socket) -> None:
@@ -157,7 +146,7 @@ def main() -> int:
         args.mib, args.rounds = 4, 1
     size = int(args.mib * MIB)
     workdir = Path(tempfile.mkdtemp(prefix="forward-loops-"))
-    cert, key = _certificate(workdir)
+    cert, key = self_signed(workdir, "localhost")
     guest_listener = socket.create_server(("127.0.0.1", 0))
     daemon_listener = socket.create_server(("127.0.0.1", 0))
     ours, theirs = multiprocessing.Pipe()

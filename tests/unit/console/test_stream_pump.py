@@ -10,16 +10,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import socket
 import ssl
 import struct
-import subprocess
 import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -33,6 +30,7 @@ from libvirt_provider.console.framing import (
     close_payload,
     encode_frame,
 )
+from tests.support.tls import contexts, handshaken
 from tests.support.waiting import eventually
 
 _DEADLINE = 20.0
@@ -146,68 +144,28 @@ def test_the_half_close_brings_the_guests_whole_answer_after_the_input_ended(
     os.close(source)
 
 
+@pytest.fixture(scope="module")
+def tls_contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    return contexts(tmp_path_factory.mktemp("tls"), "daemon")
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 def test_megabytes_both_ways_at_once_do_not_stall_either_side(
     wires: tuple[socket.socket, ...],
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],
+    tls: bool,
 ) -> None:
     """An echo answers as it reads, so both directions are full at once: with a reading thread
     and a writing thread this held; one thread must never block on a write while the other
-    side waits for it to read."""
+    side waits for it to read. Through TLS, with 16 KiB socket buffers most sends stop part way
+    and are finished on a later wake-up; every byte still arrives once, in order."""
     plugin, daemon_conn, bridge_end, guest_end = wires
     for sock in wires:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
+    if tls:
+        plugin, daemon_conn = handshaken(plugin, daemon_conn, tls_contexts, "daemon")
     guest = _Guest(guest_end, answer=lambda chunk: chunk)
     daemon = _Daemon(daemon_conn, bridge_end, half_close=True)
-    payload = os.urandom(8 << 20)
-    source, _ = _feed(payload)
-    out = bytearray()
-    _run_plugin(Pump(plugin, source=source, sink=out.extend, half_close=True))
-    guest.join()
-    assert len(out) == len(payload)
-    assert bytes(out) == payload
-    assert daemon.join() == "the guest closed the connection"
-    assert daemon.bridge.tally.to_guest == daemon.bridge.tally.from_guest == len(payload)
-    os.close(source)
-
-
-@pytest.fixture(scope="module")
-def tls_contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """A server context with a fresh self-signed certificate and a client context trusting it."""
-    # tests/lab/install-deps.sh installs openssl (the lab's PKI needs it too).
-    assert shutil.which("openssl"), "no openssl command to make a certificate"
-    where = tmp_path_factory.mktemp("tls")
-    cert, key = where / "server.crt", where / "server.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=daemon",
-         "-addext", "subjectAltName=DNS:daemon"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(cert, key)
-    client = ssl.create_default_context(cafile=str(Path(cert)))
-    return server, client
-
-
-def test_megabytes_both_ways_through_tls_with_small_buffers_arrive_whole(
-    wires: tuple[socket.socket, ...], tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext]
-) -> None:
-    """Both loops write TLS without blocking: with 16 KiB socket buffers most sends stop part
-    way and are finished on a later wake-up; every byte still arrives once, in order."""
-    plugin_raw, daemon_raw, bridge_end, guest_end = wires
-    for sock in wires:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
-    server_context, client_context = tls_contexts
-    wrapped: dict[str, ssl.SSLSocket] = {}
-
-    def accept() -> None:
-        wrapped["daemon"] = server_context.wrap_socket(daemon_raw, server_side=True)
-
-    handshake = threading.Thread(target=accept, daemon=True)
-    handshake.start()
-    plugin = client_context.wrap_socket(plugin_raw, server_hostname="daemon")
-    handshake.join(_DEADLINE)
-    guest = _Guest(guest_end, answer=lambda chunk: chunk)
-    daemon = _Daemon(wrapped["daemon"], bridge_end, half_close=True)
     payload = os.urandom(8 << 20)
     source, _ = _feed(payload)
     out = bytearray()
@@ -228,21 +186,12 @@ def test_a_connection_that_breaks_while_the_plugin_sends_ends_the_stream_with_th
     ending the stream with the connection's failure."""
     plugin_raw, daemon_raw, _bridge_end, _guest_end = wires
     plugin_raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
-    server_context, client_context = tls_contexts
-    wrapped: dict[str, ssl.SSLSocket] = {}
-
-    def accept() -> None:
-        wrapped["daemon"] = server_context.wrap_socket(daemon_raw, server_side=True)
-
-    handshake = threading.Thread(target=accept, daemon=True)
-    handshake.start()
-    plugin = client_context.wrap_socket(plugin_raw, server_hostname="daemon")
-    handshake.join(_DEADLINE)
+    plugin, daemon_tls = handshaken(plugin_raw, daemon_raw, tls_contexts, "daemon")
     source, _ = _feed(os.urandom(4 << 20))
     join = _in_thread(Pump(plugin, source=source, sink=lambda data: None, half_close=True))
     # The daemon's end reads a little, then goes away without a word.
-    wrapped["daemon"].recv(1024)
-    wrapped["daemon"].close()
+    daemon_tls.recv(1024)
+    daemon_tls.close()
     assert join().startswith("the connection failed")
     os.close(source)
 
