@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from generic import constants as vmapi
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.process.daemon import DaemonConfig, default_host, run
 from libvirt_provider.adapters.process.startup import (
@@ -253,6 +254,16 @@ def build_parser() -> argparse.ArgumentParser:
         f"off (default {c.PREEMPTION_GRACE_SECONDS})",
     )
     parser.add_argument(
+        "--missing-provider-grace",
+        type=_positive_seconds,
+        default=vmapi.MISSING_PROVIDER_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="how long the embedded generic controller lets a new VirtualMachine's provider "
+        "object be missing before the VM reports NotAdopted with a Warning (default "
+        f"{vmapi.MISSING_PROVIDER_GRACE_SECONDS:g}); raise it where VMs and their provider "
+        "objects are applied further apart",
+    )
+    parser.add_argument(
         "--heartbeat-grace",
         type=_heartbeat_grace,
         default=c.HEARTBEAT_GRACE_SECONDS,
@@ -450,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             identity=args.identity or "",
             credentials_dir=args.credentials_dir,
             heartbeat_grace=args.heartbeat_grace,
+            missing_provider_grace=args.missing_provider_grace,
         )
     )
 

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
+from generic import constants as vmapi
 from generic.adapters.kubeclient import load_kube_config
 from generic.adapters.operator import lean_watch_events
 from libvirt_provider import constants as c
@@ -148,6 +149,9 @@ class DaemonConfig:
     # How long a host's heartbeat vouches for it: the heartbeat Lease's duration, and the grace
     # the leader's placer judges every host by (give every daemon the same).
     heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS
+    # How long the embedded generic controller lets a new VM's provider object be missing before
+    # the VM reports NotAdopted.
+    missing_provider_grace: float = vmapi.MISSING_PROVIDER_GRACE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -444,6 +448,7 @@ def leader_settings(cfg: DaemonConfig, name: str) -> LeaderSettings:
         workers=cfg.workers,
         generic_namespaces=cfg.generic_namespaces,
         heartbeat_grace=cfg.heartbeat_grace,
+        missing_provider_grace=cfg.missing_provider_grace,
     )
 
 
