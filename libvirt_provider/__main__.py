@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from generic import constants as vmapi
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.process.daemon import DaemonConfig, default_host, run
+from libvirt_provider.adapters.process.health import READINESS_INTERVAL
 from libvirt_provider.adapters.process.startup import (
     ConfigError,
     PathFlags,
@@ -254,6 +255,15 @@ def build_parser() -> argparse.ArgumentParser:
         f"off (default {c.PREEMPTION_GRACE_SECONDS})",
     )
     parser.add_argument(
+        "--readiness-interval",
+        type=_positive_seconds,
+        default=READINESS_INTERVAL,
+        metavar="SECONDS",
+        help="seconds between two runs of /readyz's checks (libvirtd, the API server) while "
+        f"they pass; every second while they fail (default {READINESS_INTERVAL:g}, the "
+        "DaemonSet's readiness probe period)",
+    )
+    parser.add_argument(
         "--missing-provider-grace",
         type=_positive_seconds,
         default=vmapi.MISSING_PROVIDER_GRACE_SECONDS,
@@ -462,6 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             credentials_dir=args.credentials_dir,
             heartbeat_grace=args.heartbeat_grace,
             missing_provider_grace=args.missing_provider_grace,
+            readiness_interval=args.readiness_interval,
         )
     )
 

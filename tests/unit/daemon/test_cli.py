@@ -234,3 +234,10 @@ def test_the_missing_provider_grace_defaults_to_ten_seconds_and_reaches_the_lead
         missing_provider_grace=2.5,
     )
     assert leader_settings(cfg, "h").missing_provider_grace == 2.5
+
+
+def test_the_readiness_interval_defaults_to_the_probe_period_and_must_be_positive() -> None:
+    assert build_parser().parse_args([]).readiness_interval == 10.0
+    assert build_parser().parse_args(["--readiness-interval=2"]).readiness_interval == 2.0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--readiness-interval=0"])
