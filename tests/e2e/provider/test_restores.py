@@ -10,7 +10,7 @@ of another machine) gets a reason and changes nothing.
 The guest is reached through its serial console (libvirt's console stream, forced, as `virsh
 console --force` would): the test types shell commands; what they print lands in the console log
 the daemon keeps. A printed marker is spelled differently in the command that prints it, so the
-echo of the command never matches. One guest for the module. Cost: about 60 s on the lab's two
+echo of the command never matches. One guest for the module. Cost: about 50 s on the lab's two
 shared cores (a daemon start, three boots, two snapshots, two restores, two VM deletions).
 """
 
