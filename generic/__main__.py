@@ -12,6 +12,7 @@ import sys
 
 import prometheus_client
 
+from generic import constants as c
 from generic.adapters.operator import run_standalone
 
 
@@ -26,6 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=4, help="reconcile threads (default 4)")
     parser.add_argument("--poll-interval", type=float, default=30.0)
+    parser.add_argument(
+        "--missing-provider-grace",
+        type=float,
+        default=c.MISSING_PROVIDER_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="how long a new VM's provider object may be missing before the VM reports "
+        f"NotAdopted (default {c.MISSING_PROVIDER_GRACE_SECONDS:g})",
+    )
     parser.add_argument(
         "--metrics-port", type=int, default=0, help="serve Prometheus metrics (default: off)"
     )
@@ -46,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         namespaces=args.namespace,
         workers=args.workers,
         poll_interval=args.poll_interval,
+        missing_provider_grace=args.missing_provider_grace,
     )
     return 0
 

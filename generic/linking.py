@@ -107,17 +107,21 @@ def assess_link(vm: Mapping[str, Any], provider: Mapping[str, Any] | None) -> Li
 
 
 def awaiting_creation(
-    vm: Mapping[str, Any], assessment: LinkAssessment, now: dt.datetime
+    vm: Mapping[str, Any],
+    assessment: LinkAssessment,
+    now: dt.datetime,
+    *,
+    grace: float = c.MISSING_PROVIDER_GRACE_SECONDS,
 ) -> float | None:
     """Seconds left for a new VM's missing provider object to appear before that is reported as
-    a problem (`MISSING_PROVIDER_GRACE_SECONDS` from the VM's creation); None when it is not
-    missing, or the VM is older (or its age unknown)."""
+    a problem (`grace` seconds from the VM's creation); None when it is not missing, or the VM
+    is older (or its age unknown)."""
     if assessment.link is not Link.MISSING:
         return None
     created = parse_time(_metadata(vm).get("creationTimestamp"))
     if created is None:
         return None
-    left = c.MISSING_PROVIDER_GRACE_SECONDS - (now - created).total_seconds()
+    left = grace - (now - created).total_seconds()
     return left if left > 0 else None
 
 

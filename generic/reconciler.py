@@ -81,11 +81,13 @@ class Reconciler:
         *,
         poll_interval: float = 30.0,
         deletion_poll_interval: float = 5.0,
+        missing_provider_grace: float = c.MISSING_PROVIDER_GRACE_SECONDS,
         clock: Callable[[], str] = utc_now,
     ) -> None:
         self._gw = gateway
         self._poll = poll_interval
         self._deletion_poll = deletion_poll_interval
+        self._missing_grace = missing_provider_grace
         self._clock = clock
         self._failures: dict[tuple[str, str], str] = {}
 
@@ -125,7 +127,7 @@ class Reconciler:
         reading = None
         if assessment.link is Link.ADOPTED and provider is not None:
             reading = read_provider_status(provider)
-        awaited = awaiting_creation(vm, assessment, _now(self._clock()))
+        awaited = awaiting_creation(vm, assessment, _now(self._clock()), grace=self._missing_grace)
         self._report(
             vm, Observation(assessment=assessment, reading=reading, awaited=awaited is not None)
         )

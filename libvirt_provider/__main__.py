@@ -9,8 +9,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+from generic import constants as vmapi
 from libvirt_provider import constants as c
 from libvirt_provider.adapters.process.daemon import DaemonConfig, default_host, run
+from libvirt_provider.adapters.process.health import READINESS_INTERVAL
 from libvirt_provider.adapters.process.startup import (
     ConfigError,
     PathFlags,
@@ -253,6 +255,25 @@ def build_parser() -> argparse.ArgumentParser:
         f"off (default {c.PREEMPTION_GRACE_SECONDS})",
     )
     parser.add_argument(
+        "--readiness-interval",
+        type=_positive_seconds,
+        default=READINESS_INTERVAL,
+        metavar="SECONDS",
+        help="seconds between two runs of /readyz's checks (libvirtd, the API server) while "
+        f"they pass; every second while they fail (default {READINESS_INTERVAL:g}, the "
+        "DaemonSet's readiness probe period)",
+    )
+    parser.add_argument(
+        "--missing-provider-grace",
+        type=_positive_seconds,
+        default=vmapi.MISSING_PROVIDER_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="how long the embedded generic controller lets a new VirtualMachine's provider "
+        "object be missing before the VM reports NotAdopted with a Warning (default "
+        f"{vmapi.MISSING_PROVIDER_GRACE_SECONDS:g}); raise it where VMs and their provider "
+        "objects are applied further apart",
+    )
+    parser.add_argument(
         "--heartbeat-grace",
         type=_heartbeat_grace,
         default=c.HEARTBEAT_GRACE_SECONDS,
@@ -450,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             identity=args.identity or "",
             credentials_dir=args.credentials_dir,
             heartbeat_grace=args.heartbeat_grace,
+            missing_provider_grace=args.missing_provider_grace,
+            readiness_interval=args.readiness_interval,
         )
     )
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes import client
 
+from generic import constants as c
 from generic import metrics
 from generic.adapters.copies import Copies
 from generic.adapters.informer import GENERIC_KEPT, slim
@@ -93,9 +94,11 @@ class GenericController:
         namespaces: Sequence[str],
         workers: int,
         poll_interval: float,
+        missing_provider_grace: float = c.MISSING_PROVIDER_GRACE_SECONDS,
     ) -> None:
         self._api_client = api_client
         self._poll_interval = poll_interval
+        self._missing_provider_grace = missing_provider_grace
         self.in_scope = namespace_filter(namespaces)
         self.queue: WorkQueue[VmKey] = WorkQueue()
         self._pool = WorkerPool(self.queue, self._process, workers=workers)
@@ -129,7 +132,11 @@ class GenericController:
             gateway = KubeGateway(api, vms=self._vms, provider_copies=hub.copies_of)
             hub.use_discovery(gateway.resolve_kind, gateway.invalidate_discovery)
             gateway.use_watch_status(hub.is_watched)
-            self._reconciler = Reconciler(gateway, poll_interval=self._poll_interval)
+            self._reconciler = Reconciler(
+                gateway,
+                poll_interval=self._poll_interval,
+                missing_provider_grace=self._missing_provider_grace,
+            )
             self._hub = hub
             crds = list(self._crds.values())
             known = list(self._known_vms)

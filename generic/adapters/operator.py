@@ -133,12 +133,15 @@ def register(
     namespaces: Sequence[str] = (),
     workers: int = 4,
     poll_interval: float = 30.0,
+    missing_provider_grace: float = c.MISSING_PROVIDER_GRACE_SECONDS,
     autostart: bool = True,
 ) -> GenericController:
     """Register the generic VirtualMachine controller on `registry`; returns its handle.
 
     `workers` bounds the threads that call the Kubernetes API; `poll_interval` is how often an
-    adopted VM whose provider kind is not watched (unlabelled CRD) is re-checked. With
+    adopted VM whose provider kind is not watched (unlabelled CRD) is re-checked;
+    `missing_provider_grace` is how long a new VM's provider object may be missing before the
+    VM reports NotAdopted. With
     `autostart=False` the controller only remembers what it sees until the embedding process
     calls `start()` (for example on winning a leader Lease) and `stop()` (on losing it).
     """
@@ -147,6 +150,7 @@ def register(
         namespaces=namespaces,
         workers=workers,
         poll_interval=poll_interval,
+        missing_provider_grace=missing_provider_grace,
     )
 
     if autostart:
@@ -197,7 +201,12 @@ def api_client_for(kubeconfig: str | None) -> client.ApiClient:
 
 
 def run_standalone(
-    *, kubeconfig: str | None, namespaces: Sequence[str], workers: int, poll_interval: float
+    *,
+    kubeconfig: str | None,
+    namespaces: Sequence[str],
+    workers: int,
+    poll_interval: float,
+    missing_provider_grace: float = c.MISSING_PROVIDER_GRACE_SECONDS,
 ) -> None:
     """Run a kopf operator that hosts only the generic controller (blocks until signalled)."""
     registry = kopf.OperatorRegistry()
@@ -208,6 +217,7 @@ def run_standalone(
         namespaces=namespaces,
         workers=workers,
         poll_interval=poll_interval,
+        missing_provider_grace=missing_provider_grace,
     )
     settings = kopf.OperatorSettings()
     configure_settings(settings)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import kopf
 from kubernetes import client
 
+from generic import constants as vmapi
 from generic.adapters.lease import LeaseElector
 from generic.adapters.operator import configure_settings as configure_generic_settings
 from generic.adapters.operator import register as register_generic
@@ -44,6 +45,9 @@ class LeaderSettings:
     generic_namespaces: tuple[str, ...] = ()
     # How long a host's heartbeat vouches for it (--heartbeat-grace).
     heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS
+    # How long a new VM's provider object may be missing before NotAdopted
+    # (--missing-provider-grace).
+    missing_provider_grace: float = vmapi.MISSING_PROVIDER_GRACE_SECONDS
 
 
 class GenericLeader:
@@ -99,6 +103,7 @@ class GenericLeader:
             api_client=self._api,
             workers=self._settings.workers,
             namespaces=self._settings.generic_namespaces,
+            missing_provider_grace=self._settings.missing_provider_grace,
         )
         settings = kopf.OperatorSettings()
         configure_generic_settings(settings)

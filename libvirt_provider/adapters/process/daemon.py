@@ -42,6 +42,7 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
+from generic import constants as vmapi
 from generic.adapters.kubeclient import load_kube_config
 from generic.adapters.operator import lean_watch_events
 from libvirt_provider import constants as c
@@ -59,8 +60,14 @@ from libvirt_provider.adapters.process.console_server import (
     settings_from_files,
 )
 from libvirt_provider.adapters.process.console_share import SharingSettings
+from libvirt_provider.adapters.process.endpoint_rules import readiness_max_age
 from libvirt_provider.adapters.process.guest_dial import GuestDialer, netns_path
-from libvirt_provider.adapters.process.health import Check, HealthServer, bounded
+from libvirt_provider.adapters.process.health import (
+    READINESS_INTERVAL,
+    Check,
+    HealthServer,
+    bounded,
+)
 from libvirt_provider.adapters.process.heap import Heap
 from libvirt_provider.adapters.process.host_metrics import register_host_metrics
 from libvirt_provider.adapters.process.machine_metrics import (
@@ -148,6 +155,12 @@ class DaemonConfig:
     # How long a host's heartbeat vouches for it: the heartbeat Lease's duration, and the grace
     # the leader's placer judges every host by (give every daemon the same).
     heartbeat_grace: float = c.HEARTBEAT_GRACE_SECONDS
+    # How long the embedded generic controller lets a new VM's provider object be missing before
+    # the VM reports NotAdopted.
+    missing_provider_grace: float = vmapi.MISSING_PROVIDER_GRACE_SECONDS
+    # Seconds between two runs of the readiness checks while they pass (the readiness probe's
+    # period; every second while they fail).
+    readiness_interval: float = READINESS_INTERVAL
 
 
 @dataclass(frozen=True)
@@ -344,6 +357,8 @@ def run(cfg: DaemonConfig) -> int:
         metrics=_metrics_beside_probes(cfg),
         liveness=liveness,
         readiness=readiness,
+        readiness_interval=cfg.readiness_interval,
+        readiness_max_age=readiness_max_age(cfg.readiness_interval),
     )
     metrics = _metrics_server(cfg)
 
@@ -444,6 +459,7 @@ def leader_settings(cfg: DaemonConfig, name: str) -> LeaderSettings:
         workers=cfg.workers,
         generic_namespaces=cfg.generic_namespaces,
         heartbeat_grace=cfg.heartbeat_grace,
+        missing_provider_grace=cfg.missing_provider_grace,
     )
 
 

@@ -22,7 +22,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["ConnectionBudget", "EndpointLimits", "ReadinessAnswer", "ReadinessCache"]
+__all__ = [
+    "READINESS_CHECKS_SECONDS",
+    "ConnectionBudget",
+    "EndpointLimits",
+    "ReadinessAnswer",
+    "ReadinessCache",
+    "readiness_max_age",
+]
 
 Problem = tuple[str, str]
 """A failing check: its name, and what is wrong."""
@@ -78,6 +85,17 @@ class ReadinessAnswer:
     problems: tuple[Problem, ...]
     # Seconds since the verdict was recorded; None before the first one.
     age: float | None
+
+
+# The readiness checks' own bounds, run one after the other: libvirtd 3 s, the API server 7 s.
+READINESS_CHECKS_SECONDS = 10.0
+
+
+def readiness_max_age(interval: float) -> float:
+    """The age past which the readiness checks' last verdict is not believed, for checks run
+    every `interval` seconds: one interval, the checks' bounds, and as much again as the bounds
+    for a loaded machine, so only a loop that is stuck or gone reaches it (30 s at 10 s)."""
+    return interval + 2 * READINESS_CHECKS_SECONDS
 
 
 class ReadinessCache:

@@ -42,6 +42,7 @@ from libvirt_provider.adapters.process.endpoint_rules import (
     EndpointLimits,
     Problem,
     ReadinessCache,
+    readiness_max_age,
 )
 
 __all__ = ["Check", "EndpointLimits", "HealthServer", "bounded"]
@@ -65,7 +66,7 @@ REFUSED = prometheus_client.Counter(
 # the other), so only a loop that is stuck or gone reaches it.
 READINESS_INTERVAL = 10.0
 NOT_READY_INTERVAL = 1.0
-READINESS_MAX_AGE = 30.0
+READINESS_MAX_AGE = readiness_max_age(READINESS_INTERVAL)
 # A /metrics body younger than this is served again rather than made anew. Making it (one bulk
 # statistics call per host, naming, exposition) is CPU-bound Python, about 17 ms of CPU with
 # 1,000 machines (bench/metrics_profile.py); with this bound no scraper, however eager, can take

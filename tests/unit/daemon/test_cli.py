@@ -11,6 +11,7 @@ import pytest
 
 from libvirt_provider import constants as c
 from libvirt_provider.__main__ import build_parser
+from libvirt_provider.adapters.process.daemon import DaemonConfig, leader_settings
 from libvirt_provider.adapters.process.startup import (
     ConfigError,
     PathFlags,
@@ -212,3 +213,31 @@ def test_the_heartbeat_grace_defaults_to_forty_seconds_and_refuses_less_than_fou
     assert build_parser().parse_args(["--heartbeat-grace=12"]).heartbeat_grace == 12.0
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--heartbeat-grace=3"])
+
+
+def test_the_missing_provider_grace_defaults_to_ten_seconds_and_reaches_the_leader() -> None:
+    assert build_parser().parse_args([]).missing_provider_grace == 10.0
+    args = build_parser().parse_args(["--missing-provider-grace=2.5"])
+    assert args.missing_provider_grace == 2.5
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--missing-provider-grace=0"])
+    cfg = DaemonConfig(
+        kubeconfig=None,
+        libvirt_uri="test:///default",
+        host="h",
+        domain_types=None,
+        health_address="127.0.0.1",
+        health_port=0,
+        generic=True,
+        lease_namespace="ns",
+        workers=1,
+        missing_provider_grace=2.5,
+    )
+    assert leader_settings(cfg, "h").missing_provider_grace == 2.5
+
+
+def test_the_readiness_interval_defaults_to_the_probe_period_and_must_be_positive() -> None:
+    assert build_parser().parse_args([]).readiness_interval == 10.0
+    assert build_parser().parse_args(["--readiness-interval=2"]).readiness_interval == 2.0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--readiness-interval=0"])

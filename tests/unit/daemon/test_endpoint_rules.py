@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from libvirt_provider.adapters.process.endpoint_rules import ConnectionBudget, ReadinessCache
+from libvirt_provider.adapters.process.endpoint_rules import (
+    READINESS_CHECKS_SECONDS,
+    ConnectionBudget,
+    ReadinessCache,
+    readiness_max_age,
+)
 
 
 class Clock:
@@ -71,3 +76,10 @@ def test_a_verdict_older_than_the_bound_is_not_ready_even_when_it_said_ok() -> N
     assert "last checked 31 s ago, more than 30 s" in answer.problems[0][1]
     cache.record([])  # the loop came back
     assert cache.answer().problems == ()
+
+
+def test_a_verdict_is_believed_for_one_interval_and_the_checks_bounds_twice() -> None:
+    assert readiness_max_age(10.0) == 30.0
+    # A shorter interval (a faster probe) gives up on a stuck loop sooner, never before the
+    # checks could have ended on their own.
+    assert readiness_max_age(2.0) == 22.0 > 2.0 + READINESS_CHECKS_SECONDS

@@ -127,6 +127,23 @@ class TestNotAdopted:
         self._assert_not_adopted(cluster, "does not exist")
         assert cluster.events[-1][:2] == ("Warning", "NotAdopted")
 
+    def test_the_missing_providers_grace_is_the_one_the_reconciler_was_given(
+        self, cluster: FakeCluster
+    ) -> None:
+        cluster.add_vm("web")
+        cluster.vms[("ns", "web")]["metadata"]["creationTimestamp"] = "2026-12-04T10:00:00Z"
+        short = Reconciler(
+            cluster, missing_provider_grace=2.0, clock=lambda: "2026-12-04T10:00:01Z"
+        )
+        assert short.run("ns", "web") == Outcome(requeue_after=pytest.approx(1.1))
+        assert not [e for e in cluster.events if e[0] == "Warning"]
+        later = Reconciler(
+            cluster, missing_provider_grace=2.0, clock=lambda: "2026-12-04T10:00:03Z"
+        )
+        assert later.run("ns", "web") == Outcome(retry=True)
+        self._assert_not_adopted(cluster, "does not exist")
+        assert cluster.events[-1][:2] == ("Warning", "NotAdopted")
+
     def test_one_sided_link(self, cluster: FakeCluster) -> None:
         cluster.add_vm("web")
         cluster.add_provider("web")
