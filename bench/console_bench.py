@@ -107,14 +107,13 @@ from tests.support.hop import hop_daemons, hop_pki  # noqa: E402
 from tests.support.kube import create, get, namespace  # noqa: E402
 from tests.support.lab_access import LabInfo, read_lab  # noqa: E402
 from tests.support.memory import PeakSampler, rss_kib  # noqa: E402
-from tests.support.port_echo import download_round, echo_round, upload_round  # noqa: E402
+from tests.support.port_echo import ROUNDS  # noqa: E402
 from tests.support.waiting import GiveUp, TimedOutError, eventually  # noqa: E402
 
 GUEST = "guest"
 # The guest's servers for port-forward's rounds: an echo (both directions at once), zeros sent
 # until the client leaves (download) and a sink (upload).
 FORWARD_PORTS = {"echo": 7000, "download": 7001, "upload": 7002}
-ROUNDS = {"echo": echo_round, "download": download_round, "upload": upload_round}
 KIB = 1 << 10
 MIB = 1 << 20
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -384,6 +384,7 @@ class MigrationReconciler:
             # Counted and recorded (phase Preparing) under the lock: this host's next accept
             # counts this one.
             verdict = self._over_limit(obj)
+            collided = False
             if verdict is None:
                 # Other hosts' daemons accept at the same moment: claim a slot, then count
                 # again with every claim written before this one (`migration/limits.py`).
@@ -391,11 +392,10 @@ class MigrationReconciler:
                 verdict = self._over_limit(obj)
                 if verdict is not None:
                     obj = self._write(obj, {"slotClaimedAt": None})
-                    self._waiting.add(_key_of(obj))
-                    return self._wait_for_slot(obj, verdict, collided=True)
+                    collided = True
             if verdict is not None:
                 self._waiting.add(_key_of(obj))
-                return self._wait_for_slot(obj, verdict)
+                return self._wait_for_slot(obj, verdict, collided=collided)
             self._waiting.discard(_key_of(obj))
             if chosen:
                 self._store.event(

@@ -210,14 +210,19 @@ class _SeedClock:
 
 
 _clock_lock = threading.Lock()
+_dated = False
 
 
 def _date_pycdlib() -> None:
-    """Give every loaded pycdlib module the seed's clock (once; later calls find it there)."""
+    """Give every pycdlib module (all loaded by `import pycdlib`) the seed's clock, once."""
+    global _dated  # noqa: PLW0603
     with _clock_lock:
+        if _dated:
+            return
         for name, module in list(sys.modules.items()):
             if name.split(".")[0] == "pycdlib" and getattr(module, "time", None) is time:
                 module.time = _SeedClock()  # type: ignore[attr-defined]
+        _dated = True
 
 
 def build_cidata_iso(data: CloudInitData) -> bytes:

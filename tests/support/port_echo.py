@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-__all__ = ["download_round", "echo_round", "upload_round"]
+__all__ = ["ROUNDS", "download_round", "echo_round", "upload_round"]
 
 _CHUNK = 64 * 1024
 
@@ -90,12 +90,13 @@ def upload_round(sock: socket.socket, size: int, *, timeout: float = 120.0) -> f
     return time.monotonic() - started
 
 
-_ROUNDS = {"echo": echo_round, "download": download_round, "upload": upload_round}
+# Each kind of round by the name the command line and the console bench give it.
+ROUNDS = {"echo": echo_round, "download": download_round, "upload": upload_round}
 
 
 def main(argv: list[str]) -> int:
     address, port, size = argv[0], int(argv[1]), int(argv[2])
-    round_ = _ROUNDS[argv[3] if len(argv) > 3 else "echo"]
+    round_ = ROUNDS[argv[3] if len(argv) > 3 else "echo"]
     with socket.create_connection((address, port), timeout=30) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         print(f"{round_(sock, size):.6f}")

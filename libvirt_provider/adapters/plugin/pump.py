@@ -24,14 +24,13 @@ from __future__ import annotations
 import os
 import select
 import socket
-import ssl
 import time
 from collections.abc import Callable
 
 import websocket
 
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.runtime.buffered_send import send_front
+from libvirt_provider.adapters.runtime.stream_io import Outbox, read_ready
 from libvirt_provider.adapters.runtime.websocket_mask import fast_mask
 from libvirt_provider.console.framing import (
     CloseCode,
@@ -85,9 +84,7 @@ class Pump:
         self._silence = silence
         self._close_wait = close_wait
         self._reader = FrameReader(max_payload=c.PLUGIN_MAX_FRAME, require_mask=False)
-        self._out = bytearray()
-        # The length of a send that did not finish: TLS wants exactly those bytes again.
-        self._attempt = 0
+        self._out = Outbox(_BATCH)
         self._deadline: float | None = None
         self._closing = False
         self._sink_broken = False
@@ -100,8 +97,8 @@ class Pump:
 
     def _queue(self, opcode: Opcode, payload: bytes = b"") -> None:
         mask = os.urandom(4)
-        self._out += frame_head(opcode, len(payload), mask=mask)
-        self._out += masked_body(payload, mask, fast_mask)
+        self._out.add(frame_head(opcode, len(payload), mask=mask))
+        self._out.add(masked_body(payload, mask, fast_mask))
 
     def _begin_close(self, code: CloseCode, why: str = "", *, wait: bool = True) -> None:
         """Send a close frame after what is queued; then wait `close_wait` for the server's, or
@@ -113,22 +110,13 @@ class Pump:
         self._source = None
 
     def _flush(self) -> None:
-        while self._out:
-            if not self._attempt:
-                self._attempt = min(len(self._out), _BATCH)
-            try:
-                # Not a copy; TLS sees the same bytes again after a send that did not finish.
-                sent = send_front(self._sock, self._out, self._attempt)
-            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
-                return
-            except OSError as err:
-                self._out.clear()
-                self._broken = True
-                if not self.reason:
-                    self.reason = f"the connection failed: {err}"
-                return
-            del self._out[:sent]
-            self._attempt = 0
+        try:
+            self._out.flush(self._sock)
+        except OSError as err:
+            self._out.clear()
+            self._broken = True
+            if not self.reason:
+                self.reason = f"the connection failed: {err}"
 
     # -- frames in ----------------------------------------------------------------------------
 
@@ -144,29 +132,19 @@ class Pump:
 
     def _receive(self) -> bool:
         """Read what the server sent; False once the stream is over."""
-        pieces: list[bytes] = []
-        got = 0
         # All that is ready, not one TLS record (16 KiB) per wake-up: the loop's own cost per
         # wake-up, not the bytes, bounded a forwarded stream.
-        while got < _BATCH:
-            try:
-                piece = self._sock.recv(c.TLS_READ_CHUNK)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-                break
-            except OSError as err:
-                if pieces:
-                    break  # the failure is seen on the next wake-up, after these bytes
-                if not self.closed_by_server and not self.reason:
-                    self.reason = f"the connection failed: {err}"
-                return False
-            if not piece:
-                if pieces:
-                    break
-                if not self.closed_by_server and not self.reason:
-                    self.reason = "the connection closed"
-                return False
-            pieces.append(piece)
-            got += len(piece)
+        reading = read_ready(self._sock, chunk=c.TLS_READ_CHUNK, limit=_BATCH)
+        pieces = reading.pieces
+        # A failure after some bytes is seen on the next wake-up, after them.
+        if reading.failure is not None and not pieces:
+            if not self.closed_by_server and not self.reason:
+                self.reason = f"the connection failed: {reading.failure}"
+            return False
+        if reading.ended:
+            if not self.closed_by_server and not self.reason:
+                self.reason = "the connection closed"
+            return False
         if not pieces:
             return True
         data = b"".join(pieces)

@@ -31,13 +31,12 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
-import ssl
 import time
 from collections.abc import Callable
 from typing import Any
 
 from libvirt_provider import constants as c
-from libvirt_provider.adapters.runtime.buffered_send import send_front
+from libvirt_provider.adapters.runtime.stream_io import Outbox, read_ready
 from libvirt_provider.adapters.runtime.websocket_mask import fast_mask
 from libvirt_provider.console.framing import (
     CloseCode,
@@ -77,9 +76,7 @@ class PortBridge:
         self._client_done = False
         self._guest_told = False
         self._to_guest = bytearray()
-        self._to_client = bytearray()
-        # The length of a TLS send that did not finish: OpenSSL wants exactly those bytes again.
-        self._attempt = 0
+        self._to_client = Outbox(c.PORTFORWARD_BATCH)
         # Decrypted bytes a TLS socket holds that `select` cannot see (a plain socket has none).
         self._pending: Callable[[], int] = getattr(conn, "pending", lambda: 0)
         self._wake_r, self._wake_w = socket.socketpair()
@@ -136,37 +133,20 @@ class PortBridge:
 
     def _read_guest(self) -> bytes | None:
         """What the guest has ready, up to a batch; b"" once it closed, None if nothing was."""
-        pieces: list[bytes] = []
-        got = 0
-        while got < c.PORTFORWARD_BATCH:
-            try:
-                data = self._guest.recv(c.PORTFORWARD_READ_CHUNK)
-            except BlockingIOError:
-                break
-            if not data:
-                if not pieces:
-                    return b""
-                break  # the close is seen on the next wake-up, after these bytes
-            pieces.append(data)
-            got += len(data)
-        return b"".join(pieces) if pieces else None
+        reading = read_ready(self._guest, chunk=c.PORTFORWARD_READ_CHUNK, limit=c.PORTFORWARD_BATCH)
+        if reading.failure is not None:
+            raise reading.failure
+        if reading.ended:
+            return b""
+        return b"".join(reading.pieces) if reading.pieces else None
 
     # -- toward the client --------------------------------------------------------------------
 
     def _send(self, opcode: Opcode, payload: bytes) -> None:
-        self._to_client += encode_frame(opcode, payload)
+        self._to_client.add(encode_frame(opcode, payload))
 
     def _flush_client(self) -> None:
-        while self._to_client:
-            if not self._attempt:
-                self._attempt = min(len(self._to_client), c.PORTFORWARD_BATCH)
-            try:
-                # Not a copy; TLS sees the same bytes again after a send that did not finish.
-                sent = send_front(self._conn, self._to_client, self._attempt)
-            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
-                return
-            del self._to_client[:sent]
-            self._attempt = 0
+        self._to_client.flush(self._conn)
 
     def _close_with(self, code: CloseCode, why: str) -> str:
         """The close frame after what is queued, given `CONSOLE_IO_TIMEOUT` to go out."""
@@ -187,20 +167,10 @@ class PortBridge:
         """What the client has ready, up to a batch, as read (fed to the frame reader piece by
         piece, never joined); empty if nothing was (a TLS record still incomplete), None once
         the client is gone."""
-        pieces: list[bytes] = []
-        got = 0
-        while got < c.PORTFORWARD_BATCH:
-            try:
-                data = self._conn.recv(c.TLS_READ_CHUNK)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-                break
-            if not data:
-                if not pieces:
-                    return None
-                break  # the end is seen on the next wake-up, after these bytes
-            pieces.append(data)
-            got += len(data)
-        return pieces
+        reading = read_ready(self._conn, chunk=c.TLS_READ_CHUNK, limit=c.PORTFORWARD_BATCH)
+        if reading.failure is not None:
+            raise reading.failure
+        return None if reading.ended else reading.pieces
 
     # -- the loop -----------------------------------------------------------------------------
 

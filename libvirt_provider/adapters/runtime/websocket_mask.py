@@ -40,10 +40,8 @@ _ROUTINE = _find()
 def _compiled(data: bytearray, mask: bytes) -> None:
     if len(mask) != 4:
         raise ValueError("a WebSocket mask is 4 bytes")
-    if _ROUTINE is None:
-        mask_in_place(data, mask)
-    else:
-        _ROUTINE(bytes(mask), data)
+    assert _ROUTINE is not None  # only handed out when found
+    _ROUTINE(bytes(mask), data)
 
 
 compiled_mask: Masker | None = _compiled if _ROUTINE is not None else None
