@@ -11,11 +11,11 @@ import os
 import selectors
 import shutil
 import socket
-import subprocess
 from pathlib import Path
 from types import TracebackType
 
 from generic.background import BackgroundLoop
+from tests.support.tls import openssl_cert
 
 __all__ = ["BlackHole", "process_figures", "tls_client_pki"]
 
@@ -45,15 +45,8 @@ def tls_client_pki(directory: Path) -> Path | None:
     cnf.write_text(_EXTENSIONS)
 
     def cert(key: str, out: str, subject: str, section: str, ca: bool) -> None:
-        cmd = [
-            "openssl", "req", "-x509", "-new", "-config", str(cnf), "-extensions", section,
-            "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", str(directory / key), "-out", str(directory / out),
-            "-subj", subject, "-days", "2", "-sha256",
-        ]  # fmt: skip
-        if ca:
-            cmd += ["-CA", str(directory / "cacert.pem"), "-CAkey", str(directory / "ca.key")]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+        signer = (directory / "cacert.pem", directory / "ca.key") if ca else None
+        openssl_cert(cnf, section, subject, key=directory / key, cert=directory / out, ca=signer)
 
     cert("ca.key", "cacert.pem", "/CN=black hole test CA", "ca", ca=False)
     cert("clientkey.pem", "clientcert.pem", "/CN=black hole test client", "client", ca=True)

@@ -21,6 +21,7 @@ from tests.support.daemons import answers, free_port, health_base, start_daemon,
 from tests.support.hosts import reset_host
 from tests.support.kube import NS_PREFIX, apply, install_api, service_account_kubeconfig
 from tests.support.lab_access import REPO, LabHost, LabInfo
+from tests.support.tls import openssl_cert
 from tests.support.waiting import eventually
 
 __all__ = ["LEASES", "HopDaemon", "Hops", "Pki", "hop_daemons", "hop_lease", "hop_pki"]
@@ -65,15 +66,10 @@ class Hops:
 
 
 def _cert(pki: Path, cnf: Path, name: str, subject: str, section: str, *, ca: str | None) -> None:
-    cmd = [
-        "openssl", "req", "-x509", "-new", "-config", str(cnf), "-extensions", section,
-        "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", str(pki / f"{name}.key"), "-out", str(pki / f"{name}.crt"),
-        "-subj", subject, "-days", "2", "-sha256",
-    ]  # fmt: skip
-    if ca is not None:
-        cmd += ["-CA", str(pki / f"{ca}.crt"), "-CAkey", str(pki / f"{ca}.key")]
-    subprocess.run(cmd, check=True, capture_output=True)
+    signer = None if ca is None else (pki / f"{ca}.crt", pki / f"{ca}.key")
+    openssl_cert(
+        cnf, section, subject, key=pki / f"{name}.key", cert=pki / f"{name}.crt", ca=signer
+    )
 
 
 def hop_pki(lab: LabInfo, out: Path) -> Pki:

@@ -11,19 +11,45 @@ import subprocess
 import threading
 from pathlib import Path
 
-__all__ = ["contexts", "handshaken", "self_signed"]
+__all__ = ["contexts", "handshaken", "openssl_cert", "self_signed"]
+
+_LEAF = """[req]
+distinguished_name = dn
+[dn]
+[leaf]
+subjectAltName = DNS:{name}
+"""
+
+
+def openssl_cert(
+    cnf: Path,
+    section: str,
+    subject: str,
+    *,
+    key: Path,
+    cert: Path,
+    ca: tuple[Path, Path] | None = None,
+    days: int = 2,
+) -> None:
+    """A P-256 key and its certificate with `cnf`'s extensions `section`: self-signed, or
+    signed by `ca` (its certificate and key)."""
+    assert shutil.which("openssl"), "no openssl command to make a certificate"
+    cmd = [
+        "openssl", "req", "-x509", "-new", "-config", str(cnf), "-extensions", section,
+        "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", str(key), "-out", str(cert), "-subj", subject, "-days", str(days), "-sha256",
+    ]  # fmt: skip
+    if ca is not None:
+        cmd += ["-CA", str(ca[0]), "-CAkey", str(ca[1])]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=60)
 
 
 def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
-    """A self-signed P-256 certificate for DNS name `name`, valid a day; its and its key's paths."""
-    assert shutil.which("openssl"), "no openssl command to make a certificate"
+    """A self-signed certificate for DNS name `name`, valid a day; its and its key's paths."""
+    cnf = directory / f"{name}.cnf"
+    cnf.write_text(_LEAF.format(name=name))
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", f"/CN={name}",
-         "-addext", f"subjectAltName=DNS:{name}"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    openssl_cert(cnf, "leaf", f"/CN={name}", key=key, cert=cert, days=1)
     return cert, key
 
 
